@@ -1,0 +1,18 @@
+/* tt_clock: thin wrappers over clock_gettime. */
+#include "tt_clock.h"
+
+#include <time.h>
+
+uint64_t tt_clock_mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t tt_clock_mono_ms(void) { return tt_clock_mono_ns() / 1000000ull; }
+
+uint64_t tt_clock_wall_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000ull + (uint64_t)ts.tv_nsec / 1000000ull;
+}
