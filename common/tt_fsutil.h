@@ -1,0 +1,25 @@
+/* tt_fsutil: durable file operations. A file written with
+ * tt_fs_write_atomic is either the old or the new content after any crash:
+ * write to a temporary in the same directory, fsync it, rename over the
+ * target, fsync the directory. Readers never see a torn file.
+ * Thread safety: reentrant; blocking I/O (daemons call these off the loop
+ * or where a short stall is acceptable, e.g. the small coordinator state). */
+#ifndef TT_FSUTIL_H
+#define TT_FSUTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Returns 0, TT_ESYS (errno preserved) with `err` describing the step. */
+int tt_fs_write_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen);
+
+/* Reads a whole file of at most `max` bytes into a malloc'd buffer (*out,
+ * owned by the caller). TT_ENOTFOUND when it does not exist, TT_ETOOBIG,
+ * TT_ESYS. */
+int tt_fs_read_all(const char *path, size_t max, uint8_t **out, size_t *len, char *err,
+                   size_t errlen);
+
+/* mkdir -p. */
+int tt_fs_mkdirs(const char *path, char *err, size_t errlen);
+
+#endif

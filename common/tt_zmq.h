@@ -1,0 +1,99 @@
+/* tt_zmq: the one factory for ZeroMQ sockets and the one place that moves
+ * envelopes on and off them. Every socket tether opens is made here, so
+ * limits (ZMQ_MAXMSGSIZE, high-water marks), ZMTP heartbeats, routing ids,
+ * ROUTER_MANDATORY/HANDOVER, ZMQ_IMMEDIATE and linger are set in one spot
+ * (and CURVE will be added here). Receiving always drains every frame of a
+ * multipart message, also when the envelope is rejected, so a bad message
+ * can never desynchronise the frame stream.
+ * Thread safety: a ZeroMQ socket belongs to one thread at a time; these
+ * functions add no locking. */
+#ifndef TT_ZMQ_H
+#define TT_ZMQ_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <zmq.h>
+
+#include "tt_wire.h"
+
+#define TT_ZMQ_MAX_PAYLOADS 64
+#define TT_ZMQ_MAX_PEER 256
+
+typedef struct tt_zmq_opts {
+    int64_t max_msg;          /* ZMQ_MAXMSGSIZE per frame; default 16 MiB */
+    int sndhwm;               /* default 1000 messages */
+    int rcvhwm;               /* default 1000 messages */
+    int heartbeat_ivl_ms;     /* ZMTP PING interval; default 1000 */
+    int heartbeat_timeout_ms; /* ZMTP: close after this silence; default 5000 */
+    const char *routing_id;   /* DEALER only; "<role>-<id>.<incarnation>" */
+    int immediate;            /* DEALER: queue only to completed connections; default 1 */
+} tt_zmq_opts_t;
+
+void tt_zmq_opts_default(tt_zmq_opts_t *o);
+
+/* Format a stable DEALER routing id: "<role>-<id>.<incarnation>". */
+int tt_zmq_routing_id(char *out, size_t n, const char *role, const char *id, uint64_t incarnation);
+
+/* A ROUTER bound to `endpoint` (e.g. "tcp://127.0.0.1:0" picks a free port)
+ * with ROUTER_MANDATORY and ROUTER_HANDOVER. The endpoint actually bound is
+ * written to `bound` when not NULL. *out owns the socket (tt_zmq_close). */
+int tt_zmq_router(void *zctx, const char *endpoint, const tt_zmq_opts_t *o, void **out, char *bound,
+                  size_t boundlen, char *err, size_t errlen);
+
+/* A DEALER connected to `endpoint`. */
+int tt_zmq_dealer(void *zctx, const char *endpoint, const tt_zmq_opts_t *o, void **out, char *err,
+                  size_t errlen);
+
+/* Linger 0, close, set *sock = NULL. Accepts NULL. */
+void tt_zmq_close(void **sock);
+
+/* One received message. For ROUTER sockets `peer` holds the routing id. */
+typedef struct tt_zmq_rx {
+    uint8_t peer[TT_ZMQ_MAX_PEER];
+    size_t peer_len;
+    tt_env_t *env;
+    zmq_msg_t payload[TT_ZMQ_MAX_PAYLOADS];
+    size_t npayload;
+    int src_fd; /* ZMQ_SRCFD of the envelope frame, -1 if unknown */
+} tt_zmq_rx_t;
+
+/* Receive one whole message without blocking when `dontwait`. Returns 0
+ * with rx->env set, TT_EAGAIN when nothing is queued, or a decode error
+ * (TT_EPROTO, TT_EVERSION, TT_ETOOBIG, TT_ESIZE) with rx->peer filled so
+ * the caller can answer the sender; in every case all frames were read.
+ * Release with tt_zmq_rx_close. */
+int tt_zmq_recv(void *sock, int is_router, int dontwait, const tt_wire_limits_t *lim,
+                tt_zmq_rx_t *rx, char *err, size_t errlen);
+void tt_zmq_rx_close(tt_zmq_rx_t *rx);
+
+/* A raw payload frame to send after the envelope. With `free_fn` set the
+ * buffer is handed to ZeroMQ without a copy and `free_fn(data, hint)` runs
+ * later, possibly on a ZeroMQ I/O thread; without it the bytes are copied.
+ * tt_zmq_send owns every payload that has a free_fn, also when it fails. */
+typedef struct tt_zmq_payload {
+    const void *data;
+    size_t len;
+    void (*free_fn)(void *data, void *hint);
+    void *hint;
+} tt_zmq_payload_t;
+
+/* Send envelope + payloads (to `peer` on a ROUTER; peer NULL on a DEALER).
+ * The payload sizes are written into the envelope header here. Returns 0,
+ * TT_EAGAIN (would block / high-water mark), TT_EUNREACHABLE (ROUTER: no
+ * such peer), TT_ENOMEM or TT_ESYS. */
+int tt_zmq_send(void *sock, const void *peer, size_t peer_len, const tt_env_t *env,
+                const tt_zmq_payload_t *payloads, size_t npayloads, int dontwait);
+
+/* Opens a monitor on `sock` for the ZMQ_EVENT_* bits in `events` and
+ * returns the inproc PAIR that receives them (*pair, owned by the caller,
+ * close with tt_zmq_close before closing `sock`). */
+int tt_zmq_monitor_open(void *zctx, void *sock, int events, void **pair, char *err, size_t errlen);
+
+/* Reads one monitor event without blocking: TT_OK with *event (ZMQ_EVENT_*)
+ * and *value (the fd for connection events), or TT_EAGAIN. */
+int tt_zmq_monitor_read(void *pair, uint16_t *event, int32_t *value);
+
+/* Nonzero when the socket has a message ready (ZMQ_EVENTS & ZMQ_POLLIN). */
+int tt_zmq_readable(void *sock);
+
+#endif
