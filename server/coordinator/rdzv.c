@@ -1,0 +1,434 @@
+/* rdzv: the request side of the rendezvous state machine - object life,
+ * join, leave, heartbeat, failure reports, disconnects, step boundaries and
+ * the timer tick. Each entry point checks its arguments, identifies the
+ * worker (id and incarnation), records what the request says, and leaves
+ * every consequence (evictions, generations, announcements) to
+ * tt_rdzv_settle() in rdzv_group.c. Accessors and persistence are in
+ * rdzv_state.c. No clock, no I/O: time is the caller's now_ms. */
+#include "rdzv_internal.h"
+
+#include "tt_log.h"
+#include "tt_status.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fail_msg(char *err, size_t errlen, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int fail_msg(char *err, size_t errlen, int rc, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
+}
+
+static int check_id(const char *what, const char *id, char *err, size_t errlen) {
+    if (id == NULL || id[0] == '\0')
+        return fail_msg(err, errlen, TT_EINVAL, "%s is empty", what);
+    if (strlen(id) >= TT_RDZV_ID_MAX)
+        return fail_msg(err, errlen, TT_EINVAL, "%s is longer than 127 bytes: '%.40s...'", what,
+                        id);
+    return TT_OK;
+}
+
+int tt_rdzv_create(tt_rdzv_t **out, const tt_rdzv_opts_t *opts, char *err, size_t errlen) {
+    int rc;
+    tt_rdzv_t *r = NULL;
+    if (out == NULL || opts == NULL)
+        return fail_msg(err, errlen, TT_EINVAL, "tt_rdzv_create: NULL argument");
+    *out = NULL;
+    TT_CHECK_GOTO(check_id("job_id", opts->job_id, err, errlen), rc, fail);
+    TT_CHECK_GOTO(tt_rdzv_settings_validate(&opts->settings, err, errlen), rc, fail);
+    rc = TT_ENOMEM;
+    r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        goto fail;
+    TT_CHECK_GOTO(tt_rdzv_table_init(&r->table), rc, fail);
+    (void)tt_rdzv_copy(r->job_id, sizeof(r->job_id), opts->job_id);
+    r->settings = opts->settings;
+    r->state = TT_RDZV_WAITING;
+    r->regroup_step = -1;
+    r->max_member_step = -1;
+    r->committed_step = -1;
+    r->expiry_bound = UINT64_MAX;
+    r->below_min_armed = 1;
+    r->below_min_since = opts->now_ms;
+    *out = r;
+    return TT_OK;
+fail:
+    tt_rdzv_destroy(&r);
+    return rc;
+}
+
+void tt_rdzv_destroy(tt_rdzv_t **pr) {
+    if (pr == NULL || *pr == NULL)
+        return;
+    tt_rdzv_t *r = *pr;
+    if (r->table.buckets)
+        tt_rdzv_free_nodes(r);
+    tt_rdzv_vec_free(&r->members);
+    tt_rdzv_vec_free(&r->pending);
+    tt_rdzv_table_free(&r->table);
+    tt_rdzv_queue_free(&r->q);
+    free(r);
+    *pr = NULL;
+}
+
+static int check_join(const tt_rdzv_t *r, const tt_rdzv_join_t *q, char *err, size_t errlen) {
+    int rc = check_id("worker_id", q->worker_id, err, errlen);
+    if (rc != TT_OK)
+        return rc;
+    if (q->host && strlen(q->host) >= TT_RDZV_HOST_MAX)
+        return fail_msg(err, errlen, TT_EINVAL, "host of %s is longer than 255 bytes",
+                        q->worker_id);
+    if (q->endpoint && strlen(q->endpoint) >= TT_RDZV_ENDPOINT_MAX)
+        return fail_msg(err, errlen, TT_EINVAL, "endpoint of %s is longer than 255 bytes",
+                        q->worker_id);
+    if (r->state == TT_RDZV_FAILED)
+        return fail_msg(err, errlen, TT_EJOBFAILED, "job %s failed: %s", r->job_id,
+                        r->failure_reason);
+    if (q->settings && tt_rdzv_settings_diff(&r->settings, q->settings, err, errlen))
+        return TT_ECONFLICT;
+    return TT_OK;
+}
+
+static void fill_node(tt_rdzv_t *r, tt_rdzv_node_t *n, const tt_rdzv_join_t *q, uint64_t now_ms) {
+    (void)tt_rdzv_copy(n->host, sizeof(n->host), q->host);
+    (void)tt_rdzv_copy(n->endpoint, sizeof(n->endpoint), q->endpoint);
+    n->incarnation = q->incarnation;
+    n->last_step = q->last_step < -1 ? -1 : q->last_step;
+    n->last_seen_ms = now_ms;
+    n->prio = 1;
+    n->disconnected = 0;
+    n->suspected = 0;
+    n->boundary_step = -1;
+    tt_rdzv_lower_bound(r, now_ms + r->settings.heartbeat_timeout_ms);
+}
+
+/* A pending worker joins again: a duplicate, or its process restarted. */
+static void rejoin_pending(tt_rdzv_t *r, tt_rdzv_node_t *n, const tt_rdzv_join_t *q,
+                           uint64_t now_ms) {
+    if (n->incarnation == q->incarnation) {
+        n->last_seen_ms = now_ms;
+        return;
+    }
+    char msg[TT_RDZV_REASON_MAX];
+    snprintf(msg, sizeof(msg), "superseded by incarnation %" PRIu64, q->incarnation);
+    tt_rdzv_event_node(r, TT_RDZV_EV_JOIN_REFUSED, n, TT_EFENCED, -1, msg);
+    fill_node(r, n, q, now_ms);
+}
+
+static int add_pending(tt_rdzv_t *r, const tt_rdzv_join_t *q, uint64_t now_ms) {
+    tt_rdzv_node_t *n = calloc(1, sizeof(*n));
+    if (n == NULL)
+        return TT_ENOMEM;
+    (void)tt_rdzv_copy(n->worker_id, sizeof(n->worker_id), q->worker_id);
+    fill_node(r, n, q, now_ms);
+    n->seq = r->next_seq++;
+    if (tt_rdzv_pending_add(r, n) != TT_OK) {
+        free(n);
+        return TT_ENOMEM;
+    }
+    return tt_rdzv_table_insert(&r->table, n);
+}
+
+int tt_rdzv_join(tt_rdzv_t *r, const tt_rdzv_join_t *q, uint64_t now_ms, char *err, size_t errlen) {
+    if (r == NULL || q == NULL)
+        return fail_msg(err, errlen, TT_EINVAL, "tt_rdzv_join: NULL argument");
+    int rc = check_join(r, q, err, errlen);
+    if (rc != TT_OK)
+        return rc;
+    r->call_rc = TT_OK;
+    tt_rdzv_node_t *n = tt_rdzv_table_find(&r->table, q->worker_id);
+    if (n && n->role == TT_RDZV_ROLE_PENDING) {
+        rejoin_pending(r, n, q, now_ms);
+        tt_rdzv_settle(r, now_ms);
+        return r->call_rc;
+    }
+    if (r->pending.n >= TT_RDZV_WORKERS_LIMIT) {
+        if (err && errlen)
+            snprintf(err, errlen, "job %s: wait list is full (%u workers)", r->job_id,
+                     TT_RDZV_WORKERS_LIMIT);
+        return TT_EBUSY;
+    }
+    if (n) {
+        char why[TT_RDZV_REASON_MAX];
+        snprintf(why, sizeof(why),
+                 "re-joined as incarnation %" PRIu64 " (member was %" PRIu64
+                 "): previous process presumed dead",
+                 q->incarnation, n->incarnation);
+        tt_rdzv_evict(r, n, why, now_ms);
+    }
+    rc = add_pending(r, q, now_ms);
+    if (rc != TT_OK)
+        r->call_rc = rc;
+    tt_rdzv_settle(r, now_ms);
+    return r->call_rc;
+}
+
+int tt_rdzv_leave(tt_rdzv_t *r, const char *worker_id, uint64_t incarnation, uint64_t now_ms) {
+    if (r == NULL || worker_id == NULL)
+        return TT_EINVAL;
+    if (r->state == TT_RDZV_FAILED)
+        return TT_EJOBFAILED;
+    tt_rdzv_node_t *n = tt_rdzv_table_find(&r->table, worker_id);
+    if (n == NULL || n->incarnation != incarnation)
+        return TT_ENOTFOUND;
+    r->call_rc = TT_OK;
+    if (n->role == TT_RDZV_ROLE_MEMBER)
+        tt_rdzv_evict(r, n, "left", now_ms);
+    else
+        tt_rdzv_drop_pending(r, n, TT_OK, NULL);
+    tt_rdzv_settle(r, now_ms);
+    return r->call_rc;
+}
+
+static void fill_reply(const tt_rdzv_t *r, const tt_rdzv_node_t *n, tt_rdzv_hb_reply_t *reply) {
+    if (reply == NULL)
+        return;
+    reply->generation = r->generation;
+    reply->state = r->state;
+    reply->regroup_after_step = r->regroup_step;
+    reply->world_size = r->members.n;
+    reply->rank = (n && n->role == TT_RDZV_ROLE_MEMBER) ? (int32_t)n->index : -1;
+}
+
+static int heartbeat_node(tt_rdzv_t *r, tt_rdzv_node_t *n, uint64_t generation, int64_t step,
+                          uint64_t now_ms) {
+    int is_member = n->role == TT_RDZV_ROLE_MEMBER;
+    if (is_member && generation > r->generation) {
+        TT_WARN(TT_RDZV_SUBSYS,
+                "job %s: %s heartbeats generation %" PRIu64 " but the newest is %" PRIu64
+                " (coordinator state lost?)",
+                r->job_id, n->worker_id, generation, r->generation);
+        return TT_EPROTO;
+    }
+    n->last_seen_ms = now_ms;
+    n->disconnected = 0;
+    if (n->suspected) {
+        TT_INFO(TT_RDZV_SUBSYS, "job %s: suspicion of %s cleared by its heartbeat (%s)", r->job_id,
+                n->worker_id, n->suspect_reason);
+        n->suspected = 0;
+        n->suspect_reason[0] = '\0';
+    }
+    tt_rdzv_note_step(r, n, step);
+    return (is_member && generation < r->generation) ? TT_ESTALE : TT_OK;
+}
+
+int tt_rdzv_heartbeat(tt_rdzv_t *r, const char *worker_id, uint64_t incarnation,
+                      uint64_t generation, int64_t completed_step, uint64_t now_ms,
+                      tt_rdzv_hb_reply_t *reply) {
+    if (r == NULL || worker_id == NULL)
+        return TT_EINVAL;
+    tt_rdzv_node_t *n = tt_rdzv_table_find(&r->table, worker_id);
+    if (n && n->incarnation != incarnation)
+        n = NULL;
+    int rc = TT_EFENCED;
+    r->call_rc = TT_OK;
+    if (r->state == TT_RDZV_FAILED) {
+        rc = TT_EJOBFAILED;
+    } else if (n) {
+        rc = heartbeat_node(r, n, generation, completed_step, now_ms);
+        tt_rdzv_settle(r, now_ms);
+        n = tt_rdzv_table_find(&r->table, worker_id);
+    }
+    fill_reply(r, n, reply);
+    return r->call_rc != TT_OK ? r->call_rc : rc;
+}
+
+static void confirm_suspect(tt_rdzv_t *r, tt_rdzv_node_t *s, const char *how, uint64_t now_ms) {
+    /* Room for both parts; the event keeps the first TT_RDZV_REASON_MAX-1. */
+    char why[TT_RDZV_REASON_MAX + 128];
+    snprintf(why, sizeof(why), "%s; confirmed by %.96s", s->suspect_reason, how);
+    tt_rdzv_evict(r, s, why, now_ms);
+}
+
+/* Confirms a standing suspicion if the evidence is there; 1 if evicted. */
+static int try_confirm(tt_rdzv_t *r, tt_rdzv_node_t *s, uint64_t now_ms) {
+    if (s->disconnected) {
+        confirm_suspect(r, s, "disconnect", now_ms);
+        return 1;
+    }
+    if (now_ms >= tt_rdzv_suspect_deadline(r, s)) {
+        char how[96];
+        snprintf(how, sizeof(how), "overdue heartbeat (silent %" PRIu64 " ms)",
+                 now_ms - s->last_seen_ms);
+        confirm_suspect(r, s, how, now_ms);
+        return 1;
+    }
+    tt_rdzv_lower_bound(r, tt_rdzv_suspect_deadline(r, s));
+    return 0;
+}
+
+static int check_report(const tt_rdzv_t *r, const tt_rdzv_report_t *rep) {
+    if (r->state == TT_RDZV_FAILED)
+        return TT_EJOBFAILED;
+    const tt_rdzv_node_t *me = tt_rdzv_table_find(&r->table, rep->reporter_id);
+    if (me == NULL || me->role != TT_RDZV_ROLE_MEMBER)
+        return TT_EFENCED;
+    if (rep->generation != r->generation)
+        return TT_ESTALE;
+    if (rep->suspect_rank >= r->members.n || rep->suspect_rank == me->index)
+        return TT_EINVAL;
+    return TT_OK;
+}
+
+int tt_rdzv_report_failure(tt_rdzv_t *r, const tt_rdzv_report_t *rep, uint64_t now_ms,
+                           int *confirmed) {
+    if (confirmed)
+        *confirmed = 0;
+    if (r == NULL || rep == NULL || rep->reporter_id == NULL)
+        return TT_EINVAL;
+    int rc = check_report(r, rep);
+    if (rc != TT_OK)
+        return rc;
+    r->call_rc = TT_OK;
+    const tt_rdzv_node_t *me = tt_rdzv_table_find(&r->table, rep->reporter_id);
+    tt_rdzv_node_t *s = r->members.v[rep->suspect_rank];
+    s->suspected = 1;
+    snprintf(s->suspect_reason, sizeof(s->suspect_reason), "reported by rank %u: %s", me->index,
+             rep->reason ? rep->reason : "no reason given");
+    int done = try_confirm(r, s, now_ms);
+    if (!done)
+        TT_INFO(TT_RDZV_SUBSYS, "job %s: %s %s; not confirmed yet (heartbeat %" PRIu64 " ms ago)",
+                r->job_id, s->worker_id, s->suspect_reason, now_ms - s->last_seen_ms);
+    if (confirmed)
+        *confirmed = done;
+    tt_rdzv_settle(r, now_ms);
+    return r->call_rc;
+}
+
+int tt_rdzv_peer_disconnected(tt_rdzv_t *r, const char *worker_id, uint64_t incarnation,
+                              uint64_t now_ms) {
+    if (r == NULL || worker_id == NULL)
+        return TT_EINVAL;
+    tt_rdzv_node_t *n = tt_rdzv_table_find(&r->table, worker_id);
+    if (n == NULL || n->incarnation != incarnation)
+        return TT_ENOTFOUND;
+    r->call_rc = TT_OK;
+    n->disconnected = 1;
+    if (n->role == TT_RDZV_ROLE_MEMBER && n->suspected) {
+        confirm_suspect(r, n, "disconnect", now_ms);
+        tt_rdzv_settle(r, now_ms);
+    }
+    return r->call_rc;
+}
+
+int tt_rdzv_at_boundary(tt_rdzv_t *r, const char *worker_id, uint64_t generation,
+                        int64_t completed_step, uint64_t now_ms) {
+    if (r == NULL || worker_id == NULL)
+        return TT_EINVAL;
+    if (r->state == TT_RDZV_FAILED)
+        return TT_EJOBFAILED;
+    tt_rdzv_node_t *n = tt_rdzv_table_find(&r->table, worker_id);
+    if (n == NULL || n->role != TT_RDZV_ROLE_MEMBER)
+        return TT_EFENCED;
+    if (generation != r->generation)
+        return TT_ESTALE;
+    r->call_rc = TT_OK;
+    tt_rdzv_note_step(r, n, completed_step); /* may raise S */
+    if (r->regroup_step < 0 || completed_step < r->regroup_step) {
+        tt_rdzv_event_node(r, TT_RDZV_EV_CONTINUE, n, TT_OK, r->regroup_step, NULL);
+    } else if (n->boundary_step != completed_step) {
+        n->boundary_step = completed_step;
+        r->n_at_boundary++;
+    }
+    tt_rdzv_settle(r, now_ms);
+    return r->call_rc;
+}
+
+static uint64_t age_ms(const tt_rdzv_node_t *n, uint64_t now_ms) {
+    return now_ms > n->last_seen_ms ? now_ms - n->last_seen_ms : 0;
+}
+
+/* Checks one member; returns its next deadline (UINT64_MAX once evicted). */
+static uint64_t expire_member(tt_rdzv_t *r, tt_rdzv_node_t *n, uint64_t now_ms) {
+    uint32_t to = r->settings.heartbeat_timeout_ms;
+    if (age_ms(n, now_ms) >= to) {
+        char why[TT_RDZV_REASON_MAX];
+        snprintf(why, sizeof(why), "heartbeat timeout %u ms (silent %" PRIu64 " ms)", to,
+                 age_ms(n, now_ms));
+        tt_rdzv_evict(r, n, why, now_ms);
+        return UINT64_MAX;
+    }
+    if (n->suspected && try_confirm(r, n, now_ms))
+        return UINT64_MAX;
+    uint64_t d = n->last_seen_ms + to;
+    if (n->suspected && tt_rdzv_suspect_deadline(r, n) < d)
+        d = tt_rdzv_suspect_deadline(r, n);
+    return d;
+}
+
+/* The O(n) pass, run only when now_ms reached the cached lower bound; it
+ * recomputes the exact bound. With everyone heartbeating every interval the
+ * bound lands about (timeout - interval) ahead, so the pass runs a few times
+ * per timeout, not on every tick. */
+static void expire_scan(tt_rdzv_t *r, uint64_t now_ms) {
+    uint64_t bound = UINT64_MAX;
+    uint32_t to = r->settings.heartbeat_timeout_ms;
+    for (uint32_t i = 0; i < r->members.n; i++) {
+        uint64_t d = expire_member(r, r->members.v[i], now_ms);
+        if (d < bound)
+            bound = d;
+    }
+    for (uint32_t i = r->pending.n; i-- > 0;) {
+        tt_rdzv_node_t *n = r->pending.v[i]; /* swap-remove keeps i..n valid */
+        if (age_ms(n, now_ms) >= to) {
+            char why[TT_RDZV_REASON_MAX];
+            snprintf(why, sizeof(why),
+                     "no heartbeat for %" PRIu64 " ms while waiting (timeout %u ms)",
+                     age_ms(n, now_ms), to);
+            tt_rdzv_drop_pending(r, n, TT_ETIMEDOUT, why);
+        } else if (n->last_seen_ms + to < bound) {
+            bound = n->last_seen_ms + to;
+        }
+    }
+    r->expiry_bound = bound;
+}
+
+static void tick_waiting(tt_rdzv_t *r, uint64_t now_ms) {
+    const tt_rdzv_settings_t *s = &r->settings;
+    if (r->last_call_deadline && now_ms >= r->last_call_deadline &&
+        r->pending.n >= s->min_workers) {
+        tt_rdzv_form_waiting(r, now_ms);
+    } else if (r->below_min_armed && now_ms >= r->below_min_since + s->join_timeout_ms) {
+        char why[TT_RDZV_REASON_MAX];
+        snprintf(why, sizeof(why), "%u of min %u workers after %u ms: job failed", r->pending.n,
+                 s->min_workers, s->join_timeout_ms);
+        tt_rdzv_fail(r, why);
+    }
+}
+
+int tt_rdzv_tick(tt_rdzv_t *r, uint64_t now_ms) {
+    if (r == NULL)
+        return TT_EINVAL;
+    if (r->state == TT_RDZV_FAILED)
+        return TT_OK;
+    r->call_rc = TT_OK;
+    if (now_ms >= r->expiry_bound)
+        expire_scan(r, now_ms);
+    tt_rdzv_settle(r, now_ms);
+    if (r->state == TT_RDZV_WAITING)
+        tick_waiting(r, now_ms);
+    return r->call_rc;
+}
+
+uint64_t tt_rdzv_next_deadline(const tt_rdzv_t *r) {
+    if (r == NULL || r->state == TT_RDZV_FAILED)
+        return UINT64_MAX;
+    uint64_t d = r->expiry_bound;
+    if (r->state == TT_RDZV_WAITING) {
+        if (r->last_call_deadline && r->last_call_deadline < d)
+            d = r->last_call_deadline;
+        if (r->below_min_armed && r->below_min_since + r->settings.join_timeout_ms < d)
+            d = r->below_min_since + r->settings.join_timeout_ms;
+    }
+    return d;
+}

@@ -1,0 +1,328 @@
+/* rdzv: the coordinator's rendezvous and membership state machine for one
+ * job. It owns the job's settings, the current generation (its members and
+ * their ranks), the participants and the wait list, failure suspicion and
+ * confirmation, the "regroup after step S" protocol that admits late joiners
+ * at a step boundary, and the events that tell the daemon whom to answer.
+ * It does not own sockets, timers, the clock, persistence or state transfer:
+ * it is pure logic, time comes in as `now_ms`, deferred replies go out as
+ * events (tt_rdzv_next_event), and persistence goes through a plain record
+ * (tt_rdzv_export / tt_rdzv_restore) that another module maps to protobuf.
+ *
+ * Thread safety: a tt_rdzv_t is not thread safe. The daemon owns one per job
+ * and calls it from its loop thread only; distinct objects are independent.
+ * Logging goes through tt_log (subsystem "coord"). Nothing here blocks. */
+#ifndef TT_RDZV_H
+#define TT_RDZV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* String limits, terminating NUL included: ids are at most 127 bytes. */
+#define TT_RDZV_ID_MAX       128
+#define TT_RDZV_HOST_MAX     256
+#define TT_RDZV_ENDPOINT_MAX 256
+#define TT_RDZV_REASON_MAX   256
+/* Largest max_workers accepted; also the cap on the wait list length. */
+#define TT_RDZV_WORKERS_LIMIT 65536u
+/* Largest value accepted for any of the *_ms settings (one day). */
+#define TT_RDZV_MS_LIMIT 86400000u
+
+/* Numeric values match the wire enum JobState (JOB_REGROUPING = 2 is not a
+ * state here: a pending regroup shows as RUNNING with regroup_after_step). */
+typedef enum {
+    TT_RDZV_WAITING = 0, /* collecting participants; no generation running */
+    TT_RDZV_RUNNING = 1, /* a generation is formed */
+    TT_RDZV_FAILED = 3,  /* terminal; see tt_rdzv_failure_reason() */
+} tt_rdzv_state_t;
+
+/* Job settings. Every field takes part in tt_rdzv_settings_equal(). */
+typedef struct {
+    uint32_t min_workers;
+    uint32_t max_workers;
+    uint32_t last_call_ms;         /* wait after min is reached (2000) */
+    uint32_t heartbeat_ms;         /* worker heartbeat interval (1000) */
+    uint32_t heartbeat_timeout_ms; /* dead after this much silence (5000) */
+    uint32_t global_batch;         /* examples per step over all ranks */
+    uint32_t join_timeout_ms;      /* below-min wait before failing (60000) */
+} tt_rdzv_settings_t;
+
+/* Defaults: min = max = 1, last call 2000 ms, heartbeat 1000 ms, heartbeat
+ * timeout 5000 ms, global batch 256, join timeout 60000 ms. */
+tt_rdzv_settings_t tt_rdzv_settings_default(void);
+
+/* Checks 1 <= min <= max <= TT_RDZV_WORKERS_LIMIT, every *_ms in
+ * 1..TT_RDZV_MS_LIMIT, heartbeat_timeout_ms > heartbeat_ms, and
+ * global_batch >= max_workers (so that no rank ever gets an empty slice).
+ * Returns TT_OK or TT_EINVAL with a sentence naming the field, its value and
+ * the rule in `err` (may be NULL). Pure; any thread. */
+int tt_rdzv_settings_validate(const tt_rdzv_settings_t *s, char *err, size_t errlen);
+
+/* 1 when every field is equal, else 0. */
+int tt_rdzv_settings_equal(const tt_rdzv_settings_t *a, const tt_rdzv_settings_t *b);
+
+/* Compares a job's settings with a joiner's. Returns 0 when equal; else 1
+ * and writes "min_workers: job has 2, join asked 3" for the first differing
+ * field (in declaration order) into `msg` (may be NULL). */
+int tt_rdzv_settings_diff(const tt_rdzv_settings_t *job, const tt_rdzv_settings_t *join, char *msg,
+                          size_t msglen);
+
+/* One member of a generation (events, member lists, persistence). */
+typedef struct {
+    uint32_t rank;
+    char worker_id[TT_RDZV_ID_MAX];
+    char host[TT_RDZV_HOST_MAX];
+    char endpoint[TT_RDZV_ENDPOINT_MAX];
+    uint64_t incarnation;
+    int64_t last_step; /* last completed step it reported, -1 = none */
+} tt_rdzv_member_t;
+
+/* A member as `tetherctl members` shows it. */
+typedef struct {
+    tt_rdzv_member_t m;
+    uint64_t heartbeat_age_ms;               /* now - last heartbeat */
+    int suspected;                           /* a report awaits confirmation */
+    char suspect_reason[TT_RDZV_REASON_MAX]; /* "" unless suspected */
+} tt_rdzv_member_info_t;
+
+typedef enum {
+    /* A generation formed: answer every member (pending joins, members
+     * waiting at a boundary, survivors) with its rank. `generation`,
+     * `world_size`, `members` (sorted by rank) and `step` = resume_step,
+     * the first step the generation runs. */
+    TT_RDZV_EV_GENERATION_FORMED = 1,
+    /* A member was declared dead and fenced. `worker_id`, `incarnation`,
+     * `message` = reason, `generation` = the generation it was evicted from.
+     * Any generation formed because of it follows as its own event. */
+    TT_RDZV_EV_MEMBER_EVICTED = 2,
+    /* A deferred join will never be granted: `worker_id`, `incarnation`,
+     * `status` (TT_EJOBFAILED, TT_ETIMEDOUT when the waiter went silent,
+     * TT_EFENCED when a newer incarnation replaced it) and `message`. */
+    TT_RDZV_EV_JOIN_REFUSED = 3,
+    /* Every member must stop after completing step `step` (S) and call
+     * tt_rdzv_at_boundary(); push it to all members. */
+    TT_RDZV_EV_REGROUP_ANNOUNCED = 4,
+    /* Answer to a member waiting at a boundary (`worker_id`): keep training.
+     * `step` >= 0: the regroup moved to that step, stop after it instead;
+     * `step` == -1: the regroup was cancelled (no one left to admit). */
+    TT_RDZV_EV_CONTINUE = 5,
+    /* The job failed for good: `message` = reason. Pending joins get their
+     * own JOIN_REFUSED events before this one. */
+    TT_RDZV_EV_JOB_FAILED = 6,
+} tt_rdzv_event_kind_t;
+
+typedef struct {
+    tt_rdzv_event_kind_t kind;
+    uint64_t generation; /* generation current when the event was made */
+    char worker_id[TT_RDZV_ID_MAX];
+    uint64_t incarnation;
+    int status;
+    int64_t step;
+    uint32_t world_size;
+    const tt_rdzv_member_t *members; /* GENERATION_FORMED only, else NULL */
+    char message[TT_RDZV_REASON_MAX];
+} tt_rdzv_event_t;
+
+/* What a heartbeat returns to the worker. Filled on every return code except
+ * TT_EINVAL, so that even a fenced worker learns the job's state. */
+typedef struct {
+    uint64_t generation; /* the job's current generation (0 = none) */
+    tt_rdzv_state_t state;
+    int64_t regroup_after_step; /* -1 = no regroup pending */
+    int32_t rank;               /* rank in the current generation, -1 if not a member */
+    uint32_t world_size;        /* members of the current generation */
+} tt_rdzv_hb_reply_t;
+
+typedef struct {
+    const char *job_id;          /* 1..127 bytes; copied */
+    tt_rdzv_settings_t settings; /* validated */
+    uint64_t now_ms;             /* creation time: starts the join timeout */
+} tt_rdzv_opts_t;
+
+typedef struct {
+    const char *worker_id;              /* 1..127 bytes */
+    uint64_t incarnation;               /* changes on every process start */
+    const char *host;                   /* may be NULL or "" */
+    const char *endpoint;               /* ring peer address; may be NULL or "" */
+    int64_t last_step;                  /* last completed step it holds state for, -1 none */
+    const tt_rdzv_settings_t *settings; /* NULL: accept the job's */
+} tt_rdzv_join_t;
+
+typedef struct {
+    const char *reporter_id;
+    uint64_t generation; /* the generation `suspect_rank` refers to */
+    uint32_t suspect_rank;
+    const char *reason; /* e.g. "peer disconnected"; may be NULL */
+} tt_rdzv_report_t;
+
+typedef struct tt_rdzv tt_rdzv_t;
+
+/* Creates the rendezvous of job `opts->job_id` in WAITING with no
+ * generation. The join timeout starts at opts->now_ms. Returns TT_OK,
+ * TT_EINVAL (message in `err`, may be NULL) or TT_ENOMEM. *out is owned by
+ * the caller; free with tt_rdzv_destroy(). */
+int tt_rdzv_create(tt_rdzv_t **out, const tt_rdzv_opts_t *opts, char *err, size_t errlen);
+
+/* Frees everything, including queued and popped events. Accepts NULL and a
+ * pointer to NULL; sets *r = NULL. */
+void tt_rdzv_destroy(tt_rdzv_t **r);
+
+/* A worker asks to take part. The reply is deferred: TT_OK means "pending";
+ * the answer is a GENERATION_FORMED event listing the worker (or a
+ * JOIN_REFUSED event). In WAITING the worker becomes a participant (beyond
+ * max_workers it waits for a later generation); while RUNNING it goes to the
+ * wait list and a regroup is announced if a slot is free.
+ *   - same worker_id and incarnation while pending: duplicate, TT_OK;
+ *   - same worker_id, new incarnation while pending: replaces the old entry
+ *     (the old process gets JOIN_REFUSED/TT_EFENCED);
+ *   - worker_id is a member of the running generation (restarted, or it lost
+ *     its state): the old member is evicted as dead and the new join goes to
+ *     the wait list; since a death is a step boundary, the regroup it causes
+ *     admits the new join at once when a slot is free.
+ * Errors (synchronous, nothing changed, message in `err`): TT_EINVAL (bad
+ * id or string too long), TT_ECONFLICT (settings differ; names the field),
+ * TT_EJOBFAILED (job failed; the message gives the reason), TT_EBUSY (wait
+ * list holds TT_RDZV_WORKERS_LIMIT entries). TT_ENOMEM: see "Memory". */
+int tt_rdzv_join(tt_rdzv_t *r, const tt_rdzv_join_t *req, uint64_t now_ms, char *err,
+                 size_t errlen);
+
+/* A worker leaves on purpose. A member is evicted at once (reason "left"),
+ * as a death without the confirmation delay; a pending worker is dropped
+ * silently (nobody waits for its answer). Returns TT_OK, TT_ENOTFOUND (not
+ * known, or a different incarnation) or TT_EJOBFAILED. */
+int tt_rdzv_leave(tt_rdzv_t *r, const char *worker_id, uint64_t incarnation, uint64_t now_ms);
+
+/* Liveness and progress from one worker; `generation` is the one it runs
+ * (0 while it waits). Records last_seen and last_step and clears any
+ * suspicion and disconnect mark. Returns:
+ *   TT_OK       a member at the current generation, or a pending worker;
+ *   TT_ESTALE   a member of the current generation whose heartbeat carries an
+ *               older generation: it has not yet received the newest
+ *               GENERATION_FORMED. The heartbeat still counts and `reply` is
+ *               filled, so the worker can fetch the generation and catch up;
+ *   TT_EFENCED  not a member and not pending (declared dead, never joined,
+ *               or an older incarnation): it must re-join, never carry on;
+ *   TT_EPROTO   a member claiming a generation newer than the coordinator's
+ *               (the coordinator lost state it had announced); ignored;
+ *   TT_EJOBFAILED the job failed; TT_EINVAL bad arguments.
+ * last_step only grows: a completed_step below the recorded one is ignored.
+ * A completed_step beyond a pending regroup step raises it (see
+ * tt_rdzv_at_boundary). `reply` may be NULL. */
+int tt_rdzv_heartbeat(tt_rdzv_t *r, const char *worker_id, uint64_t incarnation,
+                      uint64_t generation, int64_t completed_step, uint64_t now_ms,
+                      tt_rdzv_hb_reply_t *reply);
+
+/* A member reports a peer it suspects (a failed collective). Rule: the
+ * suspect is marked; the suspicion is confirmed, and the suspect evicted,
+ * when its heartbeat is overdue (silent for at least 1.5 x heartbeat_ms) or
+ * the daemon saw its connection drop (tt_rdzv_peer_disconnected) - now or
+ * later, as long as the suspicion stands. The suspect's next heartbeat
+ * clears the suspicion: it is alive as far as the coordinator can tell, and
+ * a reporter whose collective still fails reports again. The pending reason
+ * shows in tt_rdzv_members(). `*confirmed` (may be NULL) is set to 1 when the
+ * suspect was evicted by this call. Returns TT_OK (accepted), TT_EFENCED
+ * (reporter is not a member of the current generation), TT_ESTALE
+ * (rep->generation is not the current one: its ranks mean nothing now),
+ * TT_EINVAL (rank out of range, or a self-report), TT_EJOBFAILED. */
+int tt_rdzv_report_failure(tt_rdzv_t *r, const tt_rdzv_report_t *rep, uint64_t now_ms,
+                           int *confirmed);
+
+/* The daemon's socket monitor saw this worker's connection close. Marks
+ * it; a standing suspicion is confirmed at once. A mark alone evicts nobody
+ * (ZeroMQ reconnects by itself); the next heartbeat clears it. Returns TT_OK
+ * or TT_ENOTFOUND (unknown id or other incarnation; ignored). */
+int tt_rdzv_peer_disconnected(tt_rdzv_t *r, const char *worker_id, uint64_t incarnation,
+                              uint64_t now_ms);
+
+/* A member has completed `completed_step` and stops there because a regroup
+ * after step S was announced. The reply is deferred: TT_OK means it waits
+ * for a GENERATION_FORMED event (everyone reached S, or a member died) or a
+ * CONTINUE event (it stopped below S, S moved up, or the regroup was
+ * cancelled; also sent at once when no regroup is pending). A completed step
+ * beyond S raises S to it and re-announces. A member blocked in the
+ * collective of step S+1 when it learns S must abandon that step and report
+ * S: the others stopped after S, so the collective cannot complete.
+ * Returns TT_OK, TT_EFENCED (not a member), TT_ESTALE (generation is not
+ * the current one), TT_EINVAL, TT_EJOBFAILED. */
+int tt_rdzv_at_boundary(tt_rdzv_t *r, const char *worker_id, uint64_t generation,
+                        int64_t completed_step, uint64_t now_ms);
+
+/* Acts on time: heartbeat expiry (members, suspects, waiters), the last-call
+ * deadline and the join timeout. Cheap when nothing is due: the expiry scan
+ * (O(n)) only runs once now_ms reaches a lower bound of the earliest expiry.
+ * Returns TT_OK or TT_ENOMEM (see "Memory"). */
+int tt_rdzv_tick(tt_rdzv_t *r, uint64_t now_ms);
+
+/* Earliest now_ms at which tt_rdzv_tick() may have something to do, or
+ * UINT64_MAX. It can be early (a heartbeat arrived meanwhile), never late:
+ * arm the timer with it and call tick when it fires. */
+uint64_t tt_rdzv_next_deadline(const tt_rdzv_t *r);
+
+/* Pops the oldest event into *ev. Returns 1 when one was popped, 0 when the
+ * queue is empty. Strings and `ev->members` are owned by the rdzv and stay
+ * valid until the next tt_rdzv_next_event() or tt_rdzv_destroy() on it. */
+int tt_rdzv_next_event(tt_rdzv_t *r, tt_rdzv_event_t *ev);
+
+/* Accessors; borrowed strings live as long as the rdzv. */
+const char *tt_rdzv_job_id(const tt_rdzv_t *r);
+tt_rdzv_state_t tt_rdzv_state(const tt_rdzv_t *r);
+const char *tt_rdzv_state_name(tt_rdzv_state_t s);
+/* Latest formed generation, 0 = none yet. Still the old number in WAITING
+ * after a below-min regroup: no generation is running then. */
+uint64_t tt_rdzv_generation(const tt_rdzv_t *r);
+const tt_rdzv_settings_t *tt_rdzv_settings(const tt_rdzv_t *r);
+uint32_t tt_rdzv_member_count(const tt_rdzv_t *r);
+/* Participants (WAITING) plus the wait list: everyone pending a generation. */
+uint32_t tt_rdzv_waiter_count(const tt_rdzv_t *r);
+const char *tt_rdzv_failure_reason(const tt_rdzv_t *r); /* "" unless FAILED */
+int64_t tt_rdzv_regroup_after_step(const tt_rdzv_t *r); /* -1 = none */
+/* The highest step that every member of some generation has reported
+ * complete: max over time of (min over the members of last_step). Never
+ * decreases; -1 = none. O(members). */
+int64_t tt_rdzv_last_committed_step(const tt_rdzv_t *r);
+
+/* Copies up to `cap` members, by rank, into `out` (may be NULL with cap 0)
+ * and sets *n_total to the member count. Heartbeat ages are taken at now_ms.
+ * Returns TT_OK. */
+int tt_rdzv_members(const tt_rdzv_t *r, uint64_t now_ms, tt_rdzv_member_info_t *out, size_t cap,
+                    size_t *n_total);
+
+/* Persistence record. `members` is sorted by rank (rank == index). */
+typedef struct {
+    char job_id[TT_RDZV_ID_MAX];
+    tt_rdzv_settings_t settings;
+    tt_rdzv_state_t state;
+    uint64_t generation;
+    int64_t last_committed_step;
+    char failure_reason[TT_RDZV_REASON_MAX];
+    uint32_t n_members;
+    tt_rdzv_member_t *members; /* owned by the record */
+} tt_rdzv_record_t;
+
+/* Fills *out with the durable part of the state: members of the running
+ * generation (none in WAITING or FAILED). Participants, the wait list,
+ * suspicions and a pending regroup are not kept: after a restore those
+ * workers get TT_EFENCED and re-join. Persist the record whenever a
+ * GENERATION_FORMED event is popped, before sending its replies, so a
+ * restored coordinator never hands out a generation number twice.
+ * Returns TT_OK or TT_ENOMEM; free with tt_rdzv_record_free(). */
+int tt_rdzv_export(const tt_rdzv_t *r, tt_rdzv_record_t *out);
+
+/* Frees rec->members and zeroes the record; accepts NULL. */
+void tt_rdzv_record_free(tt_rdzv_record_t *rec);
+
+/* Rebuilds a rendezvous after a coordinator restart. Members get
+ * last_seen = now_ms: a grace period of one heartbeat timeout to come back.
+ * A member that heartbeats with the recorded generation just continues (no
+ * new generation, training undisturbed); one that never comes back is
+ * evicted by the normal timeout, and the regroup makes a generation newer
+ * than every recorded one. A WAITING job restarts its join timeout at now_ms.
+ * Returns TT_OK, TT_ECORRUPT (inconsistent record; message in `err`) or
+ * TT_ENOMEM. *out as for tt_rdzv_create(). */
+int tt_rdzv_restore(tt_rdzv_t **out, const tt_rdzv_record_t *rec, uint64_t now_ms, char *err,
+                    size_t errlen);
+
+/* Memory: a mutating call that returns TT_ENOMEM may have applied its change
+ * but lost an event. The daemon cannot answer every worker correctly then;
+ * it should destroy the rdzv and restore it from its last record. */
+
+#endif

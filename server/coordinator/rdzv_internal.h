@@ -1,0 +1,117 @@
+/* rdzv_internal: the private layout of tt_rdzv_t and the helpers shared by
+ * the rdzv_*.c files (id table, node lists, event queue, generation
+ * forming). Nothing outside server/coordinator/rdzv*.c includes it; the
+ * public contract is rdzv.h. Not thread safe, like the object itself. */
+#ifndef TT_RDZV_INTERNAL_H
+#define TT_RDZV_INTERNAL_H
+
+#include "rdzv.h"
+
+#define TT_RDZV_SUBSYS "coord"
+
+typedef enum {
+    TT_RDZV_ROLE_PENDING = 0, /* participant (WAITING) or wait list */
+    TT_RDZV_ROLE_MEMBER = 1,  /* member of the running generation */
+} tt_rdzv_role_t;
+
+/* One known worker process. Heap-allocated and owned by `members` or
+ * `pending`; an evicted member leaves the id table at once but stays in
+ * `members` (flagged) until settle compacts the list and frees it. */
+typedef struct tt_rdzv_node {
+    struct tt_rdzv_node *chain; /* id table bucket chain */
+    uint32_t hash;
+    tt_rdzv_role_t role;
+    uint32_t index; /* rank when a member, position in `pending` otherwise */
+    uint32_t prio;  /* pending order: 0 = survivor holding state, 1 = joiner */
+    uint64_t seq;   /* pending order within a priority: arrival */
+    int evicted;
+    int disconnected;
+    int suspected;
+    int64_t boundary_step; /* step it waits at (tt_rdzv_at_boundary), -1 none */
+    int64_t last_step;
+    uint64_t last_seen_ms;
+    uint64_t incarnation;
+    char worker_id[TT_RDZV_ID_MAX];
+    char host[TT_RDZV_HOST_MAX];
+    char endpoint[TT_RDZV_ENDPOINT_MAX];
+    char suspect_reason[TT_RDZV_REASON_MAX];
+} tt_rdzv_node_t;
+
+typedef struct {
+    tt_rdzv_node_t **v;
+    uint32_t n;
+    uint32_t cap;
+} tt_rdzv_vec_t;
+
+typedef struct {
+    tt_rdzv_node_t **buckets;
+    uint32_t nbuckets; /* power of two */
+    uint32_t count;
+} tt_rdzv_table_t;
+
+typedef struct {
+    tt_rdzv_event_t *v;
+    size_t head;
+    size_t n;
+    size_t cap;
+    tt_rdzv_member_t *popped_members; /* of the last popped event */
+} tt_rdzv_queue_t;
+
+struct tt_rdzv {
+    char job_id[TT_RDZV_ID_MAX];
+    tt_rdzv_settings_t settings;
+    tt_rdzv_state_t state;
+    uint64_t generation;
+    char failure_reason[TT_RDZV_REASON_MAX];
+    tt_rdzv_table_t table;
+    tt_rdzv_vec_t members; /* sorted by worker_id; index == rank */
+    tt_rdzv_vec_t pending;
+    uint32_t n_evicted; /* evicted members still in `members` */
+    uint64_t next_seq;
+    uint64_t expiry_bound;       /* no expiry happens before this */
+    uint64_t last_call_deadline; /* 0 = not armed */
+    uint64_t below_min_since;    /* WAITING below min since; 0 = not */
+    int below_min_armed;
+    int64_t regroup_step;    /* S, -1 = none */
+    uint32_t n_at_boundary;  /* members waiting at exactly S */
+    int64_t max_member_step; /* max last_step over members */
+    int64_t committed_step;  /* high-water of min over members */
+    int call_rc;             /* sticky TT_ENOMEM of the current call */
+    tt_rdzv_queue_t q;
+};
+
+/* rdzv_table.c: id table and node lists. */
+int tt_rdzv_table_init(tt_rdzv_table_t *t);
+void tt_rdzv_table_free(tt_rdzv_table_t *t);
+tt_rdzv_node_t *tt_rdzv_table_find(const tt_rdzv_table_t *t, const char *id);
+int tt_rdzv_table_insert(tt_rdzv_table_t *t, tt_rdzv_node_t *n);
+void tt_rdzv_table_remove(tt_rdzv_table_t *t, tt_rdzv_node_t *n);
+int tt_rdzv_vec_push(tt_rdzv_vec_t *v, tt_rdzv_node_t *n);
+void tt_rdzv_vec_free(tt_rdzv_vec_t *v);
+int tt_rdzv_pending_add(tt_rdzv_t *r, tt_rdzv_node_t *n);
+void tt_rdzv_pending_remove(tt_rdzv_t *r, tt_rdzv_node_t *n);
+void tt_rdzv_sort_by_id(tt_rdzv_node_t **v, uint32_t n);
+void tt_rdzv_sort_by_priority(tt_rdzv_node_t **v, uint32_t n);
+void tt_rdzv_free_nodes(tt_rdzv_t *r);
+
+/* rdzv_events.c: the event queue. Failures set r->call_rc = TT_ENOMEM. */
+tt_rdzv_event_t *tt_rdzv_event_push(tt_rdzv_t *r, tt_rdzv_event_kind_t kind);
+void tt_rdzv_event_node(tt_rdzv_t *r, tt_rdzv_event_kind_t kind, const tt_rdzv_node_t *n,
+                        int status, int64_t step, const char *msg);
+void tt_rdzv_queue_free(tt_rdzv_queue_t *q);
+void tt_rdzv_node_to_member(const tt_rdzv_node_t *n, tt_rdzv_member_t *m);
+
+/* rdzv_group.c: membership changes. */
+void tt_rdzv_evict(tt_rdzv_t *r, tt_rdzv_node_t *n, const char *reason, uint64_t now_ms);
+void tt_rdzv_drop_pending(tt_rdzv_t *r, tt_rdzv_node_t *n, int status, const char *msg);
+void tt_rdzv_settle(tt_rdzv_t *r, uint64_t now_ms);
+void tt_rdzv_fail(tt_rdzv_t *r, const char *reason);
+void tt_rdzv_note_step(tt_rdzv_t *r, tt_rdzv_node_t *n, int64_t step);
+void tt_rdzv_form_waiting(tt_rdzv_t *r, uint64_t now_ms);
+void tt_rdzv_lower_bound(tt_rdzv_t *r, uint64_t deadline);
+uint64_t tt_rdzv_suspect_deadline(const tt_rdzv_t *r, const tt_rdzv_node_t *n);
+
+/* Bounded copy; returns 0, or -1 when `src` (NULL = "") does not fit. */
+int tt_rdzv_copy(char *dst, size_t cap, const char *src);
+
+#endif

@@ -1,0 +1,233 @@
+/* Unit tests of the rendezvous regroup protocol (server/coordinator/rdzv.h):
+ * late joiners admitted at an agreed step boundary, the boundary step
+ * raised when a member is already past it, cancellation, deaths that admit
+ * waiters, admission order, stale generations and re-joins with a new
+ * incarnation. Time is injected as now_ms; nothing sleeps. */
+#include "rdzv_testlib.h"
+
+/* Brings members a, b (min 2, max 3) to steps 5 and 4, then c joins. */
+static tt_rdzv_t *job_with_late_joiner(evlog_t *log) {
+    static const char *const ids[] = {"a", "b"};
+    tt_rdzv_t *r = running(2, 3, ids, 2);
+    CU_ASSERT_EQUAL(hb(r, "a", 5, 2500), TT_OK);
+    CU_ASSERT_EQUAL(hb(r, "b", 4, 2500), TT_OK);
+    CU_ASSERT_EQUAL(drain_count(r), 0);
+    CU_ASSERT_EQUAL(join(r, "c", 2600), TT_OK);
+    drain(r, log);
+    const tt_rdzv_event_t *a = find_ev(log, TT_RDZV_EV_REGROUP_ANNOUNCED, 0);
+    CU_ASSERT_EQUAL(a->step, 6);
+    CU_ASSERT_EQUAL(tt_rdzv_regroup_after_step(r), 6);
+    return r;
+}
+
+static void rdzv_late_joiner_admitted_at_boundary(void) {
+    evlog_t log = {0};
+    tt_rdzv_t *r = job_with_late_joiner(&log);
+    tt_rdzv_hb_reply_t rep;
+    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "b", 1, 1, 5, 2700, &rep), TT_OK);
+    CU_ASSERT_EQUAL(rep.regroup_after_step, 6);
+    CU_ASSERT_EQUAL(tt_rdzv_at_boundary(r, "a", 1, 6, 2800), TT_OK);
+    CU_ASSERT_EQUAL(drain_count(r), 0); /* a waits; b has not arrived */
+    CU_ASSERT_EQUAL(tt_rdzv_at_boundary(r, "a", 1, 6, 2810), TT_OK); /* duplicate */
+    CU_ASSERT_EQUAL(drain_count(r), 0);
+    CU_ASSERT_EQUAL(tt_rdzv_at_boundary(r, "b", 1, 6, 2900), TT_OK);
+    drain(r, &log);
+    const tt_rdzv_event_t *f = formed(&log, 2, 3, 7);
+    CU_ASSERT_EQUAL(rank_of(f, "c"), 2);
+    CU_ASSERT_EQUAL(f->members[2].last_step, -1); /* c must pull state */
+    CU_ASSERT_EQUAL(f->members[0].last_step, 6);
+    CU_ASSERT_EQUAL(tt_rdzv_waiter_count(r), 0);
+    CU_ASSERT_EQUAL(tt_rdzv_regroup_after_step(r), -1);
+    CU_ASSERT_EQUAL(tt_rdzv_last_committed_step(r), 6); /* a and b both did 6 */
+    evlog_free(&log);
+    tt_rdzv_destroy(&r);
+}
+
+static void rdzv_regroup_step_raised_sends_continue(void) {
+    evlog_t log = {0};
+    tt_rdzv_t *r = job_with_late_joiner(&log); /* S = 6 */
+    evlog_free(&log);
+    /* A member stopping below S is told to go on at once. */
+    CU_ASSERT_EQUAL(tt_rdzv_at_boundary(r, "b", 1, 5, 2700), TT_OK);
+    drain(r, &log);
+    const tt_rdzv_event_t *c = find_ev(&log, TT_RDZV_EV_CONTINUE, 0);
+    CU_ASSERT_STRING_EQUAL(c->worker_id, "b");
+    CU_ASSERT_EQUAL(c->step, 6);
+    evlog_free(&log);
+    /* b waits at 6; a had not seen S and reports step 7: S rises to 7. */
+    CU_ASSERT_EQUAL(tt_rdzv_at_boundary(r, "b", 1, 6, 2800), TT_OK);
+    CU_ASSERT_EQUAL(hb(r, "a", 7, 2850), TT_OK);
+    drain(r, &log);
+    const tt_rdzv_event_t *ann = find_ev(&log, TT_RDZV_EV_REGROUP_ANNOUNCED, 0);
+    CU_ASSERT_EQUAL(ann->step, 7);
+    c = find_ev(&log, TT_RDZV_EV_CONTINUE, 0);
+    CU_ASSERT_STRING_EQUAL(c->worker_id, "b");
+    CU_ASSERT_EQUAL(c->step, 7);
+    CU_ASSERT_EQUAL(count_ev(&log, TT_RDZV_EV_GENERATION_FORMED), 0);
+    evlog_free(&log);
+    CU_ASSERT_EQUAL(tt_rdzv_regroup_after_step(r), 7);
+    CU_ASSERT_EQUAL(tt_rdzv_at_boundary(r, "a", 1, 7, 2900), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_at_boundary(r, "b", 1, 7, 2950), TT_OK);
+    drain(r, &log);
+    formed(&log, 2, 3, 8);
+    evlog_free(&log);
+    tt_rdzv_destroy(&r);
+}
+
+static void rdzv_regroup_cancelled_when_waiter_goes(void) {
+    evlog_t log = {0};
+    tt_rdzv_t *r = job_with_late_joiner(&log);
+    evlog_free(&log);
+    CU_ASSERT_EQUAL(tt_rdzv_at_boundary(r, "a", 1, 6, 2700), TT_OK);
+    /* c never heartbeats: dropped after 5000 ms of silence (joined at 2600). */
+    CU_ASSERT_EQUAL(hb(r, "a", 6, 7000), TT_OK);
+    CU_ASSERT_EQUAL(hb(r, "b", 5, 7000), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_tick(r, 7599), TT_OK);
+    CU_ASSERT_EQUAL(drain_count(r), 0);
+    CU_ASSERT_EQUAL(tt_rdzv_tick(r, 7600), TT_OK);
+    drain(r, &log);
+    const tt_rdzv_event_t *jr = find_ev(&log, TT_RDZV_EV_JOIN_REFUSED, 0);
+    CU_ASSERT_STRING_EQUAL(jr->worker_id, "c");
+    CU_ASSERT_EQUAL(jr->status, TT_ETIMEDOUT);
+    const tt_rdzv_event_t *ann = find_ev(&log, TT_RDZV_EV_REGROUP_ANNOUNCED, 0);
+    CU_ASSERT_EQUAL(ann->step, -1);
+    const tt_rdzv_event_t *c = find_ev(&log, TT_RDZV_EV_CONTINUE, 0);
+    CU_ASSERT_STRING_EQUAL(c->worker_id, "a");
+    CU_ASSERT_EQUAL(c->step, -1);
+    CU_ASSERT_EQUAL(tt_rdzv_regroup_after_step(r), -1);
+    CU_ASSERT_EQUAL(tt_rdzv_generation(r), 1);
+    evlog_free(&log);
+    /* With no regroup pending, a boundary report gets CONTINUE(-1). */
+    CU_ASSERT_EQUAL(tt_rdzv_at_boundary(r, "b", 1, 6, 7700), TT_OK);
+    drain(r, &log);
+    c = find_ev(&log, TT_RDZV_EV_CONTINUE, 0);
+    CU_ASSERT_EQUAL(c->step, -1);
+    evlog_free(&log);
+    tt_rdzv_destroy(&r);
+}
+
+static void rdzv_death_admits_waiters_at_once(void) {
+    evlog_t log = {0};
+    tt_rdzv_t *r = job_with_late_joiner(&log); /* S = 6 announced */
+    evlog_free(&log);
+    CU_ASSERT_EQUAL(tt_rdzv_at_boundary(r, "a", 1, 6, 2700), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_leave(r, "b", 1, 2750), TT_OK);
+    /* a alone is below min 2, so a and c become participants: last call. */
+    CU_ASSERT_EQUAL(tt_rdzv_state(r), TT_RDZV_WAITING);
+    CU_ASSERT_EQUAL(tt_rdzv_waiter_count(r), 2);
+    CU_ASSERT_EQUAL(tt_rdzv_next_deadline(r), 4750);
+    CU_ASSERT_EQUAL(tt_rdzv_tick(r, 4750), TT_OK);
+    drain(r, &log);
+    const tt_rdzv_event_t *f = formed(&log, 2, 2, 7); /* a completed 6 */
+    evlog_free(&log);
+    tt_rdzv_destroy(&r);
+
+    /* Enough survivors: the death itself admits the waiter. */
+    static const char *const ids[] = {"a", "b", "c"};
+    r = running(2, 4, ids, 3);
+    CU_ASSERT_EQUAL(hb(r, "a", 9, 1000), TT_OK);
+    CU_ASSERT_EQUAL(join(r, "d", 1000), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_regroup_after_step(r), 10);
+    CU_ASSERT_EQUAL(tt_rdzv_leave(r, "c", 1, 1100), TT_OK);
+    drain(r, &log);
+    f = formed(&log, 2, 3, 10);
+    CU_ASSERT_EQUAL(rank_of(f, "d"), 2);
+    CU_ASSERT_EQUAL(rank_of(f, "c"), -1);
+    CU_ASSERT_EQUAL(tt_rdzv_regroup_after_step(r), -1);
+    evlog_free(&log);
+    tt_rdzv_destroy(&r);
+}
+
+static void rdzv_survivors_first_when_slots_short(void) {
+    static const char *const ids[] = {"a", "b"};
+    tt_rdzv_t *r = running(2, 2, ids, 2);
+    CU_ASSERT_EQUAL(join(r, "c", 100), TT_OK);
+    CU_ASSERT_EQUAL(join(r, "d", 200), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_waiter_count(r), 2);
+    CU_ASSERT_EQUAL(hb(r, "b", 3, 300), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_leave(r, "a", 1, 400), TT_OK);
+    /* b (survivor) + c, d: more than max 2, formed at once, b first. */
+    evlog_t log = {0};
+    drain(r, &log);
+    const tt_rdzv_event_t *f = formed(&log, 2, 2, 4);
+    CU_ASSERT_EQUAL(rank_of(f, "b"), 0);
+    CU_ASSERT_EQUAL(rank_of(f, "c"), 1);
+    CU_ASSERT_EQUAL(tt_rdzv_waiter_count(r), 1);
+    evlog_free(&log);
+    tt_rdzv_destroy(&r);
+}
+
+static void rdzv_stale_generation_heartbeat(void) {
+    static const char *const ids[] = {"a", "b", "c"};
+    tt_rdzv_t *r = running(2, 3, ids, 3);
+    CU_ASSERT_EQUAL(tt_rdzv_leave(r, "c", 1, 500), TT_OK); /* generation 2 */
+    CU_ASSERT_EQUAL(tt_rdzv_generation(r), 2);
+    tt_rdzv_hb_reply_t rep;
+    memset(&rep, 0xff, sizeof(rep));
+    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "b", 1, 1, 3, 900, &rep), TT_ESTALE);
+    CU_ASSERT_EQUAL(rep.generation, 2);
+    CU_ASSERT_EQUAL(rep.rank, 1);
+    CU_ASSERT_EQUAL(rep.world_size, 2);
+    CU_ASSERT_EQUAL(rep.state, TT_RDZV_RUNNING);
+    tt_rdzv_member_info_t info[2];
+    size_t n = 0;
+    CU_ASSERT_EQUAL(tt_rdzv_members(r, 1000, info, 2, &n), TT_OK);
+    CU_ASSERT_EQUAL(info[1].heartbeat_age_ms, 100); /* it still counted */
+    CU_ASSERT_EQUAL(info[1].m.last_step, 3);
+    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "b", 1, 2, 3, 1000, &rep), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "b", 1, 3, 3, 1000, &rep), TT_EPROTO);
+    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "nobody", 1, 2, 3, 1000, &rep), TT_EFENCED);
+    CU_ASSERT_EQUAL(rep.rank, -1);
+    CU_ASSERT_EQUAL(tt_rdzv_at_boundary(r, "b", 1, 3, 1000), TT_ESTALE);
+    CU_ASSERT_EQUAL(tt_rdzv_at_boundary(r, "c", 2, 3, 1000), TT_EFENCED);
+    tt_rdzv_destroy(&r);
+}
+
+static void rdzv_rejoin_new_incarnation(void) {
+    tt_rdzv_t *r = mk(2, 3, 0);
+    CU_ASSERT_EQUAL(join_step(r, "a", 1, -1, 0), TT_OK);
+    CU_ASSERT_EQUAL(join_step(r, "a", 1, -1, 10), TT_OK); /* duplicate */
+    CU_ASSERT_EQUAL(tt_rdzv_waiter_count(r), 1);
+    CU_ASSERT_EQUAL(drain_count(r), 0);
+    CU_ASSERT_EQUAL(join_step(r, "a", 2, -1, 20), TT_OK); /* restarted */
+    CU_ASSERT_EQUAL(tt_rdzv_waiter_count(r), 1);
+    evlog_t log = {0};
+    drain(r, &log);
+    const tt_rdzv_event_t *jr = find_ev(&log, TT_RDZV_EV_JOIN_REFUSED, 0);
+    CU_ASSERT_EQUAL(jr->incarnation, 1);
+    CU_ASSERT_EQUAL(jr->status, TT_EFENCED);
+    evlog_free(&log);
+    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "a", 1, 0, -1, 30, NULL), TT_EFENCED);
+    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "a", 2, 0, -1, 30, NULL), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_leave(r, "a", 1, 40), TT_ENOTFOUND);
+    tt_rdzv_destroy(&r);
+
+    /* A member that re-joins is dead as a member; the regroup admits the
+     * new process at once. */
+    static const char *const ids[] = {"a", "b", "c"};
+    r = running(2, 3, ids, 3);
+    CU_ASSERT_EQUAL(hb(r, "a", 4, 500), TT_OK);
+    CU_ASSERT_EQUAL(join_step(r, "c", 2, -1, 600), TT_OK);
+    drain(r, &log);
+    const tt_rdzv_event_t *e = find_ev(&log, TT_RDZV_EV_MEMBER_EVICTED, 0);
+    CU_ASSERT_STRING_EQUAL(e->worker_id, "c");
+    CU_ASSERT_EQUAL(e->incarnation, 1);
+    CU_ASSERT_EQUAL(formed(&log, 2, 3, 5)->members[2].incarnation, 2);
+    evlog_free(&log);
+    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "c", 1, 1, 4, 700, NULL), TT_EFENCED);
+    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "c", 2, 2, -1, 700, NULL), TT_OK);
+    tt_rdzv_destroy(&r);
+}
+
+static const tt_cunit_test_t tests[] = {
+    {"rdzv_late_joiner_admitted_at_boundary", rdzv_late_joiner_admitted_at_boundary},
+    {"rdzv_regroup_step_raised_sends_continue", rdzv_regroup_step_raised_sends_continue},
+    {"rdzv_regroup_cancelled_when_waiter_goes", rdzv_regroup_cancelled_when_waiter_goes},
+    {"rdzv_death_admits_waiters_at_once", rdzv_death_admits_waiters_at_once},
+    {"rdzv_survivors_first_when_slots_short", rdzv_survivors_first_when_slots_short},
+    {"rdzv_stale_generation_heartbeat", rdzv_stale_generation_heartbeat},
+    {"rdzv_rejoin_new_incarnation", rdzv_rejoin_new_incarnation},
+    {NULL, NULL},
+};
+
+TT_CUNIT_MAIN("rdzv", tests)
