@@ -263,7 +263,8 @@ void tt_config_log_nondefault(const tt_config_entry_t *t, size_t n, const void *
 }
 
 void tt_config_write_markdown(const tt_config_entry_t *t, size_t n, const char *title, FILE *out) {
-    fprintf(out, "## %s\n\n| flag | env | type | default | range | reloadable | meaning |\n", title);
+    fprintf(out, "## %s\n\n| flag | env | type | default | range | reloadable | meaning |\n",
+            title);
     fprintf(out, "|---|---|---|---|---|---|---|\n");
     for (size_t i = 0; i < n; i++) {
         char var[128], range[64] = "";

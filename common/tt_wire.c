@@ -47,13 +47,16 @@ static int check_member(const Tether__Member *m, char *err, size_t errlen) {
     return rc;
 }
 
+/* Members are listed by strictly increasing rank, all below world_size.
+ * Small worlds list everyone; large ones only the addressee's ring
+ * neighbours (see docs/protocol.md). */
 static int check_generation(const Tether__Generation *g, const tt_wire_limits_t *lim, char *err,
                             size_t errlen) {
     if (g == NULL) {
         WIRE_SET_ERR(err, errlen, "join reply without a generation");
         return TT_EPROTO;
     }
-    if (g->n_members > lim->max_members || g->n_members != g->world_size) {
+    if (g->n_members > lim->max_members || g->n_members > g->world_size || g->n_members == 0) {
         WIRE_SET_ERR(err, errlen, "generation lists %zu members for world size %u", g->n_members,
                      g->world_size);
         return TT_EPROTO;
@@ -62,9 +65,11 @@ static int check_generation(const Tether__Generation *g, const tt_wire_limits_t 
         int rc = check_member(g->members[i], err, errlen);
         if (rc != TT_OK)
             return rc;
-        if (g->members[i]->rank != i) {
-            WIRE_SET_ERR(err, errlen, "generation member %zu has rank %u (must be sorted 0..W-1)", i,
-                         g->members[i]->rank);
+        uint32_t r = g->members[i]->rank;
+        if (r >= g->world_size || (i > 0 && r <= g->members[i - 1]->rank)) {
+            WIRE_SET_ERR(err, errlen,
+                         "generation member %zu has rank %u (ranks must increase, below %u)", i, r,
+                         g->world_size);
             return TT_EPROTO;
         }
     }
@@ -99,8 +104,8 @@ static int check_join_reply(const Tether__JoinReply *r, const tt_wire_limits_t *
     return rc;
 }
 
-static int check_status_reply(const Tether__StatusReply *s, const tt_wire_limits_t *lim,
-                              char *err, size_t errlen) {
+static int check_status_reply(const Tether__StatusReply *s, const tt_wire_limits_t *lim, char *err,
+                              size_t errlen) {
     if (s->n_jobs > lim->max_members) {
         WIRE_SET_ERR(err, errlen, "status reply lists %zu jobs", s->n_jobs);
         return TT_EPROTO;

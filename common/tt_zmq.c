@@ -98,9 +98,8 @@ int tt_zmq_dealer(void *zctx, const char *endpoint, const tt_zmq_opts_t *o, void
     if (rc == TT_OK && o->immediate)
         rc = set_int(s, ZMQ_IMMEDIATE, 1) == 0 ? TT_OK : TT_ESYS;
     if (rc == TT_OK && o->routing_id != NULL)
-        rc = zmq_setsockopt(s, ZMQ_ROUTING_ID, o->routing_id, strlen(o->routing_id)) == 0
-                 ? TT_OK
-                 : TT_ESYS;
+        rc = zmq_setsockopt(s, ZMQ_ROUTING_ID, o->routing_id, strlen(o->routing_id)) == 0 ? TT_OK
+                                                                                          : TT_ESYS;
     if (rc != TT_OK || zmq_connect(s, endpoint) != 0) {
         ZSET_ERR(err, errlen, "cannot connect to %s: %s", endpoint, zmq_strerror(errno));
         zmq_close(s);

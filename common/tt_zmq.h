@@ -17,7 +17,7 @@
 #include "tt_wire.h"
 
 #define TT_ZMQ_MAX_PAYLOADS 64
-#define TT_ZMQ_MAX_PEER 256
+#define TT_ZMQ_MAX_PEER     256
 
 typedef struct tt_zmq_opts {
     int64_t max_msg;          /* ZMQ_MAXMSGSIZE per frame; default 16 MiB */

@@ -159,7 +159,7 @@ static void wire_rejects_inconsistent_generation(void) {
     CU_ASSERT_EQUAL(tt_wire_decode(buf, len, NULL, 0, NULL, &e, err, sizeof(err)), TT_EPROTO);
     free(buf);
     m1.rank = 1;
-    g.world_size = 3; /* count disagrees */
+    g.world_size = 1; /* more members than the world */
     CU_ASSERT_EQUAL_FATAL(tt_wire_encode(&env, &buf, &len), TT_OK);
     CU_ASSERT_EQUAL(tt_wire_decode(buf, len, NULL, 0, NULL, &e, err, sizeof(err)), TT_EPROTO);
     free(buf);

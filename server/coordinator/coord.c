@@ -1,0 +1,279 @@
+/* coord: life cycle of the coordinator daemon, its timer, the outbox of
+ * replies held behind state writes, and the asynchronous state writes. */
+#include "coord_internal.h"
+#include "tt_clock.h"
+#include "tt_fsutil.h"
+#include "tt_log.h"
+#include "tt_status.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CSET_ERR(err, errlen, ...)                                                                 \
+    do {                                                                                           \
+        if ((err) != NULL && (errlen) > 0)                                                         \
+            snprintf((err), (errlen), __VA_ARGS__);                                                \
+    } while (0)
+
+/* Progress (last steps) is flushed at most this often; generations are
+ * written before anyone hears of them. */
+#define COORD_LAZY_SAVE_MS 5000
+
+coord_job_t *coord_find_job(tt_coord_t *c, const char *job_id) {
+    for (size_t i = 0; i < c->njobs; i++) {
+        if (strcmp(tt_rdzv_job_id(c->jobs[i].rdzv), job_id) == 0)
+            return &c->jobs[i];
+    }
+    return NULL;
+}
+
+int coord_add_job(tt_coord_t *c, tt_rdzv_t **rdzv) {
+    if (c->njobs == c->capjobs) {
+        size_t cap = c->capjobs ? c->capjobs * 2 : 8;
+        coord_job_t *j = realloc(c->jobs, cap * sizeof(*j));
+        if (j == NULL)
+            return TT_ENOMEM;
+        c->jobs = j;
+        c->capjobs = cap;
+    }
+    c->jobs[c->njobs++].rdzv = *rdzv;
+    *rdzv = NULL;
+    return TT_OK;
+}
+
+static void flush_outbox(tt_coord_t *c) {
+    while (c->out_head != NULL && !c->save_inflight) {
+        coord_out_t *o = c->out_head;
+        c->out_head = o->next;
+        if (c->out_head == NULL)
+            c->out_tail = NULL;
+        if (zmq_send(c->router, o->peer, o->peer_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+            zmq_send(c->router, o->env, o->len, ZMQ_DONTWAIT) < 0)
+            TT_DEBUG("coord", "reply to %.*s dropped: %s", (int)o->peer_len, (const char *)o->peer,
+                     zmq_strerror(zmq_errno()));
+        free(o->env);
+        free(o);
+    }
+    tt_uvzmq_kick(c->router_w);
+}
+
+/* ROUTER_MANDATORY fails the first frame for an unknown peer, so a
+ * disconnected worker costs nothing and cannot block the loop. */
+void coord_send(tt_coord_t *c, const uint8_t *peer, size_t peer_len, const tt_env_t *env,
+                int hold) {
+    coord_out_t *o = calloc(1, sizeof(*o));
+    if (o == NULL || peer_len > TT_ZMQ_MAX_PEER || tt_wire_encode(env, &o->env, &o->len) != TT_OK) {
+        TT_ERROR("coord", "cannot queue a reply (out of memory)");
+        free(o);
+        return;
+    }
+    memcpy(o->peer, peer, peer_len);
+    o->peer_len = peer_len;
+    if (c->out_tail)
+        c->out_tail->next = o;
+    else
+        c->out_head = o;
+    c->out_tail = o;
+    if (!hold || !c->save_inflight)
+        flush_outbox(c);
+}
+
+void coord_send_error(tt_coord_t *c, const uint8_t *peer, size_t peer_len, const char *job,
+                      uint64_t req, int code, const char *msg) {
+    tt_env_t env;
+    Tether__Error e = TETHER__ERROR__INIT;
+    e.code = code;
+    e.message = (char *)msg;
+    tt_wire_env_init(&env, job, c->id, 0, req);
+    env.body_case = TETHER__ENVELOPE__BODY_ERROR;
+    env.error = &e;
+    coord_send(c, peer, peer_len, &env, 0);
+}
+
+static void save_work(uv_work_t *w) {
+    tt_coord_t *c = w->data;
+    c->save_rc = tt_fs_write_atomic(c->state_path, c->save_buf, c->save_len, c->save_err,
+                                    sizeof(c->save_err));
+}
+
+static void start_save(tt_coord_t *c);
+
+static void save_done(uv_work_t *w, int status) {
+    tt_coord_t *c = w->data;
+    free(c->save_buf);
+    c->save_buf = NULL;
+    c->save_inflight = 0;
+    if (status != 0 || c->save_rc != TT_OK)
+        TT_ERROR("coord", "state write failed: %s", c->save_err);
+    if (c->save_again && !c->closing) {
+        c->save_again = 0;
+        start_save(c);
+    }
+    if (!c->save_inflight)
+        flush_outbox(c);
+}
+
+static void start_save(tt_coord_t *c) {
+    if (coord_state_encode(c, &c->save_buf, &c->save_len) != TT_OK) {
+        TT_ERROR("coord", "cannot encode state (out of memory)");
+        return;
+    }
+    c->save_work.data = c;
+    c->save_inflight = 1;
+    c->dirty_since_ms = 0;
+    if (uv_queue_work(c->loop, &c->save_work, save_work, save_done) != 0) {
+        c->save_inflight = 0;
+        free(c->save_buf);
+        c->save_buf = NULL;
+    }
+}
+
+void coord_request_save(tt_coord_t *c) {
+    c->dirty_since_ms = 0;
+    if (c->state_path[0] == '\0')
+        return;
+    if (c->save_inflight)
+        c->save_again = 1;
+    else
+        start_save(c);
+}
+
+int tt_coord_save_now(tt_coord_t *c) {
+    if (c->state_path[0] == '\0')
+        return TT_OK;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    char err[256];
+    int rc = coord_state_encode(c, &buf, &len);
+    if (rc == TT_OK)
+        rc = tt_fs_write_atomic(c->state_path, buf, len, err, sizeof(err));
+    if (rc != TT_OK)
+        TT_ERROR("coord", "state write failed: %s", err);
+    free(buf);
+    return rc;
+}
+
+static void on_timer(uv_timer_t *t) {
+    tt_coord_t *c = t->data;
+    uint64_t now = tt_clock_mono_ms();
+    for (size_t i = 0; i < c->njobs; i++) {
+        tt_rdzv_tick(c->jobs[i].rdzv, now);
+        coord_drain_events(c, &c->jobs[i]);
+    }
+    if (c->dirty_since_ms != 0 && now - c->dirty_since_ms >= COORD_LAZY_SAVE_MS)
+        coord_request_save(c);
+    coord_rearm(c);
+}
+
+void coord_rearm(tt_coord_t *c) {
+    if (c->closing)
+        return;
+    uint64_t now = tt_clock_mono_ms(), next = UINT64_MAX;
+    for (size_t i = 0; i < c->njobs; i++) {
+        uint64_t d = tt_rdzv_next_deadline(c->jobs[i].rdzv);
+        next = d < next ? d : next;
+    }
+    if (c->dirty_since_ms != 0 && c->dirty_since_ms + COORD_LAZY_SAVE_MS < next)
+        next = c->dirty_since_ms + COORD_LAZY_SAVE_MS;
+    if (next == UINT64_MAX) {
+        uv_timer_stop(&c->timer);
+        return;
+    }
+    uv_timer_start(&c->timer, on_timer, next > now ? next - now : 0, 0);
+}
+
+static int bind_router(tt_coord_t *c, const tt_coord_opts_t *o, char *err, size_t errlen) {
+    tt_zmq_opts_t zo;
+    tt_zmq_opts_default(&zo);
+    zo.max_msg = o->max_msg_bytes > 0 ? o->max_msg_bytes : (1 << 20);
+    zo.sndhwm = 100000; /* one reply per worker per heartbeat, 10,000s of workers */
+    /* Application heartbeats decide membership and workers' ZMTP TTL closes
+     * dead connections; pinging 10,000 peers every second from here would
+     * double the control traffic for nothing. */
+    zo.heartbeat_ivl_ms = 0;
+    zo.rcvhwm = 100000;
+    return tt_zmq_router(c->zctx, o->listen, &zo, &c->router, c->endpoint, sizeof(c->endpoint), err,
+                         errlen);
+}
+
+static int setup(tt_coord_t *c, const tt_coord_opts_t *o, char *err, size_t errlen) {
+    int rc;
+    c->zctx = zmq_ctx_new();
+    if (c->zctx == NULL) {
+        CSET_ERR(err, errlen, "cannot create a ZeroMQ context");
+        return TT_ESYS;
+    }
+    zmq_ctx_set(c->zctx, ZMQ_MAX_SOCKETS, 64);
+    TT_CHECK_GOTO(bind_router(c, o, err, errlen), rc, out);
+    TT_CHECK_GOTO(coord_monitor_start(c, err, errlen), rc, out);
+    if (o->state_dir != NULL && o->state_dir[0] != '\0') {
+        TT_CHECK_GOTO(tt_fs_mkdirs(o->state_dir, err, errlen), rc, out);
+        snprintf(c->state_path, sizeof(c->state_path), "%s/coordinator.state", o->state_dir);
+        TT_CHECK_GOTO(coord_state_load(c, err, errlen), rc, out);
+    }
+    uv_timer_init(c->loop, &c->timer);
+    c->timer.data = c;
+    TT_CHECK_GOTO(tt_uvzmq_start(c->loop, c->router, coord_on_router, c, &c->router_w), rc, out);
+    coord_rearm(c);
+out:
+    return rc;
+}
+
+int tt_coord_create(tt_coord_t **out, uv_loop_t *loop, const tt_coord_opts_t *o, char *err,
+                    size_t errlen) {
+    *out = NULL;
+    tt_coord_t *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return TT_ENOMEM;
+    c->loop = loop;
+    snprintf(c->id, sizeof(c->id), "%s", o->id ? o->id : "coordinator");
+    int rc = setup(c, o, err, errlen);
+    if (rc != TT_OK) {
+        tt_coord_close(c);
+        uv_run(loop, UV_RUN_NOWAIT);
+        tt_coord_destroy(&c);
+        return rc;
+    }
+    *out = c;
+    return TT_OK;
+}
+
+const char *tt_coord_endpoint(const tt_coord_t *c) {
+    return c->endpoint;
+}
+
+void tt_coord_close(tt_coord_t *c) {
+    if (c == NULL || c->closing)
+        return;
+    c->closing = 1;
+    tt_uvzmq_stop(&c->router_w);
+    tt_uvzmq_stop(&c->monitor_w);
+    if (c->timer.loop != NULL)
+        uv_close((uv_handle_t *)&c->timer, NULL);
+}
+
+void tt_coord_destroy(tt_coord_t **cp) {
+    if (cp == NULL || *cp == NULL)
+        return;
+    tt_coord_t *c = *cp;
+    *cp = NULL;
+    for (size_t i = 0; i < c->njobs; i++)
+        tt_rdzv_destroy(&c->jobs[i].rdzv);
+    free(c->jobs);
+    free(c->conns);
+    while (c->out_head != NULL) {
+        coord_out_t *o = c->out_head;
+        c->out_head = o->next;
+        free(o->env);
+        free(o);
+    }
+    free(c->save_buf);
+    if (c->router != NULL)
+        zmq_socket_monitor(c->router, NULL, 0);
+    tt_zmq_close(&c->monitor);
+    tt_zmq_close(&c->router);
+    if (c->zctx != NULL)
+        zmq_ctx_term(c->zctx);
+    free(c);
+}

@@ -1,0 +1,44 @@
+/* coord: the tether-coordinator daemon. One libuv loop owns a ZeroMQ ROUTER
+ * (control endpoint), one rendezvous (rdzv) per job, a timer armed at the
+ * earliest rendezvous deadline, a socket monitor that turns closed TCP
+ * connections into disconnect marks, and the durable state file. It turns
+ * requests into rdzv calls and rdzv events into replies. Replies caused by
+ * a new generation are held until the state that names it is durable, so a
+ * restarted coordinator never hands out a generation number twice.
+ * It does not own membership rules (rdzv.c) or the wire format (tt_wire).
+ * Thread safety: everything runs on the loop thread; only the state file
+ * write runs on the libuv thread pool. */
+#ifndef TT_COORD_H
+#define TT_COORD_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+typedef struct tt_coord tt_coord_t;
+
+typedef struct tt_coord_opts {
+    const char *listen;    /* e.g. "tcp://0.0.0.0:7600" */
+    const char *state_dir; /* "" or NULL: no durable state */
+    const char *id;        /* for logs */
+    int64_t max_msg_bytes; /* ZMQ_MAXMSGSIZE of the control socket */
+} tt_coord_opts_t;
+
+/* Creates the daemon on `loop` (borrowed), binds the control socket and
+ * loads the state file when there is one. The endpoint actually bound is
+ * available from tt_coord_endpoint(). Returns 0 or a tt_status error with
+ * `err` filled. */
+int tt_coord_create(tt_coord_t **out, uv_loop_t *loop, const tt_coord_opts_t *opts, char *err,
+                    size_t errlen);
+
+const char *tt_coord_endpoint(const tt_coord_t *c);
+
+/* Persists the state synchronously (shutdown path). */
+int tt_coord_save_now(tt_coord_t *c);
+
+/* Stops watching and closes handles; run the loop until it ends, then
+ * destroy. */
+void tt_coord_close(tt_coord_t *c);
+void tt_coord_destroy(tt_coord_t **c);
+
+#endif

@@ -1,0 +1,270 @@
+/* coord_handlers: one handler per request body. Each validates what the
+ * wire decoder cannot know (job exists, routing id matches the worker),
+ * calls the rendezvous, answers or leaves the answer to the events it
+ * produced, and never lets a bad message change state. */
+#include "coord_internal.h"
+#include "tt_clock.h"
+#include "tt_log.h"
+#include "tt_status.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void coord_reply_error(const coord_req_t *q, int code, const char *msg) {
+    coord_send_error(q->c, q->rx->peer, q->rx->peer_len, q->env->job_id, q->env->request_id, code,
+                     msg);
+}
+
+void coord_reply(const coord_req_t *q, tt_env_t *env) {
+    coord_send(q->c, q->rx->peer, q->rx->peer_len, env, 0);
+}
+
+void coord_init_reply(const coord_req_t *q, tt_env_t *env, uint64_t gen) {
+    tt_wire_env_init(env, q->env->job_id, q->c->id, gen, q->env->request_id);
+}
+
+/* Workers are addressed by "worker-<id>.<incarnation>": parse it back so
+ * requests that do not carry the incarnation can name the process. */
+static int peer_incarnation(const coord_req_t *q, uint64_t *inc) {
+    char want[TT_ZMQ_MAX_PEER + 1];
+    size_t n = q->rx->peer_len;
+    memcpy(want, q->rx->peer, n);
+    want[n] = '\0';
+    const char *dot = strrchr(want, '.');
+    size_t idlen = strlen(q->env->sender_id);
+    if (dot == NULL || strncmp(want, "worker-", 7) != 0 || (size_t)(dot - want) != 7 + idlen ||
+        strncmp(want + 7, q->env->sender_id, idlen) != 0)
+        return TT_EINVAL;
+    char *end = NULL;
+    *inc = strtoull(dot + 1, &end, 10);
+    return (end != NULL && *end == '\0') ? TT_OK : TT_EINVAL;
+}
+
+static coord_job_t *job_or_error(const coord_req_t *q, int code) {
+    coord_job_t *job = coord_find_job(q->c, q->env->job_id);
+    if (job == NULL) {
+        char msg[256];
+        snprintf(msg, sizeof(msg),
+                 "unknown job '%s' (not created, or coordinator state lost): "
+                 "join again",
+                 q->env->job_id);
+        coord_reply_error(q, code, msg);
+    }
+    return job;
+}
+
+static void settings_from_pb(const Tether__JobSettings *p, tt_rdzv_settings_t *s) {
+    *s = tt_rdzv_settings_default();
+    if (p->min_workers)
+        s->min_workers = p->min_workers;
+    if (p->max_workers)
+        s->max_workers = p->max_workers;
+    if (p->last_call_ms)
+        s->last_call_ms = p->last_call_ms;
+    if (p->heartbeat_ms)
+        s->heartbeat_ms = p->heartbeat_ms;
+    if (p->heartbeat_timeout_ms)
+        s->heartbeat_timeout_ms = p->heartbeat_timeout_ms;
+    if (p->global_batch)
+        s->global_batch = p->global_batch;
+    if (p->join_timeout_ms)
+        s->join_timeout_ms = p->join_timeout_ms;
+}
+
+static coord_job_t *create_job(const coord_req_t *q, const tt_rdzv_settings_t *s, char *err,
+                               size_t errlen, int *rc) {
+    tt_rdzv_opts_t o = {.job_id = q->env->job_id, .settings = *s, .now_ms = q->now};
+    tt_rdzv_t *r = NULL;
+    *rc = tt_rdzv_create(&r, &o, err, errlen);
+    if (*rc == TT_OK)
+        *rc = coord_add_job(q->c, &r);
+    tt_rdzv_destroy(&r);
+    if (*rc != TT_OK)
+        return NULL;
+    TT_INFO("coord", "job %s created: min %u max %u workers, last call %u ms, heartbeat %u/%u ms",
+            q->env->job_id, s->min_workers, s->max_workers, s->last_call_ms, s->heartbeat_ms,
+            s->heartbeat_timeout_ms);
+    coord_request_save(q->c);
+    return coord_find_job(q->c, q->env->job_id);
+}
+
+static void on_join(const coord_req_t *q) {
+    const Tether__JoinRequest *j = q->env->join;
+    char err[512] = "";
+    uint64_t inc;
+    if (q->env->job_id[0] == '\0' || strcmp(q->env->sender_id, j->worker_id) != 0 ||
+        peer_incarnation(q, &inc) != TT_OK || inc != j->incarnation) {
+        coord_reply_error(q, TT_EINVAL,
+                          "join needs a job id, sender id = worker id, and the routing id "
+                          "worker-<worker_id>.<incarnation>");
+        return;
+    }
+    tt_rdzv_settings_t s;
+    settings_from_pb(j->settings, &s);
+    int rc = TT_OK;
+    coord_job_t *job = coord_find_job(q->c, q->env->job_id);
+    if (job == NULL)
+        job = create_job(q, &s, err, sizeof(err), &rc);
+    if (job != NULL) {
+        tt_rdzv_join_t jr = {.worker_id = j->worker_id,
+                             .incarnation = j->incarnation,
+                             .host = j->host,
+                             .endpoint = j->endpoint,
+                             .last_step = j->last_step,
+                             .settings = &s};
+        rc = tt_rdzv_join(job->rdzv, &jr, q->now, err, sizeof(err));
+    }
+    if (rc != TT_OK) {
+        TT_WARN("coord", "join of %s to job %s refused: %s", j->worker_id, q->env->job_id, err);
+        coord_reply_error(q, rc, err[0] ? err : tt_strerror(rc));
+        return;
+    }
+    coord_conn_note(q->c, q->rx->src_fd, q->env->job_id, j->worker_id, j->incarnation);
+    coord_drain_events(q->c, job);
+}
+
+static void heartbeat_reply(const coord_req_t *q, const tt_rdzv_hb_reply_t *hr) {
+    Tether__HeartbeatReply r = TETHER__HEARTBEAT_REPLY__INIT;
+    r.generation = hr->generation;
+    r.regroup_after_step = hr->regroup_after_step;
+    r.job_state = hr->state;
+    tt_env_t env;
+    coord_init_reply(q, &env, hr->generation);
+    env.body_case = TETHER__ENVELOPE__BODY_HEARTBEAT_REPLY;
+    env.heartbeat_reply = &r;
+    coord_reply(q, &env);
+}
+
+static void on_heartbeat(const coord_req_t *q) {
+    coord_job_t *job = job_or_error(q, TT_EFENCED);
+    if (job == NULL)
+        return;
+    const Tether__Heartbeat *h = q->env->heartbeat;
+    tt_rdzv_hb_reply_t hr;
+    int rc = tt_rdzv_heartbeat(job->rdzv, q->env->sender_id, h->incarnation, q->env->generation,
+                               h->completed_step, q->now, &hr);
+    coord_conn_note(q->c, q->rx->src_fd, q->env->job_id, q->env->sender_id, h->incarnation);
+    if (rc == TT_OK || rc == TT_ESTALE || rc == TT_EPROTO)
+        heartbeat_reply(q, &hr);
+    if (rc == TT_ESTALE)
+        coord_send_generation(q->c, job, q->env->sender_id, h->incarnation, 0, 0);
+    else if (rc == TT_EFENCED)
+        coord_reply_error(q, rc,
+                          "not a member of this job (declared dead or never joined): join again");
+    else if (rc == TT_EJOBFAILED)
+        coord_reply_error(q, rc, tt_rdzv_failure_reason(job->rdzv));
+    if (q->c->dirty_since_ms == 0 && q->c->state_path[0] != '\0')
+        q->c->dirty_since_ms = q->now;
+    coord_drain_events(q->c, job);
+}
+
+static void on_boundary(const coord_req_t *q) {
+    coord_job_t *job = job_or_error(q, TT_EFENCED);
+    if (job == NULL)
+        return;
+    int rc = tt_rdzv_at_boundary(job->rdzv, q->env->sender_id, q->env->generation,
+                                 q->env->boundary->completed_step, q->now);
+    if (rc != TT_OK)
+        coord_reply_error(q, rc, tt_strerror(rc));
+    coord_drain_events(q->c, job);
+}
+
+static void ack(const coord_req_t *q) {
+    Tether__Ack a = TETHER__ACK__INIT;
+    tt_env_t env;
+    coord_init_reply(q, &env, 0);
+    env.body_case = TETHER__ENVELOPE__BODY_ACK;
+    env.ack = &a;
+    coord_reply(q, &env);
+}
+
+static void on_report(const coord_req_t *q) {
+    coord_job_t *job = job_or_error(q, TT_EJOB);
+    if (job == NULL)
+        return;
+    const Tether__ReportFailure *f = q->env->report_failure;
+    tt_rdzv_report_t rep = {.reporter_id = q->env->sender_id,
+                            .generation = q->env->generation,
+                            .suspect_rank = f->suspect_rank,
+                            .reason = f->reason};
+    int confirmed = 0;
+    int rc = tt_rdzv_report_failure(job->rdzv, &rep, q->now, &confirmed);
+    TT_INFO("coord", "job %s: %s reports rank %u (%s): %s%s", q->env->job_id, q->env->sender_id,
+            f->suspect_rank, f->reason, tt_status_name(rc), confirmed ? ", confirmed" : "");
+    if (rc == TT_OK)
+        ack(q);
+    else
+        coord_reply_error(q, rc, tt_strerror(rc));
+    coord_drain_events(q->c, job);
+}
+
+static void on_leave(const coord_req_t *q) {
+    coord_job_t *job = job_or_error(q, TT_EJOB);
+    uint64_t inc;
+    if (job == NULL)
+        return;
+    if (peer_incarnation(q, &inc) != TT_OK) {
+        coord_reply_error(q, TT_EINVAL,
+                          "leave from a routing id that is not worker-<id>.<incarnation>");
+        return;
+    }
+    int rc = tt_rdzv_leave(job->rdzv, q->env->sender_id, inc, q->now);
+    TT_INFO("coord", "job %s: %s leaves (%s)", q->env->job_id, q->env->sender_id,
+            q->env->leave->reason);
+    if (rc == TT_OK || rc == TT_ENOTFOUND)
+        ack(q);
+    else
+        coord_reply_error(q, rc, tt_strerror(rc));
+    coord_drain_events(q->c, job);
+}
+
+typedef void (*handler_fn)(const coord_req_t *q);
+
+static handler_fn handler_for(int body) {
+    switch (body) {
+    case TETHER__ENVELOPE__BODY_JOIN:
+        return on_join;
+    case TETHER__ENVELOPE__BODY_HEARTBEAT:
+        return on_heartbeat;
+    case TETHER__ENVELOPE__BODY_BOUNDARY:
+        return on_boundary;
+    case TETHER__ENVELOPE__BODY_REPORT_FAILURE:
+        return on_report;
+    case TETHER__ENVELOPE__BODY_LEAVE:
+        return on_leave;
+    case TETHER__ENVELOPE__BODY_STATUS:
+        return coord_on_status;
+    case TETHER__ENVELOPE__BODY_MEMBERS:
+        return coord_on_members;
+    default:
+        return NULL;
+    }
+}
+
+void coord_on_router(void *sock, void *arg) {
+    tt_coord_t *c = arg;
+    tt_zmq_rx_t rx;
+    char err[256] = "";
+    int rc = tt_zmq_recv(sock, 1, 1, NULL, &rx, err, sizeof(err));
+    if (rc == TT_EAGAIN || rc == TT_ESYS)
+        return;
+    if (rc != TT_OK) {
+        TT_WARN("coord", "rejected message from %.*s: %s (%s)", (int)rx.peer_len,
+                (const char *)rx.peer, err, tt_status_name(rc));
+        coord_send_error(c, rx.peer, rx.peer_len, "", 0, rc, err);
+        return;
+    }
+    coord_req_t q = {.c = c, .rx = &rx, .env = rx.env, .now = tt_clock_mono_ms()};
+    handler_fn h = handler_for(rx.env->body_case);
+    if (h != NULL) {
+        h(&q);
+    } else {
+        snprintf(err, sizeof(err), "the coordinator does not accept '%s' messages",
+                 tt_wire_body_name(rx.env->body_case));
+        coord_reply_error(&q, TT_EPROTO, err);
+    }
+    tt_zmq_rx_close(&rx);
+    coord_rearm(c);
+}

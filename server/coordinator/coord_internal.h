@@ -1,0 +1,113 @@
+/* coord_internal: the daemon's private struct, shared by coord.c (life
+ * cycle, timer, outbox, persistence), coord_handlers.c (requests),
+ * coord_events.c (rdzv events to messages) and coord_monitor.c (socket
+ * monitor). Not installed, not used outside server/coordinator/. */
+#ifndef TT_COORD_INTERNAL_H
+#define TT_COORD_INTERNAL_H
+
+#include "coord.h"
+#include "rdzv.h"
+#include "tt_uvzmq.h"
+#include "tt_wire.h"
+#include "tt_zmq.h"
+
+#include <uv.h>
+
+typedef struct coord_job {
+    tt_rdzv_t *rdzv;
+    uint64_t formed_gen; /* last generation formed while we ran */
+    int64_t resume_step; /* its first step, for members catching up */
+} coord_job_t;
+
+/* Which worker a TCP connection (by fd) belongs to, learned from ZMQ_SRCFD
+ * of its messages, so a monitor DISCONNECTED event names a worker. */
+typedef struct coord_conn {
+    char job_id[TT_RDZV_ID_MAX];
+    char worker_id[TT_RDZV_ID_MAX];
+    uint64_t incarnation;
+    int used;
+} coord_conn_t;
+
+/* A reply waiting for the state write that must precede it. */
+typedef struct coord_out {
+    struct coord_out *next;
+    size_t peer_len;
+    uint8_t peer[TT_ZMQ_MAX_PEER];
+    size_t len;
+    uint8_t *env; /* encoded envelope */
+} coord_out_t;
+
+struct tt_coord {
+    uv_loop_t *loop;
+    void *zctx;
+    void *router;
+    void *monitor; /* PAIR receiving monitor events */
+    tt_uvzmq_t *router_w;
+    tt_uvzmq_t *monitor_w;
+    uv_timer_t timer;
+    char endpoint[256];
+    char state_path[4096];
+    char id[64];
+
+    coord_job_t *jobs;
+    size_t njobs, capjobs;
+
+    coord_conn_t *conns; /* indexed by fd */
+    size_t nconns;
+
+    coord_out_t *out_head, *out_tail; /* held replies, in order */
+    int save_inflight;                /* a state write runs in the pool */
+    int save_again;                   /* state changed during that write */
+    uint64_t save_seq;                /* bumps on every durable change */
+    uv_work_t save_work;
+    uint8_t *save_buf;
+    size_t save_len;
+    int save_rc;
+    char save_err[256];
+    int closing;
+    uint64_t dirty_since_ms; /* non-durable progress to flush lazily */
+};
+
+/* coord.c */
+coord_job_t *coord_find_job(tt_coord_t *c, const char *job_id);
+int coord_add_job(tt_coord_t *c, tt_rdzv_t **rdzv);
+void coord_rearm(tt_coord_t *c);
+/* Queue one encoded reply; `hold` keeps it behind the pending state write. */
+void coord_send(tt_coord_t *c, const uint8_t *peer, size_t peer_len, const tt_env_t *env, int hold);
+void coord_request_save(tt_coord_t *c);
+void coord_send_error(tt_coord_t *c, const uint8_t *peer, size_t peer_len, const char *job,
+                      uint64_t req, int code, const char *msg);
+
+/* coord_events.c */
+void coord_drain_events(tt_coord_t *c, coord_job_t *job);
+int coord_worker_peer(const char *worker_id, uint64_t incarnation, uint8_t *peer, size_t *peer_len);
+void coord_send_generation(tt_coord_t *c, coord_job_t *job, const char *worker_id,
+                           uint64_t incarnation, uint64_t req, int hold);
+
+/* coord_handlers.c: one decoded request and its reply helpers. */
+typedef struct coord_req {
+    tt_coord_t *c;
+    const tt_zmq_rx_t *rx;
+    const tt_env_t *env;
+    uint64_t now;
+} coord_req_t;
+
+void coord_on_router(void *sock, void *arg);
+void coord_reply(const coord_req_t *q, tt_env_t *env);
+void coord_reply_error(const coord_req_t *q, int code, const char *msg);
+void coord_init_reply(const coord_req_t *q, tt_env_t *env, uint64_t gen);
+
+/* coord_queries.c: operator queries (tetherctl). */
+void coord_on_status(const coord_req_t *q);
+void coord_on_members(const coord_req_t *q);
+
+/* coord_monitor.c */
+int coord_monitor_start(tt_coord_t *c, char *err, size_t errlen);
+void coord_conn_note(tt_coord_t *c, int fd, const char *job, const char *worker_id,
+                     uint64_t incarnation);
+
+/* coord_state.c */
+int coord_state_encode(tt_coord_t *c, uint8_t **buf, size_t *len);
+int coord_state_load(tt_coord_t *c, char *err, size_t errlen);
+
+#endif

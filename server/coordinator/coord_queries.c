@@ -1,0 +1,102 @@
+/* coord_queries: answers to operator queries (tetherctl status, members).
+ * They read rendezvous accessors only and never change state. */
+#include "coord_internal.h"
+#include "tt_status.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void job_status(const tt_rdzv_t *r, Tether__JobStatus *js, Tether__JobSettings *set) {
+    const tt_rdzv_settings_t *s = tt_rdzv_settings(r);
+    tether__job_settings__init(set);
+    set->min_workers = s->min_workers;
+    set->max_workers = s->max_workers;
+    set->last_call_ms = s->last_call_ms;
+    set->heartbeat_ms = s->heartbeat_ms;
+    set->heartbeat_timeout_ms = s->heartbeat_timeout_ms;
+    set->global_batch = s->global_batch;
+    set->join_timeout_ms = s->join_timeout_ms;
+    tether__job_status__init(js);
+    js->job_id = (char *)tt_rdzv_job_id(r);
+    js->state = tt_rdzv_state(r);
+    if (js->state == TT_RDZV_RUNNING && tt_rdzv_regroup_after_step(r) >= 0)
+        js->state = TETHER__JOB_STATE__JOB_REGROUPING;
+    js->generation = tt_rdzv_generation(r);
+    js->members = tt_rdzv_member_count(r);
+    js->waiting = tt_rdzv_waiter_count(r);
+    js->failure = (char *)tt_rdzv_failure_reason(r);
+    js->last_step = tt_rdzv_last_committed_step(r);
+    js->settings = set;
+}
+
+void coord_on_status(const coord_req_t *q) {
+    size_t n = q->c->njobs;
+    Tether__JobStatus *js = calloc(n + 1, sizeof(*js));
+    Tether__JobStatus **ptrs = calloc(n + 1, sizeof(*ptrs));
+    Tether__JobSettings *set = calloc(n + 1, sizeof(*set));
+    if (js == NULL || ptrs == NULL || set == NULL) {
+        coord_reply_error(q, TT_ENOMEM, "out of memory");
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            job_status(q->c->jobs[i].rdzv, &js[i], &set[i]);
+            ptrs[i] = &js[i];
+        }
+        Tether__StatusReply r = TETHER__STATUS_REPLY__INIT;
+        r.n_jobs = n;
+        r.jobs = ptrs;
+        tt_env_t env;
+        coord_init_reply(q, &env, 0);
+        env.body_case = TETHER__ENVELOPE__BODY_STATUS_REPLY;
+        env.status_reply = &r;
+        coord_reply(q, &env);
+    }
+    free(js);
+    free(ptrs);
+    free(set);
+}
+
+static void fill_members(const tt_rdzv_member_info_t *info, size_t n, Tether__MemberStatus *ms,
+                         Tether__MemberStatus **ptrs) {
+    for (size_t i = 0; i < n; i++) {
+        tether__member_status__init(&ms[i]);
+        ms[i].rank = info[i].m.rank;
+        ms[i].worker_id = (char *)info[i].m.worker_id;
+        ms[i].host = (char *)info[i].m.host;
+        ms[i].endpoint = (char *)info[i].m.endpoint;
+        ms[i].heartbeat_age_ms = info[i].heartbeat_age_ms;
+        ms[i].last_step = info[i].m.last_step;
+        ms[i].incarnation = info[i].m.incarnation;
+        ptrs[i] = &ms[i];
+    }
+}
+
+void coord_on_members(const coord_req_t *q) {
+    coord_job_t *job = coord_find_job(q->c, q->env->job_id);
+    if (job == NULL) {
+        coord_reply_error(q, TT_EJOB, "no such job");
+        return;
+    }
+    size_t cap = tt_rdzv_member_count(job->rdzv), n = 0;
+    tt_rdzv_member_info_t *info = calloc(cap + 1, sizeof(*info));
+    Tether__MemberStatus *ms = calloc(cap + 1, sizeof(*ms));
+    Tether__MemberStatus **ptrs = calloc(cap + 1, sizeof(*ptrs));
+    if (info == NULL || ms == NULL || ptrs == NULL) {
+        coord_reply_error(q, TT_ENOMEM, "out of memory");
+    } else {
+        tt_rdzv_members(job->rdzv, q->now, info, cap, &n);
+        n = n < cap ? n : cap;
+        fill_members(info, n, ms, ptrs);
+        Tether__MembersReply r = TETHER__MEMBERS_REPLY__INIT;
+        r.generation = tt_rdzv_generation(job->rdzv);
+        r.n_members = n;
+        r.members = ptrs;
+        tt_env_t env;
+        coord_init_reply(q, &env, r.generation);
+        env.body_case = TETHER__ENVELOPE__BODY_MEMBERS_REPLY;
+        env.members_reply = &r;
+        coord_reply(q, &env);
+    }
+    free(info);
+    free(ms);
+    free(ptrs);
+}

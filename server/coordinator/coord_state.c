@@ -1,0 +1,169 @@
+/* coord_state: maps every job's rendezvous record to the CoordState
+ * protobuf and back. The file itself is written by coord.c through
+ * tt_fs_write_atomic (tmp, fsync, rename) and decoded through tt_wire, the
+ * one protobuf seam, which rejects a corrupt file with a clear message. */
+#include "coord_internal.h"
+#include "tt_fsutil.h"
+#include "tt_log.h"
+#include "tt_clock.h"
+#include "tt_status.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void settings_to_pb(const tt_rdzv_settings_t *s, Tether__JobSettings *p) {
+    tether__job_settings__init(p);
+    p->min_workers = s->min_workers;
+    p->max_workers = s->max_workers;
+    p->last_call_ms = s->last_call_ms;
+    p->heartbeat_ms = s->heartbeat_ms;
+    p->heartbeat_timeout_ms = s->heartbeat_timeout_ms;
+    p->global_batch = s->global_batch;
+    p->join_timeout_ms = s->join_timeout_ms;
+}
+
+static void settings_from_pb(const Tether__JobSettings *p, tt_rdzv_settings_t *s) {
+    s->min_workers = p->min_workers;
+    s->max_workers = p->max_workers;
+    s->last_call_ms = p->last_call_ms;
+    s->heartbeat_ms = p->heartbeat_ms;
+    s->heartbeat_timeout_ms = p->heartbeat_timeout_ms;
+    s->global_batch = p->global_batch;
+    s->join_timeout_ms = p->join_timeout_ms;
+}
+
+/* Everything one job record needs while it is being packed. */
+typedef struct job_pb {
+    tt_rdzv_record_t rec;
+    Tether__CoordJobRecord pb;
+    Tether__JobSettings settings;
+    Tether__Member *members;
+    Tether__Member **ptrs;
+} job_pb_t;
+
+static int job_to_pb(const tt_rdzv_t *r, job_pb_t *j) {
+    if (tt_rdzv_export(r, &j->rec) != TT_OK)
+        return TT_ENOMEM;
+    size_t n = j->rec.n_members;
+    j->members = calloc(n + 1, sizeof(*j->members));
+    j->ptrs = calloc(n + 1, sizeof(*j->ptrs));
+    if (j->members == NULL || j->ptrs == NULL)
+        return TT_ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        const tt_rdzv_member_t *m = &j->rec.members[i];
+        tether__member__init(&j->members[i]);
+        j->members[i].rank = m->rank;
+        j->members[i].worker_id = (char *)m->worker_id;
+        j->members[i].host = (char *)m->host;
+        j->members[i].endpoint = (char *)m->endpoint;
+        j->members[i].incarnation = m->incarnation;
+        j->members[i].last_step = m->last_step;
+        j->ptrs[i] = &j->members[i];
+    }
+    tether__coord_job_record__init(&j->pb);
+    settings_to_pb(&j->rec.settings, &j->settings);
+    j->pb.job_id = j->rec.job_id;
+    j->pb.settings = &j->settings;
+    j->pb.generation = j->rec.generation;
+    j->pb.n_members = n;
+    j->pb.members = j->ptrs;
+    j->pb.last_committed_step = j->rec.last_committed_step;
+    j->pb.state = j->rec.state;
+    j->pb.failure = j->rec.failure_reason;
+    return TT_OK;
+}
+
+int coord_state_encode(tt_coord_t *c, uint8_t **buf, size_t *len) {
+    size_t n = c->njobs;
+    job_pb_t *jobs = calloc(n + 1, sizeof(*jobs));
+    Tether__CoordJobRecord **ptrs = calloc(n + 1, sizeof(*ptrs));
+    int rc = (jobs && ptrs) ? TT_OK : TT_ENOMEM;
+    for (size_t i = 0; rc == TT_OK && i < n; i++) {
+        rc = job_to_pb(c->jobs[i].rdzv, &jobs[i]);
+        ptrs[i] = &jobs[i].pb;
+    }
+    if (rc == TT_OK) {
+        Tether__CoordState st = TETHER__COORD_STATE__INIT;
+        st.version = TT_WIRE_VERSION;
+        st.n_jobs = n;
+        st.jobs = ptrs;
+        rc = tt_wire_state_encode(&st, buf, len);
+    }
+    for (size_t i = 0; jobs != NULL && i < n; i++) {
+        tt_rdzv_record_free(&jobs[i].rec);
+        free(jobs[i].members);
+        free(jobs[i].ptrs);
+    }
+    free(jobs);
+    free(ptrs);
+    return rc;
+}
+
+static int record_from_pb(const Tether__CoordJobRecord *p, tt_rdzv_record_t *rec) {
+    memset(rec, 0, sizeof(*rec));
+    snprintf(rec->job_id, sizeof(rec->job_id), "%s", p->job_id);
+    settings_from_pb(p->settings, &rec->settings);
+    rec->state = (tt_rdzv_state_t)p->state;
+    rec->generation = p->generation;
+    rec->last_committed_step = p->last_committed_step;
+    snprintf(rec->failure_reason, sizeof(rec->failure_reason), "%s", p->failure ? p->failure : "");
+    rec->n_members = (uint32_t)p->n_members;
+    rec->members = calloc(p->n_members + 1, sizeof(*rec->members));
+    if (rec->members == NULL)
+        return TT_ENOMEM;
+    for (size_t i = 0; i < p->n_members; i++) {
+        const Tether__Member *m = p->members[i];
+        tt_rdzv_member_t *d = &rec->members[i];
+        d->rank = m->rank;
+        snprintf(d->worker_id, sizeof(d->worker_id), "%s", m->worker_id ? m->worker_id : "");
+        snprintf(d->host, sizeof(d->host), "%s", m->host ? m->host : "");
+        snprintf(d->endpoint, sizeof(d->endpoint), "%s", m->endpoint ? m->endpoint : "");
+        d->incarnation = m->incarnation;
+        d->last_step = m->last_step;
+    }
+    return TT_OK;
+}
+
+static int restore_jobs(tt_coord_t *c, const tt_coord_state_pb_t *st, uint64_t now, char *err,
+                        size_t errlen) {
+    for (size_t i = 0; i < st->n_jobs; i++) {
+        tt_rdzv_record_t rec;
+        tt_rdzv_t *r = NULL;
+        int rc = record_from_pb(st->jobs[i], &rec);
+        if (rc == TT_OK)
+            rc = tt_rdzv_restore(&r, &rec, now, err, errlen);
+        if (rc == TT_OK)
+            rc = coord_add_job(c, &r);
+        tt_rdzv_record_free(&rec);
+        tt_rdzv_destroy(&r);
+        if (rc != TT_OK)
+            return rc;
+        TT_INFO("coord", "restored job %s at generation %llu", st->jobs[i]->job_id,
+                (unsigned long long)st->jobs[i]->generation);
+    }
+    return TT_OK;
+}
+
+int coord_state_load(tt_coord_t *c, char *err, size_t errlen) {
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    int rc = tt_fs_read_all(c->state_path, (size_t)64 << 20, &buf, &len, err, errlen);
+    if (rc == TT_ENOTFOUND) {
+        TT_INFO("coord", "no state file at %s: starting empty", c->state_path);
+        return TT_OK;
+    }
+    tt_coord_state_pb_t *st = NULL;
+    if (rc == TT_OK)
+        rc = tt_wire_state_decode(buf, len, &st, err, errlen);
+    free(buf);
+    if (rc == TT_OK)
+        rc = restore_jobs(c, st, tt_clock_mono_ms(), err, errlen);
+    tt_wire_state_free(&st);
+    if (rc != TT_OK && err != NULL) {
+        char tmp[512];
+        snprintf(tmp, sizeof(tmp), "%s: %s", c->state_path, err);
+        snprintf(err, errlen, "%s", tmp);
+    }
+    return rc;
+}

@@ -1,0 +1,155 @@
+/* tether-coordinator: configuration, signals and the loop around coord.
+ * SIGTERM/SIGINT persist the state and exit 0; SIGHUP reopens the log file
+ * and re-reads the log level (from the config file and environment). */
+#include "coord.h"
+#include "tt_config.h"
+#include "tt_log.h"
+#include "tt_status.h"
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+#include <uv.h>
+
+typedef struct coord_config {
+    char listen[TT_CFG_STR_MAX];
+    char state_dir[TT_CFG_STR_MAX];
+    char id[TT_CFG_STR_MAX];
+    char log_level[TT_CFG_STR_MAX];
+    char log_file[TT_CFG_STR_MAX];
+    int64_t max_msg_bytes;
+    int print_config_md;
+} coord_config_t;
+
+#define CFG_OFF(f) offsetof(coord_config_t, f)
+
+static const tt_config_entry_t coord_table[] = {
+    {"listen", TT_CFG_STR, "tcp://*:7600", 0, 0, "control endpoint to bind (ZeroMQ ROUTER)", 0,
+     CFG_OFF(listen)},
+    {"state-dir", TT_CFG_STR, "", 0, 0,
+     "directory of the durable state file (empty: state is not kept)", 0, CFG_OFF(state_dir)},
+    {"id", TT_CFG_STR, "coordinator", 0, 0, "name used in logs and as sender id", 0, CFG_OFF(id)},
+    {"log-level", TT_CFG_STR, "info", 0, 0, "error|warn|info|debug (TETHER_LOG also works)", 1,
+     CFG_OFF(log_level)},
+    {"log-file", TT_CFG_STR, "", 0, 0, "append logs to this file instead of stderr", 1,
+     CFG_OFF(log_file)},
+    {"max-msg-bytes", TT_CFG_INT, "1048576", 1024, 1 << 30,
+     "largest control frame accepted (ZMQ_MAXMSGSIZE)", 0, CFG_OFF(max_msg_bytes)},
+    {"print-config-md", TT_CFG_BOOL, "false", 0, 0, "print this table as Markdown and exit", 0,
+     CFG_OFF(print_config_md)},
+};
+#define COORD_TABLE_N (sizeof(coord_table) / sizeof(coord_table[0]))
+
+typedef struct app {
+    uv_loop_t *loop;
+    tt_coord_t *coord;
+    uv_signal_t sigterm, sigint, sighup;
+    int argc;
+    char **argv;
+} app_t;
+
+static int apply_logging(const coord_config_t *cfg) {
+    tt_log_level_t level;
+    if (tt_log_parse_level(cfg->log_level, &level) != TT_OK) {
+        fprintf(stderr, "tether-coordinator: log-level '%s' is not error|warn|info|debug\n",
+                cfg->log_level);
+        return TT_EINVAL;
+    }
+    tt_log_set_level(level);
+    tt_log_init_from_env();
+    return tt_log_set_file(cfg->log_file[0] ? cfg->log_file : NULL);
+}
+
+static void on_stop(uv_signal_t *s, int signum) {
+    app_t *a = s->data;
+    TT_INFO("coord", "signal %d: saving state and stopping", signum);
+    tt_coord_save_now(a->coord);
+    tt_coord_close(a->coord);
+    uv_close((uv_handle_t *)&a->sigterm, NULL);
+    uv_close((uv_handle_t *)&a->sigint, NULL);
+    uv_close((uv_handle_t *)&a->sighup, NULL);
+}
+
+static void on_hup(uv_signal_t *s, int signum) {
+    app_t *a = s->data;
+    coord_config_t cfg;
+    char err[512];
+    int first;
+    (void)signum;
+    if (tt_config_load(coord_table, COORD_TABLE_N, &cfg, a->argc, a->argv, "", &first, err,
+                       sizeof(err)) == TT_CONFIG_RUN &&
+        apply_logging(&cfg) == TT_OK)
+        TT_INFO("coord", "SIGHUP: log file reopened, level %s", cfg.log_level);
+    else
+        TT_WARN("coord", "SIGHUP: configuration not reloaded: %s", err);
+}
+
+static void raise_fd_limit(void) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
+static void start_signals(app_t *a) {
+    uv_signal_t *sigs[3] = {&a->sigterm, &a->sigint, &a->sighup};
+    int nums[3] = {SIGTERM, SIGINT, SIGHUP};
+    for (int i = 0; i < 3; i++) {
+        uv_signal_init(a->loop, sigs[i]);
+        sigs[i]->data = a;
+        uv_signal_start(sigs[i], i == 2 ? on_hup : on_stop, nums[i]);
+    }
+}
+
+static const char usage[] =
+    "usage: tether-coordinator [--listen tcp://*:7600] [--state-dir DIR] [options]\n"
+    "The tether coordinator: rendezvous, membership, failure detection and durable\n"
+    "job state for workers that link libtether.";
+
+int main(int argc, char **argv) {
+    coord_config_t cfg;
+    char err[1024] = "";
+    int first;
+    int rc = tt_config_load(coord_table, COORD_TABLE_N, &cfg, argc, argv, usage, &first, err,
+                            sizeof(err));
+    if (rc == TT_CONFIG_HELP)
+        return 0;
+    if (rc != TT_CONFIG_RUN || first < argc) {
+        fprintf(stderr, "tether-coordinator: %s\n", rc ? err : "unexpected argument");
+        return 2;
+    }
+    if (cfg.print_config_md) {
+        tt_config_write_markdown(coord_table, COORD_TABLE_N, "tether-coordinator", stdout);
+        return 0;
+    }
+    if (apply_logging(&cfg) != TT_OK)
+        return 2;
+    tt_log_set_identity("coordinator", cfg.id);
+    tt_config_log_nondefault(coord_table, COORD_TABLE_N, &cfg);
+    raise_fd_limit();
+    signal(SIGPIPE, SIG_IGN);
+
+    app_t a = {.loop = uv_default_loop(), .argc = argc, .argv = argv};
+    tt_coord_opts_t o = {.listen = cfg.listen,
+                         .state_dir = cfg.state_dir,
+                         .id = cfg.id,
+                         .max_msg_bytes = cfg.max_msg_bytes};
+    rc = tt_coord_create(&a.coord, a.loop, &o, err, sizeof(err));
+    if (rc != TT_OK) {
+        TT_ERROR("coord", "cannot start: %s", err);
+        fprintf(stderr, "tether-coordinator: cannot start: %s\n", err);
+        return 1;
+    }
+    TT_INFO("coord", "listening on %s, state in %s", tt_coord_endpoint(a.coord),
+            cfg.state_dir[0] ? cfg.state_dir : "(none)");
+    start_signals(&a);
+    uv_run(a.loop, UV_RUN_DEFAULT);
+    tt_coord_destroy(&a.coord);
+    uv_loop_close(a.loop);
+    TT_INFO("coord", "stopped");
+    return 0;
+}

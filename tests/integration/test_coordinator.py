@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""Coordinator integration tests: real tether-coordinator, real worker
+processes (tt_testclient, linking libtether) and tetherctl on 127.0.0.1,
+killed for real with SIGKILL/SIGSTOP."""
+import os
+import signal
+import socket
+import struct
+import time
+
+from tt_harness import binary, parse_kv, run_tests, wait_for
+
+HB_MS, HB_TIMEOUT_MS = 200, 1000
+
+
+def worker(h, coord, wid, job="job1", n=8, extra=(), env=None, name=None):
+    e = {"TETHER_COORDINATOR": coord.endpoint, "TETHER_JOB": job, "TETHER_WORKER_ID": wid,
+         "TETHER_MIN_WORKERS": str(n), "TETHER_MAX_WORKERS": str(n),
+         "TETHER_LAST_CALL_MS": "300", "TETHER_HEARTBEAT_MS": str(HB_MS),
+         "TETHER_HEARTBEAT_TIMEOUT_MS": str(HB_TIMEOUT_MS), "TETHER_JOIN_TIMEOUT_MS": "20000",
+         "TETHER_LOG": "info"}
+    e.update(env or {})
+    argv = [binary("tt_testclient"), "--print", "--run-ms", "600000", *extra]
+    return h.spawn(name or wid, argv, env=e)
+
+
+def start_job(h, n=8, job="job1", extra=(), min_workers=None):
+    coord = h.coordinator()
+    env = {"TETHER_MIN_WORKERS": str(min_workers)} if min_workers else None
+    ws = [worker(h, coord, f"w{i}", job, n, extra, env) for i in range(n)]
+    joined = [parse_kv(w.wait_line(lambda l: l.startswith("JOINED"), 20, "JOINED")) for w in ws]
+    return coord, ws, joined
+
+
+def latest_generation(w):
+    gens = [parse_kv(l) for l in w.lines() if l.startswith(("JOINED", "GENERATION", "REJOINED"))]
+    return gens[-1] if gens else None
+
+
+def test_eight_workers_join(h):
+    coord, ws, joined = start_job(h)
+    assert sorted(j["rank"] for j in joined) == list(range(8)), joined
+    assert {j["gen"] for j in joined} == {joined[0]["gen"]}, "one generation for all"
+    assert all(j["world"] == 8 for j in joined)
+    # ranks are assigned by sorting worker ids
+    for i, j in enumerate(joined):
+        assert j["rank"] == i, f"w{i} got rank {j['rank']}"
+    members = h.ctl_json(coord.endpoint, "members", "job1")
+    got = {m["worker_id"]: m["rank"] for m in members["members"]}
+    assert got == {f"w{i}": i for i in range(8)}, got
+    assert members["generation"] == joined[0]["gen"]
+    status = h.ctl_json(coord.endpoint, "status")
+    job = [j for j in status["jobs"] if j["job_id"] == "job1"][0]
+    assert job["members"] == 8 and job["generation"] == joined[0]["gen"], job
+
+
+def test_kill9_forms_next_generation(h):
+    coord, ws, joined = start_job(h, extra=(), min_workers=4)
+    g = joined[0]["gen"]
+    t0 = time.monotonic()
+    ws[3].kill9()
+    survivors = [w for i, w in enumerate(ws) if i != 3]
+    for w in survivors:
+        line = w.wait_line(lambda l: l.startswith("GENERATION") and parse_kv(l)["gen"] > g,
+                           HB_TIMEOUT_MS / 1000 + 1, "GENERATION g+1 after kill -9")
+        kv = parse_kv(line)
+        assert kv["gen"] == g + 1 and kv["world"] == 7, line
+    took = time.monotonic() - t0
+    ranks = sorted(latest_generation(w)["rank"] for w in survivors)
+    assert ranks == list(range(7)), ranks
+    print(f"  7 survivors at generation {g + 1} {took:.2f} s after kill -9")
+
+
+def test_sigstop_fenced_then_rejoins(h):
+    coord, ws, joined = start_job(h, n=4, extra=("--rejoin-on-fence",), min_workers=2)
+    g = joined[0]["gen"]
+    before = h.ctl_json(coord.endpoint, "members", "job1")
+    inc_before = [m["incarnation"] for m in before["members"] if m["worker_id"] == "w1"][0]
+    ws[1].signal(signal.SIGSTOP)
+    for i in (0, 2, 3):
+        ws[i].wait_line(lambda l: l.startswith("GENERATION") and parse_kv(l)["gen"] == g + 1,
+                        HB_TIMEOUT_MS / 1000 + 2, "eviction of the stopped worker")
+    members = h.ctl_json(coord.endpoint, "members", "job1")
+    assert "w1" not in [m["worker_id"] for m in members["members"]], members
+    ws[1].signal(signal.SIGCONT)
+    ws[1].wait_line(lambda l: l.startswith("FENCED"), 10, "FENCED after SIGCONT")
+    line = ws[1].wait_line(lambda l: l.startswith("REJOINED"), 15, "REJOINED as a new member")
+    kv = parse_kv(line)
+    assert kv["gen"] > g + 1 and kv["world"] == 4, line
+    members = h.ctl_json(coord.endpoint, "members", "job1")
+    w1 = [m for m in members["members"] if m["worker_id"] == "w1"]
+    assert w1 and w1[0]["incarnation"] != inc_before, (inc_before, members)
+
+
+def test_coordinator_restart(h):
+    coord, ws, joined = start_job(h, n=4, min_workers=2)
+    g = joined[0]["gen"]
+    coord.kill9()
+    time.sleep(0.5)
+    coord2 = h.coordinator(port=coord.port, name="coord2")
+    # survivors re-register: their heartbeats are accepted and they stay members
+    wait_for(lambda: h.ctl_json(coord2.endpoint, "members", "job1")["generation"] == g and all(
+        m["heartbeat_age_ms"] < 1000 for m in h.ctl_json(coord2.endpoint, "members",
+                                                         "job1")["members"]),
+             10, "restored members heartbeating again")
+    assert all(w.alive() for w in ws)
+    assert not any(l.startswith("FENCED") for w in ws for l in w.lines())
+    # the generation counter survived: the next regroup goes beyond g
+    ws[0].kill9()
+    for w in ws[1:]:
+        w.wait_line(lambda l: l.startswith("GENERATION") and parse_kv(l)["gen"] == g + 1,
+                    HB_TIMEOUT_MS / 1000 + 2, "generation g+1 after restart")
+    status = h.ctl_json(coord2.endpoint, "status")
+    assert status["jobs"][0]["generation"] == g + 1, status
+
+
+def zmtp_greeting_then(payload):
+    """A raw TCP peer that speaks a ZMTP 3.0 greeting and then sends junk."""
+    greet = b"\xff" + b"\x00" * 8 + b"\x7f" + b"\x03\x00" + b"NULL" + b"\x00" * 16 + b"\x00" + \
+        b"\x00" * 31
+    return greet + payload
+
+
+def test_garbage_and_oversized(h):
+    coord = h.coordinator(extra=("--max-msg-bytes", "65536"))
+    for payload in (os.urandom(4096), b"GET / HTTP/1.1\r\n\r\n",
+                    zmtp_greeting_then(os.urandom(512)),
+                    zmtp_greeting_then(b"\x02" + struct.pack(">Q", 1 << 40))):
+        with socket.create_connection(("127.0.0.1", coord.port), timeout=5) as s:
+            try:
+                s.sendall(payload)
+                time.sleep(0.1)
+            except OSError:
+                pass
+    # an oversized but well-formed frame from a real ZeroMQ peer is refused
+    big = h.spawn("bigsender", [binary("tt_testclient"), "--send-oversized", "131072"],
+                  env={"TETHER_COORDINATOR": coord.endpoint, "TETHER_JOB": "junk",
+                       "TETHER_WORKER_ID": "big"})
+    big.wait(20)
+    assert coord.alive(), "coordinator died on garbage"
+    h.ctl(coord.endpoint, "status")
+    # and it still runs a job
+    ws = [worker(h, coord, f"v{i}", "job2", 2) for i in range(2)]
+    for w in ws:
+        w.wait_line(lambda l: l.startswith("JOINED"), 20, "JOINED after garbage")
+
+
+def test_settings_conflict_and_unreachable(h):
+    coord = h.coordinator()
+    w0 = worker(h, coord, "a", "job3", 2)
+    bad = worker(h, coord, "b", "job3", 3, name="bad")
+    line = bad.wait_line(lambda l: l.startswith("ERROR"), 10, "settings conflict error")
+    assert "ECONFLICT" in line and "min_workers" in line, line
+    assert w0.alive()
+    port = coord.port
+    coord.kill9()
+    t0 = time.monotonic()
+    rc, out, err = h.ctl(f"tcp://127.0.0.1:{port}", "status", check=False, timeout_ms=1000)
+    took = time.monotonic() - t0
+    assert rc != 0 and "cannot reach" in err, (rc, err)
+    assert took < 5, took
+
+
+if __name__ == "__main__":
+    run_tests([test_eight_workers_join, test_kill9_forms_next_generation,
+               test_sigstop_fenced_then_rejoins, test_coordinator_restart,
+               test_garbage_and_oversized, test_settings_conflict_and_unreachable])

@@ -1,0 +1,190 @@
+"""Integration-test harness: starts real tether daemons and clients on
+127.0.0.1 with free ports, each test in its own temp dir, and kills them for
+real. Logs are kept (and their tails printed) when a test fails; every
+process a test started is killed when the test ends, whatever happens.
+
+Binaries come from the build tree given by TETHER_BUILD_DIR (ctest sets it).
+"""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+BUILD = os.environ.get("TETHER_BUILD_DIR", os.path.join(os.path.dirname(__file__), "../../build"))
+
+
+def binary(name):
+    for sub in ("server/coordinator", "server/shard", "tools", "tests/integration",
+                "worker/train", "bench", ""):
+        p = os.path.join(BUILD, sub, name)
+        if os.path.isfile(p) and os.access(p, os.X_OK):
+            return p
+    raise FileNotFoundError(f"{name} not found under {BUILD}")
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Proc:
+    """A child process whose stdout+stderr go to a log file; lines printed
+    on stdout can be awaited."""
+
+    def __init__(self, h, name, argv, env=None):
+        self.name = name
+        self.log_path = os.path.join(h.dir, name + ".log")
+        self.out_path = os.path.join(h.dir, name + ".out")
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        self.log = open(self.log_path, "ab")
+        self.out = open(self.out_path, "ab")
+        self.p = subprocess.Popen(argv, stdout=self.out, stderr=self.log, env=full_env,
+                                  stdin=subprocess.DEVNULL, start_new_session=True)
+        self.pid = self.p.pid
+
+    def lines(self):
+        with open(self.out_path, "r", errors="replace") as f:
+            return f.read().splitlines()
+
+    def wait_line(self, pred, timeout, what=""):
+        """Waits for a stdout line for which pred(line) is true; returns it."""
+        deadline = time.monotonic() + timeout
+        seen = 0
+        while time.monotonic() < deadline:
+            ls = self.lines()
+            for line in ls[seen:]:
+                if pred(line):
+                    return line
+            seen = len(ls)
+            if self.p.poll() is not None:
+                ls = self.lines()
+                for line in ls[seen:]:
+                    if pred(line):
+                        return line
+                raise AssertionError(f"{self.name} exited ({self.p.returncode}) before {what}")
+            time.sleep(0.02)
+        raise AssertionError(f"{self.name}: no line {what} within {timeout} s")
+
+    def signal(self, sig):
+        if self.p.poll() is None:
+            os.kill(self.pid, sig)
+
+    def kill9(self):
+        self.signal(signal.SIGKILL)
+        self.p.wait(timeout=10)
+
+    def alive(self):
+        return self.p.poll() is None
+
+    def wait(self, timeout):
+        return self.p.wait(timeout=timeout)
+
+
+class Harness:
+    def __init__(self, name):
+        self.name = name
+        self.dir = tempfile.mkdtemp(prefix=f"tether-{name}-")
+        self.procs = []
+
+    def spawn(self, name, argv, env=None):
+        p = Proc(self, name, argv, env)
+        self.procs.append(p)
+        return p
+
+    def coordinator(self, port=None, name="coord", extra=()):
+        port = port or free_port()
+        state = os.path.join(self.dir, "coord-state")
+        argv = [binary("tether-coordinator"), "--listen", f"tcp://127.0.0.1:{port}",
+                "--state-dir", state, "--log-level", "info", *extra]
+        p = self.spawn(name, argv)
+        p.endpoint = f"tcp://127.0.0.1:{port}"
+        p.port = port
+        wait_for(lambda: self.ctl(p.endpoint, "status", check=False)[0] == 0, 10,
+                 "coordinator answers status")
+        return p
+
+    def ctl(self, endpoint, *args, check=True, timeout_ms=3000):
+        argv = [binary("tetherctl"), "--coordinator", endpoint, "--timeout-ms",
+                str(timeout_ms), *args]
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_ms / 1000 + 10)
+        if check and r.returncode != 0:
+            raise AssertionError(f"tetherctl {' '.join(args)} failed ({r.returncode}): "
+                                 f"{r.stderr.strip()}")
+        return r.returncode, r.stdout, r.stderr
+
+    def ctl_json(self, endpoint, *args):
+        return json.loads(self.ctl(endpoint, *args, "--json")[1])
+
+    def close(self, failed):
+        for p in self.procs:
+            if p.alive():
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            try:
+                p.p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            p.log.close()
+            p.out.close()
+        if failed:
+            print(f"--- logs kept in {self.dir}")
+            for p in self.procs:
+                for path in (p.log_path, p.out_path):
+                    with open(path, "r", errors="replace") as f:
+                        tail = f.read().splitlines()[-25:]
+                    print(f"--- tail of {os.path.basename(path)} (pid {p.pid}):")
+                    print("\n".join(tail))
+        else:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def wait_for(pred, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for: {what}")
+
+
+def parse_kv(line):
+    """'GENERATION gen=3 rank=1 world=7' -> {'gen': 3, 'rank': 1, 'world': 7}"""
+    out = {}
+    for tok in line.split()[1:]:
+        if "=" in tok:
+            k, v = tok.split("=", 1)
+            out[k] = int(v) if v.lstrip("-").isdigit() else v
+    return out
+
+
+def run_tests(tests):
+    """Runs each test(h) with a fresh harness; prints a summary line that
+    ctest's log shows; exit status 1 when any failed."""
+    passed = failed = 0
+    for t in tests:
+        h = Harness(t.__name__)
+        start = time.monotonic()
+        ok = False
+        try:
+            t(h)
+            ok = True
+        except Exception:
+            traceback.print_exc()
+        finally:
+            h.close(failed=not ok)
+        took = time.monotonic() - start
+        print(f"{'PASS' if ok else 'FAIL'} {t.__name__} ({took:.1f} s)", flush=True)
+        passed += ok
+        failed += not ok
+    print(f"{passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
