@@ -1,0 +1,172 @@
+/* Unit tests of tt_trainer on a small synthetic data set (never the real
+ * one): per-rank gradient sums of an uneven 3-way split add up to the
+ * single-rank sum with the right counts; micro-batching does not change an
+ * update; a learnable task is learned; the epoch ends with TT_ECLOSED. */
+#include "tt_cunit.h"
+#include "tt_status.h"
+#include "tt_trainer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NEX 200
+#define NIN 6
+
+static float xs[NEX * NIN];
+static uint8_t ys[NEX];
+
+/* Label = index of the largest of the 6 inputs: learnable, not linear in
+ * one step. */
+static tt_idx_set_t make_set(void) {
+    uint64_t s = 12345;
+    for (int i = 0; i < NEX; i++) {
+        int best = 0;
+        for (int j = 0; j < NIN; j++) {
+            s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+            xs[i * NIN + j] = (float)(s >> 40) / 16777216.0f;
+            best = xs[i * NIN + j] > xs[i * NIN + best] ? j : best;
+        }
+        ys[i] = (uint8_t)best;
+    }
+    tt_idx_set_t set = {xs, ys, NEX, 2, 3};
+    return set;
+}
+
+static tt_trainer_opts_t base_opts(uint64_t batch, uint64_t micro) {
+    tt_trainer_opts_t o = {.nlayers = 2,
+                           .dims = {NIN, 16, 10},
+                           .epochs = 30,
+                           .batch = batch,
+                           .micro = micro,
+                           .seed = 5};
+    o.opt = TT_OPT_SGD;
+    o.sgd = (tt_optim_sgd_hp_t){0.9f, 0.0f, 1};
+    o.sched = (tt_lr_sched_t){TT_LR_CONST, 0.1, 0.0, 0, 0};
+    return o;
+}
+
+/* A fake collective that plays one rank of `world` and records what
+ * finish() was handed, then aborts the step (no update). */
+typedef struct {
+    int rank, world;
+    double count;
+    float sum[512];
+} fake_t;
+
+static int fake_membership(void *ctx, int *rank, int *world, uint64_t *gen) {
+    fake_t *f = ctx;
+    *rank = f->rank;
+    *world = f->world;
+    *gen = 7;
+    return TT_OK;
+}
+
+static int fake_finish(void *ctx, float *g, size_t n, double local, double *global) {
+    fake_t *f = ctx;
+    for (size_t i = 0; i < n && i < 512; i++)
+        f->sum[i] += g[i];
+    f->count += local;
+    return TT_EAGAIN;
+}
+
+static int fake_reduce(void *ctx, double *v, size_t n) {
+    return TT_OK;
+}
+
+static void trainer_uneven_slices_sum_to_one_rank(void) {
+    tt_idx_set_t set = make_set();
+    tt_trainer_opts_t o = base_opts(37, 0);
+    fake_t *one = calloc(1, sizeof(*one)), *three = calloc(1, sizeof(*three));
+    one->world = 1;
+    three->world = 3;
+    for (int r = -1; r < 3; r++) {
+        fake_t *f = r < 0 ? one : three;
+        f->rank = r < 0 ? 0 : r;
+        tt_train_coll_t c = {f, "fake", fake_membership, NULL, fake_finish, fake_reduce};
+        tt_trainer_t *t = NULL;
+        CU_ASSERT_FATAL(tt_trainer_create(&t, &o, &set, &set, &c, NULL, 0) == 0);
+        double before = f->count;
+        CU_ASSERT_EQUAL(tt_trainer_step(t, NULL), TT_EAGAIN);
+        if (r >= 0) /* 37 over 3 ranks: 13, 12, 12 */
+            CU_ASSERT_DOUBLE_EQUAL(f->count - before, r == 0 ? 13 : 12, 0);
+        tt_trainer_destroy(&t);
+        CU_ASSERT_PTR_NULL(t);
+    }
+    CU_ASSERT_DOUBLE_EQUAL(one->count, 37, 0);
+    CU_ASSERT_DOUBLE_EQUAL(three->count, 37, 0);
+    double mx = 0;
+    for (int i = 0; i < 16 * NIN + 16 + 160 + 10; i++) {
+        CU_ASSERT_DOUBLE_EQUAL(three->sum[i], one->sum[i], 1e-4);
+        mx = fabs(one->sum[i]) > mx ? fabs(one->sum[i]) : mx;
+    }
+    CU_ASSERT(mx > 1e-2);
+    free(one);
+    free(three);
+}
+
+static void trainer_micro_batching_keeps_update(void) {
+    tt_idx_set_t set = make_set();
+    tt_train_coll_t c;
+    tt_train_coll_local(&c);
+    tt_trainer_opts_t oa = base_opts(40, 0), ob = base_opts(40, 7);
+    tt_trainer_t *a = NULL, *b = NULL;
+    CU_ASSERT_FATAL(tt_trainer_create(&a, &oa, &set, &set, &c, NULL, 0) == 0);
+    CU_ASSERT_FATAL(tt_trainer_create(&b, &ob, &set, &set, &c, NULL, 0) == 0);
+    for (int s = 0; s < 3; s++) {
+        CU_ASSERT(tt_trainer_step(a, NULL) == 0);
+        CU_ASSERT(tt_trainer_step(b, NULL) == 0);
+    }
+    tt_mlp_t *ma = tt_trainer_model(a), *mb = tt_trainer_model(b);
+    float *pa = tt_mlp_params(ma), *pb = tt_mlp_params(mb);
+    for (size_t i = 0; i < tt_mlp_param_count(ma); i++)
+        CU_ASSERT_DOUBLE_EQUAL(pa[i], pb[i], 1e-5);
+    CU_ASSERT_EQUAL(tt_trainer_global_step(a), 3);
+    tt_trainer_destroy(&a);
+    tt_trainer_destroy(&b);
+}
+
+static void trainer_learns_and_closes_epoch(void) {
+    tt_idx_set_t set = make_set();
+    tt_train_coll_t c;
+    tt_train_coll_local(&c);
+    tt_trainer_opts_t o = base_opts(20, 0);
+    tt_trainer_t *t = NULL;
+    CU_ASSERT_FATAL(tt_trainer_create(&t, &o, &set, &set, &c, NULL, 0) == 0);
+    CU_ASSERT_EQUAL(tt_trainer_steps_per_epoch(t), 10);
+    double loss0, acc0;
+    CU_ASSERT(tt_trainer_evaluate(t, &loss0, &acc0) == 0);
+    tt_epoch_stats_t st;
+    for (int e = 0; e < 30; e++)
+        CU_ASSERT_FATAL(tt_trainer_run_epoch(t, NULL, NULL, &st) == 0);
+    CU_ASSERT_EQUAL(st.epoch, 30);
+    CU_ASSERT_EQUAL(st.step, 300);
+    CU_ASSERT_EQUAL(st.world_size, 1);
+    CU_ASSERT(st.test_loss < 0.5 * loss0);
+    CU_ASSERT(st.test_accuracy > 0.8);
+    CU_ASSERT(tt_trainer_step(t, NULL) == TT_ECLOSED);
+    tt_trainer_destroy(&t);
+}
+
+static void trainer_rejects_mismatched_layers(void) {
+    tt_idx_set_t set = make_set();
+    tt_train_coll_t c;
+    tt_train_coll_local(&c);
+    tt_trainer_opts_t o = base_opts(20, 0);
+    o.dims[0] = 784;
+    tt_trainer_t *t = NULL;
+    char err[256] = "";
+    CU_ASSERT_EQUAL(tt_trainer_create(&t, &o, &set, &set, &c, err, sizeof(err)), TT_EINVAL);
+    CU_ASSERT(strstr(err, "6 inputs") != NULL);
+    CU_ASSERT_PTR_NULL(t);
+}
+
+static const tt_cunit_test_t tests[] = {
+    {"trainer_uneven_slices_sum_to_one_rank", trainer_uneven_slices_sum_to_one_rank},
+    {"trainer_micro_batching_keeps_update", trainer_micro_batching_keeps_update},
+    {"trainer_learns_and_closes_epoch", trainer_learns_and_closes_epoch},
+    {"trainer_rejects_mismatched_layers", trainer_rejects_mismatched_layers},
+    {NULL, NULL},
+};
+
+TT_CUNIT_MAIN("trainer", tests)

@@ -1,0 +1,320 @@
+/* tether-train: the reference trainer (an MLP on Fashion-MNIST). This file
+ * owns the command line (one option table drives parsing and --help), the
+ * choice of backend, and the wiring of loader, trainer and progress output;
+ * exit codes are 0 (trained), 1 (runtime failure: data, I/O) and 2 (bad
+ * arguments or an unavailable backend). The training itself lives in
+ * tt_trainer; the data parallel backends other than "local" are not
+ * available yet. */
+#include "tt_idx.h"
+#include "tt_log.h"
+#include "tt_progress.h"
+#include "tt_status.h"
+#include "tt_trainer.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <getopt.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct {
+    char layers[256];
+    uint64_t epochs, batch, micro, warmup, seed, train_limit, log_every, threads;
+    double lr, min_lr, momentum, weight_decay, beta1, beta2, eps;
+    int nesterov, scale_lr, help;
+    char optimizer[16], schedule[16], backend[16];
+    char data[1024], metrics[1024];
+} cli_t;
+
+typedef enum { K_U64, K_F64, K_FLAG, K_STR } kind_t;
+
+typedef struct {
+    const char *name;
+    kind_t kind;
+    size_t off, size; /* size: string capacity */
+    double lo, hi;    /* numeric bounds */
+    const char *help;
+} opt_t;
+
+#define U64(n, f, lo, hi, h)                                                                       \
+    { n, K_U64, offsetof(cli_t, f), 0, lo, hi, h }
+#define F64(n, f, lo, hi, h)                                                                       \
+    { n, K_F64, offsetof(cli_t, f), 0, lo, hi, h }
+#define FLAG(n, f, h)                                                                              \
+    { n, K_FLAG, offsetof(cli_t, f), 0, 0, 1, h }
+#define STR(n, f, h)                                                                               \
+    { n, K_STR, offsetof(cli_t, f), sizeof(((cli_t *)0)->f), 0, 0, h }
+
+static const opt_t OPTS[] = {
+    STR("layers", layers, "layer widths, input first (784,256,256,10)"),
+    U64("epochs", epochs, 1, 1e6, "passes over the training set (10)"),
+    U64("batch", batch, 1, 1e7, "global batch over all ranks (256)"),
+    U64("micro-batch", micro, 0, 1e7, "max rows per forward/backward, 0 = batch (0)"),
+    F64("lr", lr, 0, 1e3, "peak learning rate (sgd 0.15, adamw 0.001)"),
+    F64("min-lr", min_lr, 0, 1e3, "floor of the cosine schedule (0)"),
+    STR("optimizer", optimizer, "sgd | adamw (sgd)"),
+    F64("momentum", momentum, 0, 1, "SGD momentum (0.9)"),
+    FLAG("nesterov", nesterov, "Nesterov momentum (on)"),
+    FLAG("no-nesterov", nesterov, "plain momentum"),
+    F64("weight-decay", weight_decay, 0, 10, "sgd L2 (1e-4) / adamw decoupled (0.01)"),
+    F64("beta1", beta1, 0, 1, "AdamW beta1 (0.9)"),
+    F64("beta2", beta2, 0, 1, "AdamW beta2 (0.999)"),
+    U64("warmup-steps", warmup, 0, 1e9, "linear warmup steps (100)"),
+    STR("schedule", schedule, "const | cosine (cosine)"),
+    FLAG("lr-scale-with-batch", scale_lr, "lr *= batch / 256 (linear scaling rule)"),
+    U64("seed", seed, 0, 1.8e19, "seed of init and sampling (0)"),
+    STR("data", data, "Fashion-MNIST dir (/usr/share/datasets/fashion-mnist)"),
+    U64("train-limit", train_limit, 0, 1e9, "use only the first N training examples (0 = all)"),
+    STR("metrics-json", metrics, "append one JSON object per epoch to FILE"),
+    U64("log-every", log_every, 0, 1e9, "log line every N steps when not a terminal (50)"),
+    STR("backend", backend, "local | ring | ps | auto (local; only local works yet)"),
+    U64("threads", threads, 1, 256, "BLAS threads (1)"),
+    FLAG("help", help, "this text"),
+};
+#define NOPTS (sizeof(OPTS) / sizeof(OPTS[0]))
+
+static void cli_defaults(cli_t *c) {
+    memset(c, 0, sizeof(*c));
+    snprintf(c->layers, sizeof(c->layers), "784,256,256,10");
+    c->epochs = 10;
+    c->batch = 256;
+    c->lr = -1.0;           /* resolved per optimizer */
+    c->weight_decay = -1.0; /* resolved per optimizer */
+    c->momentum = 0.9;
+    c->nesterov = 1;
+    c->beta1 = 0.9;
+    c->beta2 = 0.999;
+    c->eps = 1e-8;
+    c->warmup = 100;
+    c->log_every = 50;
+    c->threads = 1;
+    snprintf(c->optimizer, sizeof(c->optimizer), "sgd");
+    snprintf(c->schedule, sizeof(c->schedule), "cosine");
+    snprintf(c->backend, sizeof(c->backend), "local");
+    snprintf(c->data, sizeof(c->data), "/usr/share/datasets/fashion-mnist");
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: tether-train [options]\n"
+               "Trains an MLP on Fashion-MNIST, data-parallel over tether "
+               "workers.\n\noptions:\n");
+    for (size_t i = 0; i < NOPTS; i++) {
+        const char *arg = OPTS[i].kind == K_FLAG ? "" : " V";
+        fprintf(f, "  --%s%-*s %s\n", OPTS[i].name, (int)(22 - strlen(OPTS[i].name)), arg,
+                OPTS[i].help);
+    }
+}
+
+static int set_opt(cli_t *c, const opt_t *o, const char *arg) {
+    char *base = (char *)c + o->off, *end = NULL;
+    errno = 0;
+    if (o->kind == K_FLAG) {
+        *(int *)base = strncmp(o->name, "no-", 3) != 0;
+        return 0;
+    }
+    if (o->kind == K_STR) {
+        if (strlen(arg) >= o->size)
+            return -1;
+        memcpy(base, arg, strlen(arg) + 1);
+        return 0;
+    }
+    double v = o->kind == K_U64 ? (double)strtoull(arg, &end, 10) : strtod(arg, &end);
+    if (errno != 0 || end == arg || *end != '\0' || v < o->lo || v > o->hi ||
+        (o->kind == K_U64 && arg[0] == '-'))
+        return -1;
+    if (o->kind == K_U64) {
+        uint64_t u = strtoull(arg, NULL, 10);
+        memcpy(base, &u, sizeof(u));
+    } else {
+        memcpy(base, &v, sizeof(v));
+    }
+    return 0;
+}
+
+static int parse_args(cli_t *c, int argc, char **argv) {
+    struct option lo[NOPTS + 1];
+    for (size_t i = 0; i < NOPTS; i++) {
+        lo[i] =
+            (struct option){OPTS[i].name, OPTS[i].kind == K_FLAG ? no_argument : required_argument,
+                            NULL, (int)i + 256};
+    }
+    lo[NOPTS] = (struct option){0};
+    opterr = 0;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        if (ch == 'h') {
+            c->help = 1;
+            continue;
+        }
+        if (ch < 256) {
+            fprintf(stderr,
+                    "tether-train: unknown or incomplete option '%s' "
+                    "(see --help)\n",
+                    argv[optind - 1]);
+            return -1;
+        }
+        const opt_t *o = &OPTS[ch - 256];
+        if (set_opt(c, o, optarg) < 0) {
+            fprintf(stderr, "tether-train: bad value '%s' for --%s (%s)\n", optarg, o->name,
+                    o->help);
+            return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "tether-train: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    return 0;
+}
+
+static int parse_layers(const char *s, tt_trainer_opts_t *o) {
+    int n = 0;
+    const char *p = s;
+    while (*p != '\0') {
+        char *end = NULL;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (errno != 0 || end == p || v < 1 || v > (1 << 20) || n > TT_MLP_MAX_LAYERS ||
+            (*end != ',' && *end != '\0'))
+            return -1;
+        o->dims[n++] = (int)v;
+        p = *end == ',' ? end + 1 : end;
+    }
+    o->nlayers = n - 1;
+    return n >= 2 ? 0 : -1;
+}
+
+/* Turns the command line into trainer options; messages go to stderr. */
+static int build_opts(const cli_t *c, tt_trainer_opts_t *o) {
+    memset(o, 0, sizeof(*o));
+    if (parse_layers(c->layers, o) < 0) {
+        fprintf(stderr,
+                "tether-train: bad --layers '%s': expected 2..%d "
+                "positive widths like 784,256,256,10\n",
+                c->layers, TT_MLP_MAX_LAYERS + 1);
+        return -1;
+    }
+    int adam = strcmp(c->optimizer, "adamw") == 0;
+    if (!adam && strcmp(c->optimizer, "sgd") != 0) {
+        fprintf(stderr, "tether-train: bad --optimizer '%s': sgd or adamw\n", c->optimizer);
+        return -1;
+    }
+    int cosine = strcmp(c->schedule, "cosine") == 0;
+    if (!cosine && strcmp(c->schedule, "const") != 0) {
+        fprintf(stderr, "tether-train: bad --schedule '%s': const or cosine\n", c->schedule);
+        return -1;
+    }
+    o->epochs = c->epochs;
+    o->batch = c->batch;
+    o->micro = c->micro;
+    o->seed = c->seed;
+    o->train_limit = c->train_limit;
+    o->opt = adam ? TT_OPT_ADAMW : TT_OPT_SGD;
+    double wd = c->weight_decay >= 0 ? c->weight_decay : (adam ? 0.01 : 1e-4);
+    o->sgd = (tt_optim_sgd_hp_t){(float)c->momentum, (float)wd, c->nesterov};
+    o->adamw = (tt_optim_adamw_hp_t){(float)c->beta1, (float)c->beta2, (float)c->eps, (float)wd};
+    double lr = c->lr >= 0 ? c->lr : (adam ? 1e-3 : 0.15);
+    if (c->scale_lr)
+        lr = tt_lr_scale_for_batch(lr, c->batch);
+    o->sched = (tt_lr_sched_t){cosine ? TT_LR_COSINE : TT_LR_CONST, lr, c->min_lr, c->warmup, 0};
+    return 0;
+}
+
+static int check_backend(const char *b) {
+    if (strcmp(b, "local") == 0)
+        return 0;
+    if (strcmp(b, "ring") == 0 || strcmp(b, "ps") == 0 || strcmp(b, "auto") == 0) {
+        fprintf(stderr,
+                "tether-train: backend '%s' is not available yet in "
+                "this build; use --backend local (single process)\n",
+                b);
+        return -1;
+    }
+    fprintf(stderr,
+            "tether-train: bad --backend '%s': local, ring, ps or "
+            "auto\n",
+            b);
+    return -1;
+}
+
+static int load_data(const cli_t *c, tt_idx_set_t *train, tt_idx_set_t *test) {
+    char err[512];
+    if (tt_idx_load(c->data, "train", train, err, sizeof(err)) < 0 ||
+        tt_idx_load(c->data, "t10k", test, err, sizeof(err)) < 0) {
+        fprintf(stderr, "tether-train: cannot load Fashion-MNIST: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Runs all epochs; returns 0 or 1 (runtime failure, already reported). */
+static int train(const cli_t *c, tt_trainer_t *t, uint64_t epochs) {
+    tt_progress_t prog = {.out = stderr, .tty = isatty(STDERR_FILENO), .log_every = c->log_every};
+    tt_epoch_stats_t st = {0};
+    double t0 = now_s(), train_s = 0.0, examples = 0.0;
+    char err[512];
+    for (uint64_t e = 0; e < epochs; e++) {
+        int rc = tt_trainer_run_epoch(t, tt_progress_step, &prog, &st);
+        if (rc < 0) {
+            fprintf(stderr, "tether-train: epoch %llu failed: %s\n", (unsigned long long)e + 1,
+                    tt_strerror(rc));
+            return 1;
+        }
+        tt_progress_epoch(&prog, &st, epochs);
+        train_s += st.wall_s;
+        examples += st.examples_per_s * st.wall_s;
+        if (c->metrics[0] != '\0' &&
+            tt_progress_json_append(c->metrics, &st, err, sizeof(err)) < 0) {
+            fprintf(stderr, "tether-train: %s\n", err);
+            return 1;
+        }
+    }
+    printf("done: test accuracy %.4f  test loss %.4f  train %.0f examples/s "
+           "over %llu epochs  wall %.2fs (training %.2fs)\n",
+           st.test_accuracy, st.test_loss, train_s > 0 ? examples / train_s : 0,
+           (unsigned long long)epochs, now_s() - t0, train_s);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    cli_t c;
+    cli_defaults(&c);
+    tt_log_init_from_env();
+    if (parse_args(&c, argc, argv) < 0)
+        return 2;
+    if (c.help) {
+        usage(stdout);
+        return 0;
+    }
+    tt_trainer_opts_t o;
+    if (build_opts(&c, &o) < 0 || check_backend(c.backend) < 0)
+        return 2;
+    openblas_set_num_threads((int)c.threads);
+    tt_idx_set_t train_set = {0}, test_set = {0};
+    if (load_data(&c, &train_set, &test_set) < 0) {
+        tt_idx_free(&train_set);
+        return 1;
+    }
+    tt_train_coll_t coll;
+    tt_train_coll_local(&coll);
+    tt_trainer_t *t = NULL;
+    char err[512];
+    int rc = tt_trainer_create(&t, &o, &train_set, &test_set, &coll, err, sizeof(err));
+    if (rc < 0)
+        fprintf(stderr, "tether-train: %s\n", err);
+    int code = rc == TT_EINVAL ? 2 : rc < 0 ? 1 : train(&c, t, c.epochs);
+    tt_trainer_destroy(&t);
+    tt_idx_free(&train_set);
+    tt_idx_free(&test_set);
+    return code;
+}

@@ -1,0 +1,251 @@
+/* tt_idx: IDX parsing and gzip reading. Every check produces a message that
+ * names the file, the value found and the value expected, because a bad
+ * dataset is an operator problem that must be fixable from the message. It
+ * does not keep state between calls or cache files. */
+#include "tt_idx.h"
+
+#include "tt_log.h"
+#include "tt_status.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#define IDX_TYPE_UBYTE 0x08
+#define IDX_IMAGE_SIDE 28
+
+static int idx_fail(int rc, char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int idx_fail(int rc, char *err, size_t errlen, const char *fmt, ...) {
+    if (err != NULL && errlen > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
+}
+
+static uint32_t be32(const uint8_t *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+}
+
+int tt_idx_parse_header(const uint8_t *buf, size_t len, tt_idx_header_t *out, char *err,
+                        size_t errlen) {
+    memset(out, 0, sizeof(*out));
+    if (len < 4)
+        return idx_fail(TT_ECORRUPT, err, errlen, "truncated header: %zu bytes, need at least 4",
+                        len);
+    out->magic = be32(buf);
+    if (buf[0] != 0 || buf[1] != 0 || buf[2] != IDX_TYPE_UBYTE)
+        return idx_fail(TT_ECORRUPT, err, errlen,
+                        "bad magic 0x%08x: expected 0x000008NN (uint8 IDX)", out->magic);
+    out->ndim = buf[3];
+    if (out->ndim < 1 || out->ndim > TT_IDX_MAX_DIMS)
+        return idx_fail(TT_ECORRUPT, err, errlen, "bad number of dimensions %d: expected 1..%d",
+                        out->ndim, TT_IDX_MAX_DIMS);
+    out->header_len = 4 + 4 * (size_t)out->ndim;
+    if (len < out->header_len)
+        return idx_fail(TT_ECORRUPT, err, errlen,
+                        "truncated header: %zu bytes, need %zu for %d dims", len, out->header_len,
+                        out->ndim);
+    size_t total = 1;
+    for (int i = 0; i < out->ndim; i++) {
+        out->dims[i] = be32(buf + 4 + 4 * (size_t)i);
+        if (out->dims[i] != 0 && total > SIZE_MAX / 4 / out->dims[i])
+            return idx_fail(TT_ECORRUPT, err, errlen, "dimensions overflow the address space");
+        total *= out->dims[i];
+    }
+    out->payload_len = total;
+    return TT_OK;
+}
+
+/* Parses the header and checks the magic and the payload length against
+ * the buffer: shared by the image and label decoders. */
+static int idx_check(const uint8_t *buf, size_t len, const char *name, uint32_t magic,
+                     tt_idx_header_t *h, char *err, size_t errlen) {
+    char why[160];
+    if (tt_idx_parse_header(buf, len, h, why, sizeof(why)) < 0)
+        return idx_fail(TT_ECORRUPT, err, errlen, "%s: %s", name, why);
+    const char *kind = magic == TT_IDX_MAGIC_IMAGES ? "images" : "labels";
+    if (h->magic != magic)
+        return idx_fail(TT_ECORRUPT, err, errlen, "%s: bad magic 0x%08x, expected 0x%08x for %s",
+                        name, h->magic, magic, kind);
+    size_t have = len - h->header_len;
+    if (have < h->payload_len)
+        return idx_fail(TT_ECORRUPT, err, errlen,
+                        "%s: truncated data: %zu bytes, header promises %zu", name, have,
+                        h->payload_len);
+    if (have > h->payload_len)
+        return idx_fail(TT_ECORRUPT, err, errlen, "%s: %zu trailing bytes after the %zu data bytes",
+                        name, have - h->payload_len, h->payload_len);
+    return TT_OK;
+}
+
+int tt_idx_decode_images(const uint8_t *buf, size_t len, const char *name, tt_idx_set_t *set,
+                         char *err, size_t errlen) {
+    tt_idx_header_t h;
+    int rc = idx_check(buf, len, name, TT_IDX_MAGIC_IMAGES, &h, err, errlen);
+    if (rc < 0)
+        return rc;
+    if (h.dims[1] != IDX_IMAGE_SIDE || h.dims[2] != IDX_IMAGE_SIDE || h.dims[0] == 0)
+        return idx_fail(TT_ECORRUPT, err, errlen,
+                        "%s: wrong dims %ux%ux%u, expected Nx%dx%d with N>0", name, h.dims[0],
+                        h.dims[1], h.dims[2], IDX_IMAGE_SIDE, IDX_IMAGE_SIDE);
+    float *img = malloc(h.payload_len * sizeof(float));
+    if (img == NULL)
+        return idx_fail(TT_ENOMEM, err, errlen, "%s: out of memory", name);
+    const uint8_t *src = buf + h.header_len;
+    for (size_t i = 0; i < h.payload_len; i++)
+        img[i] = (float)src[i] / 255.0f;
+    set->images = img;
+    set->count = h.dims[0];
+    set->rows = h.dims[1];
+    set->cols = h.dims[2];
+    return TT_OK;
+}
+
+int tt_idx_decode_labels(const uint8_t *buf, size_t len, const char *name, tt_idx_set_t *set,
+                         char *err, size_t errlen) {
+    tt_idx_header_t h;
+    int rc = idx_check(buf, len, name, TT_IDX_MAGIC_LABELS, &h, err, errlen);
+    if (rc < 0)
+        return rc;
+    if (set->count != 0 && h.dims[0] != set->count)
+        return idx_fail(TT_ECORRUPT, err, errlen,
+                        "%s: %u labels but the images file has %zu images", name, h.dims[0],
+                        set->count);
+    const uint8_t *src = buf + h.header_len;
+    for (size_t i = 0; i < h.payload_len; i++) {
+        if (src[i] >= 10)
+            return idx_fail(TT_ECORRUPT, err, errlen, "%s: label %u at index %zu, expected 0..9",
+                            name, src[i], i);
+    }
+    uint8_t *lab = malloc(h.payload_len ? h.payload_len : 1);
+    if (lab == NULL)
+        return idx_fail(TT_ENOMEM, err, errlen, "%s: out of memory", name);
+    memcpy(lab, src, h.payload_len);
+    set->labels = lab;
+    set->count = h.dims[0];
+    return TT_OK;
+}
+
+/* Doubles the buffer when it is full. */
+static int gz_grow(uint8_t **b, size_t *cap, size_t n) {
+    if (n < *cap)
+        return TT_OK;
+    uint8_t *nb = *cap > SIZE_MAX / 2 ? NULL : realloc(*b, *cap * 2);
+    if (nb == NULL)
+        return TT_ENOMEM;
+    *b = nb;
+    *cap *= 2;
+    return TT_OK;
+}
+
+/* zlib reports a cut-off stream (Z_BUF_ERROR) or bad data (Z_DATA_ERROR)
+ * through gzerror, whether gzread returned -1 or a short 0 at the end. */
+static int gz_status(gzFile gz, const char *path, char *err, size_t errlen) {
+    int zerr;
+    const char *msg = gzerror(gz, &zerr);
+    if (zerr == Z_OK)
+        return TT_OK;
+    return idx_fail(zerr == Z_ERRNO ? TT_EIO : TT_ECORRUPT, err, errlen,
+                    "%s: truncated or corrupt gzip stream: %s", path, msg);
+}
+
+/* Reads the whole decompressed stream, growing the buffer geometrically.
+ * gzread passes non-gzip input through unchanged, so gzdirect after the
+ * first read is what tells a plain file apart. */
+static int gz_slurp(gzFile gz, const char *path, uint8_t **buf, size_t *len, char *err,
+                    size_t errlen) {
+    size_t cap = 1 << 20, n = 0;
+    uint8_t *b = malloc(cap);
+    int rc = b != NULL ? TT_OK : TT_ENOMEM, got = 1;
+    while (rc == TT_OK && got > 0 && (rc = gz_grow(&b, &cap, n)) == TT_OK) {
+        size_t want = cap - n > (1u << 30) ? (1u << 30) : cap - n;
+        got = gzread(gz, b + n, (unsigned)want);
+        if (got > 0 && n == 0 && gzdirect(gz))
+            rc = idx_fail(TT_ECORRUPT, err, errlen, "%s: not a gzip file (expected a .gz IDX file)",
+                          path);
+        n += got > 0 ? (size_t)got : 0;
+    }
+    if (rc == TT_ENOMEM)
+        idx_fail(rc, err, errlen, "%s: out of memory", path);
+    else if (rc == TT_OK)
+        rc = gz_status(gz, path, err, errlen);
+    if (rc < 0) {
+        free(b);
+        return rc;
+    }
+    *buf = b;
+    *len = n;
+    return TT_OK;
+}
+
+int tt_idx_read_gz(const char *path, uint8_t **buf, size_t *len, char *err, size_t errlen) {
+    *buf = NULL;
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        int e = errno;
+        return idx_fail(e == ENOENT ? TT_ENOTFOUND : TT_EIO, err, errlen, "%s: cannot open: %s",
+                        path, strerror(e));
+    }
+    fclose(f);
+    gzFile gz = gzopen(path, "rb");
+    if (gz == NULL)
+        return idx_fail(TT_EIO, err, errlen, "%s: gzopen failed", path);
+    gzbuffer(gz, 1 << 18);
+    int rc = gz_slurp(gz, path, buf, len, err, errlen);
+    gzclose(gz);
+    return rc;
+}
+
+/* Reads one file of a split and hands its bytes to `decode`. */
+static int idx_load_one(const char *dir, const char *prefix, const char *kind,
+                        int (*decode)(const uint8_t *, size_t, const char *, tt_idx_set_t *, char *,
+                                      size_t),
+                        tt_idx_set_t *set, char *err, size_t errlen) {
+    char path[4096];
+    int w = snprintf(path, sizeof(path), "%s/%s-%s-ubyte.gz", dir, prefix, kind);
+    if (w < 0 || (size_t)w >= sizeof(path))
+        return idx_fail(TT_EINVAL, err, errlen, "data path too long: %s", dir);
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    int rc = tt_idx_read_gz(path, &buf, &len, err, errlen);
+    if (rc == TT_OK)
+        rc = decode(buf, len, path, set, err, errlen);
+    free(buf);
+    return rc;
+}
+
+int tt_idx_load(const char *dir, const char *prefix, tt_idx_set_t *set, char *err, size_t errlen) {
+    char local[512];
+    if (err == NULL || errlen == 0) {
+        err = local;
+        errlen = sizeof(local);
+    }
+    err[0] = '\0';
+    int rc;
+    TT_CHECK_GOTO(idx_load_one(dir, prefix, "images-idx3", tt_idx_decode_images, set, err, errlen),
+                  rc, fail);
+    TT_CHECK_GOTO(idx_load_one(dir, prefix, "labels-idx1", tt_idx_decode_labels, set, err, errlen),
+                  rc, fail);
+    return TT_OK;
+fail:
+    TT_WARN("data", "%s", err);
+    tt_idx_free(set);
+    return rc;
+}
+
+void tt_idx_free(tt_idx_set_t *set) {
+    if (set == NULL)
+        return;
+    free(set->images);
+    free(set->labels);
+    memset(set, 0, sizeof(*set));
+}

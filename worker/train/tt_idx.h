@@ -1,0 +1,73 @@
+/* tt_idx: reads the Fashion-MNIST / MNIST IDX files (gzip-compressed) into
+ * memory: images as float32 scaled to [0,1], labels as uint8. It owns the
+ * format checks and their error messages; it does not shuffle, batch or
+ * know about models. The header parser and the in-memory decoder are pure
+ * functions over a byte buffer so that a fuzzer can drive them.
+ *
+ * IDX layout (big-endian): 2 zero bytes, a type byte (only 0x08 = uint8 is
+ * supported), the number of dimensions, then that many uint32 sizes, then
+ * the data. Images are magic 0x00000803 (count x rows x cols), labels
+ * 0x00000801 (count). Bytes after the data are rejected as TT_ECORRUPT: the
+ * format has no trailer, so extra bytes mean a wrong or concatenated file.
+ *
+ * Thread safety: all functions are reentrant. */
+#ifndef TT_IDX_H
+#define TT_IDX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TT_IDX_MAX_DIMS     4
+#define TT_IDX_MAGIC_IMAGES 0x00000803u
+#define TT_IDX_MAGIC_LABELS 0x00000801u
+
+typedef struct {
+    uint32_t magic; /* the first four bytes, big-endian */
+    int ndim;       /* 1 .. TT_IDX_MAX_DIMS */
+    uint32_t dims[TT_IDX_MAX_DIMS];
+    size_t header_len;  /* 4 + 4 * ndim */
+    size_t payload_len; /* product of dims (uint8 elements) */
+} tt_idx_header_t;
+
+/* Parses the header at the start of buf[0..len). Checks the zero bytes, the
+ * type (uint8), 1 <= ndim <= TT_IDX_MAX_DIMS, that the dims fit the buffer
+ * header, and that the payload size does not overflow. It does not check
+ * that the payload is present (callers compare payload_len with the rest).
+ * Returns 0, or TT_ECORRUPT with a message in err (may be NULL). */
+int tt_idx_parse_header(const uint8_t *buf, size_t len, tt_idx_header_t *out, char *err,
+                        size_t errlen);
+
+typedef struct {
+    float *images;   /* count * rows * cols, row-major, in [0,1]; owned */
+    uint8_t *labels; /* count, each < 10 checked by the decoder; owned */
+    size_t count;
+    uint32_t rows, cols;
+} tt_idx_set_t;
+
+/* Decodes a complete images file buffer into set->images/count/rows/cols
+ * (allocates set->images). `name` names the file in messages. Returns 0,
+ * TT_ECORRUPT (bad magic, dims, truncated or trailing data), TT_ENOMEM. */
+int tt_idx_decode_images(const uint8_t *buf, size_t len, const char *name, tt_idx_set_t *set,
+                         char *err, size_t errlen);
+
+/* Decodes a labels file buffer into set->labels; the count must equal
+ * set->count when set->count != 0 (images decoded first). Labels >= 10 are
+ * TT_ECORRUPT. Returns 0, TT_ECORRUPT, TT_ENOMEM. */
+int tt_idx_decode_labels(const uint8_t *buf, size_t len, const char *name, tt_idx_set_t *set,
+                         char *err, size_t errlen);
+
+/* Reads and gunzips `path` completely into *buf (malloc'd, caller frees).
+ * Returns 0, TT_ENOTFOUND (missing), TT_EIO (read error), TT_ECORRUPT (not
+ * gzip, or a truncated/corrupt gzip stream), TT_ENOMEM. */
+int tt_idx_read_gz(const char *path, uint8_t **buf, size_t *len, char *err, size_t errlen);
+
+/* Loads "<dir>/<prefix>-images-idx3-ubyte.gz" and
+ * "<dir>/<prefix>-labels-idx1-ubyte.gz" (prefix "train" or "t10k") into
+ * *set, which must be zeroed; on error *set holds nothing. Messages name the
+ * file and what is wrong, and are also logged. Returns as above. */
+int tt_idx_load(const char *dir, const char *prefix, tt_idx_set_t *set, char *err, size_t errlen);
+
+/* Frees the arrays of *set and zeroes it. Accepts NULL. */
+void tt_idx_free(tt_idx_set_t *set);
+
+#endif

@@ -1,0 +1,328 @@
+/* tt_trainer: the step loop. Every buffer a step touches (gathered rows,
+ * labels, gradients, optimizer state) is allocated at create time, so the
+ * loop never allocates. Time spent blocked in the collective's finish() is
+ * measured separately from compute so that the exposed communication share
+ * is visible. It does not print or parse options. */
+#include "tt_trainer.h"
+
+#include "tt_clock.h"
+#include "tt_log.h"
+#include "tt_sampler.h"
+#include "tt_status.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct tt_trainer {
+    tt_trainer_opts_t o;
+    const tt_idx_set_t *train, *test;
+    tt_train_coll_t coll;
+    tt_mlp_t *mlp;
+    tt_sampler_t *sampler;
+    size_t n_train, in_dim, micro;
+    float *xbuf;    /* micro x in_dim gathered rows */
+    uint8_t *ybuf;  /* micro labels */
+    float *s1, *s2; /* optimizer state (momentum / Adam moments) */
+    uint64_t epoch, step_in_epoch, global_step;
+    /* per-epoch accumulators */
+    double loss_sum, count, compute_s, comm_s, examples;
+};
+
+static int local_membership(void *ctx, int *rank, int *world, uint64_t *gen) {
+    *rank = 0;
+    *world = 1;
+    *gen = 0;
+    return TT_OK;
+}
+
+static int local_finish(void *ctx, float *grads, size_t n, double local_count,
+                        double *global_count) {
+    *global_count = local_count;
+    return TT_OK;
+}
+
+static int local_reduce(void *ctx, double *vals, size_t n) {
+    return TT_OK;
+}
+
+void tt_train_coll_local(tt_train_coll_t *coll) {
+    memset(coll, 0, sizeof(*coll));
+    coll->name = "local";
+    coll->membership = local_membership;
+    coll->finish = local_finish;
+    coll->reduce_sum = local_reduce;
+}
+
+static int trainer_check(const tt_trainer_opts_t *o, const tt_idx_set_t *train,
+                         const tt_idx_set_t *test, char *err, size_t errlen) {
+    size_t in = (size_t)train->rows * train->cols;
+    if (o->nlayers < 1 || o->nlayers > TT_MLP_MAX_LAYERS) {
+        snprintf(err, errlen, "need 1..%d layers, got %d", TT_MLP_MAX_LAYERS, o->nlayers);
+        return TT_EINVAL;
+    }
+    if ((size_t)o->dims[0] != in || o->dims[o->nlayers] < 10) {
+        snprintf(err, errlen,
+                 "layers must start with %zu inputs (the image size) and end "
+                 "with >= 10 classes, got %d and %d",
+                 in, o->dims[0], o->dims[o->nlayers]);
+        return TT_EINVAL;
+    }
+    if (o->batch == 0 || o->epochs == 0 || train->count == 0 ||
+        (size_t)test->rows * test->cols != in) {
+        snprintf(err, errlen,
+                 "batch and epochs must be > 0 and the train and "
+                 "test images the same size");
+        return TT_EINVAL;
+    }
+    return TT_OK;
+}
+
+static int trainer_alloc(tt_trainer_t *t) {
+    tt_mlp_opts_t mo = {.nlayers = t->o.nlayers, .max_batch = t->micro};
+    memcpy(mo.dims, t->o.dims, sizeof(mo.dims));
+    int rc = tt_mlp_create(&t->mlp, &mo);
+    if (rc < 0)
+        return rc;
+    tt_mlp_init(t->mlp, t->o.seed);
+    tt_sampler_opts_t so = {.n = t->n_train, .batch = t->o.batch, .seed = t->o.seed};
+    rc = tt_sampler_create(&t->sampler, &so);
+    if (rc < 0)
+        return rc;
+    size_t np = tt_mlp_param_count(t->mlp);
+    t->xbuf = malloc(t->micro * t->in_dim * sizeof(float));
+    t->ybuf = malloc(t->micro);
+    t->s1 = calloc(np, sizeof(float));
+    if (t->o.opt == TT_OPT_ADAMW)
+        t->s2 = calloc(np, sizeof(float));
+    if (!t->xbuf || !t->ybuf || !t->s1 || (t->o.opt == TT_OPT_ADAMW && !t->s2))
+        return TT_ENOMEM;
+    return TT_OK;
+}
+
+int tt_trainer_create(tt_trainer_t **out, const tt_trainer_opts_t *opts, const tt_idx_set_t *train,
+                      const tt_idx_set_t *test, const tt_train_coll_t *coll, char *err,
+                      size_t errlen) {
+    char local[256];
+    if (err == NULL || errlen == 0) {
+        err = local;
+        errlen = sizeof(local);
+    }
+    int rc = trainer_check(opts, train, test, err, errlen);
+    if (rc < 0)
+        return rc;
+    tt_trainer_t *t = calloc(1, sizeof(*t));
+    if (t == NULL)
+        return TT_ENOMEM;
+    t->o = *opts;
+    t->train = train;
+    t->test = test;
+    t->coll = *coll;
+    t->in_dim = (size_t)train->rows * train->cols;
+    t->n_train =
+        opts->train_limit && opts->train_limit < train->count ? opts->train_limit : train->count;
+    t->micro = opts->micro && opts->micro < opts->batch ? opts->micro : opts->batch;
+    t->o.sched.total_steps = opts->epochs * tt_sampler_steps_per_epoch(t->n_train, opts->batch);
+    rc = trainer_alloc(t);
+    if (rc < 0) {
+        snprintf(err, errlen, "cannot allocate the trainer: %s", tt_strerror(rc));
+        tt_trainer_destroy(&t);
+        return rc;
+    }
+    *out = t;
+    return TT_OK;
+}
+
+void tt_trainer_destroy(tt_trainer_t **tp) {
+    if (tp == NULL || *tp == NULL)
+        return;
+    tt_trainer_t *t = *tp;
+    tt_mlp_destroy(&t->mlp);
+    tt_sampler_destroy(&t->sampler);
+    free(t->xbuf);
+    free(t->ybuf);
+    free(t->s1);
+    free(t->s2);
+    free(t);
+    *tp = NULL;
+}
+
+/* Copies the rows of positions [r.begin, r.end) into the contiguous batch
+ * buffer, so sgemm sees one dense matrix. */
+static void trainer_gather(tt_trainer_t *t, tt_range_t r) {
+    size_t k = 0;
+    for (uint64_t pos = r.begin; pos < r.end; pos++, k++) {
+        uint32_t id = tt_sampler_index(t->sampler, pos);
+        memcpy(t->xbuf + k * t->in_dim, t->train->images + (size_t)id * t->in_dim,
+               t->in_dim * sizeof(float));
+        t->ybuf[k] = t->train->labels[id];
+    }
+}
+
+static void trainer_update(tt_trainer_t *t, double global_count) {
+    float *p = tt_mlp_params(t->mlp);
+    const float *g = tt_mlp_grads(t->mlp);
+    size_t n = tt_mlp_param_count(t->mlp);
+    float lr = (float)tt_lr_at(&t->o.sched, t->global_step);
+    float scale = (float)(1.0 / global_count);
+    if (t->o.opt == TT_OPT_ADAMW)
+        tt_optim_adamw_step(p, g, t->s1, t->s2, n, lr, scale, t->global_step + 1, &t->o.adamw);
+    else
+        tt_optim_sgd_step(p, g, t->s1, n, lr, scale, &t->o.sgd);
+}
+
+/* Forward+backward over this rank's slice, micro-batch by micro-batch. */
+static int trainer_compute(tt_trainer_t *t, tt_range_t slice, double *loss) {
+    uint64_t nm = tt_sampler_micro_count(slice, t->micro);
+    memset(tt_mlp_grads(t->mlp), 0, tt_mlp_param_count(t->mlp) * sizeof(float));
+    *loss = 0.0;
+    for (uint64_t i = 0; i < nm; i++) {
+        tt_range_t mb = tt_sampler_micro(slice, t->micro, i);
+        trainer_gather(t, mb);
+        double ls = 0.0;
+        int rc = tt_mlp_train_batch(t->mlp, t->xbuf, t->ybuf, mb.end - mb.begin, t->coll.grad_ready,
+                                    t->coll.ctx, &ls, NULL);
+        if (rc < 0)
+            return rc;
+        *loss += ls;
+    }
+    return TT_OK;
+}
+
+int tt_trainer_step(tt_trainer_t *t, double *loss) {
+    uint64_t steps = tt_sampler_steps(t->sampler);
+    if (t->step_in_epoch >= steps)
+        return TT_ECLOSED;
+    int rank, world;
+    uint64_t gen;
+    int rc = t->coll.membership(t->coll.ctx, &rank, &world, &gen);
+    if (rc < 0)
+        return rc;
+    tt_range_t slice = tt_sampler_slice(t->n_train, t->o.batch, t->step_in_epoch, rank, world);
+    double local = (double)(slice.end - slice.begin), global = 0.0, ls = 0.0;
+    uint64_t t0 = tt_clock_mono_ns();
+    if (local > 0 && (rc = trainer_compute(t, slice, &ls)) < 0)
+        return rc;
+    if (local == 0)
+        memset(tt_mlp_grads(t->mlp), 0, tt_mlp_param_count(t->mlp) * sizeof(float));
+    uint64_t t1 = tt_clock_mono_ns();
+    rc = t->coll.finish(t->coll.ctx, tt_mlp_grads(t->mlp), tt_mlp_param_count(t->mlp), local,
+                        &global);
+    uint64_t t2 = tt_clock_mono_ns();
+    if (rc < 0)
+        return rc;
+    if (global <= 0.0) {
+        TT_ERROR("train", "step %llu: global example count %.0f",
+                 (unsigned long long)t->global_step, global);
+        return TT_EINTERNAL;
+    }
+    trainer_update(t, global);
+    t->compute_s += (double)(t1 - t0 + tt_clock_mono_ns() - t2) * 1e-9;
+    t->comm_s += (double)(t2 - t1) * 1e-9;
+    t->loss_sum += ls;
+    t->count += local;
+    t->examples += global;
+    t->step_in_epoch++;
+    t->global_step++;
+    if (loss)
+        *loss = local > 0 ? ls / local : 0.0;
+    return TT_OK;
+}
+
+int tt_trainer_evaluate(tt_trainer_t *t, double *loss, double *accuracy) {
+    int rank, world;
+    uint64_t gen;
+    int rc = t->coll.membership(t->coll.ctx, &rank, &world, &gen);
+    if (rc < 0)
+        return rc;
+    size_t n = t->test->count;
+    size_t lo = n * (size_t)rank / (size_t)world;
+    size_t hi = n * (size_t)(rank + 1) / (size_t)world;
+    double v[3] = {0.0, 0.0, (double)(hi - lo)};
+    size_t correct = 0;
+    if (hi > lo) {
+        rc = tt_mlp_evaluate(t->mlp, t->test->images + lo * t->in_dim, t->test->labels + lo,
+                             hi - lo, &v[0], &correct);
+        if (rc < 0)
+            return rc;
+    }
+    v[1] = (double)correct;
+    if ((rc = t->coll.reduce_sum(t->coll.ctx, v, 3)) < 0)
+        return rc;
+    *loss = v[2] > 0 ? v[0] / v[2] : 0.0;
+    *accuracy = v[2] > 0 ? v[1] / v[2] : 0.0;
+    return TT_OK;
+}
+
+static void trainer_report(tt_trainer_t *t, double loss, uint64_t t0, tt_trainer_step_fn cb,
+                           void *cbctx) {
+    tt_step_report_t r = {.epoch = t->epoch,
+                          .epochs = t->o.epochs,
+                          .step = t->step_in_epoch,
+                          .steps = tt_sampler_steps(t->sampler),
+                          .global_step = t->global_step,
+                          .loss = loss};
+    r.lr = tt_lr_at(&t->o.sched, t->global_step ? t->global_step - 1 : 0);
+    r.elapsed_s = (double)(tt_clock_mono_ns() - t0) * 1e-9;
+    r.examples_per_s = r.elapsed_s > 0 ? t->examples / r.elapsed_s : 0.0;
+    double busy = t->compute_s + t->comm_s;
+    r.comm_share = busy > 0 ? t->comm_s / busy : 0.0;
+    r.eta_s = r.elapsed_s / (double)r.step * (double)(r.steps - r.step);
+    cb(cbctx, &r);
+}
+
+static int trainer_epoch_end(tt_trainer_t *t, double wall_s, tt_epoch_stats_t *st) {
+    double v[2] = {t->loss_sum, t->count};
+    int rc = t->coll.reduce_sum(t->coll.ctx, v, 2);
+    if (rc < 0)
+        return rc;
+    int rank;
+    rc = t->coll.membership(t->coll.ctx, &rank, &st->world_size, &st->generation);
+    if (rc < 0)
+        return rc;
+    st->epoch = t->epoch + 1;
+    st->step = t->global_step;
+    st->train_loss = v[1] > 0 ? v[0] / v[1] : 0.0;
+    st->wall_s = wall_s;
+    st->examples_per_s = wall_s > 0 ? t->examples / wall_s : 0.0;
+    st->compute_s = t->compute_s;
+    st->comm_exposed_s = t->comm_s;
+    uint64_t e0 = tt_clock_mono_ns();
+    rc = tt_trainer_evaluate(t, &st->test_loss, &st->test_accuracy);
+    st->eval_s = (double)(tt_clock_mono_ns() - e0) * 1e-9;
+    return rc;
+}
+
+int tt_trainer_run_epoch(tt_trainer_t *t, tt_trainer_step_fn cb, void *cbctx,
+                         tt_epoch_stats_t *stats) {
+    tt_sampler_set_epoch(t->sampler, t->epoch);
+    t->step_in_epoch = 0;
+    t->loss_sum = t->count = t->compute_s = t->comm_s = t->examples = 0.0;
+    uint64_t t0 = tt_clock_mono_ns();
+    uint64_t steps = tt_sampler_steps(t->sampler);
+    while (t->step_in_epoch < steps) {
+        double loss = 0.0;
+        int rc = tt_trainer_step(t, &loss);
+        if (rc < 0)
+            return rc;
+        if (cb != NULL)
+            trainer_report(t, loss, t0, cb, cbctx);
+    }
+    double wall = (double)(tt_clock_mono_ns() - t0) * 1e-9;
+    memset(stats, 0, sizeof(*stats));
+    int rc = trainer_epoch_end(t, wall, stats);
+    t->epoch++;
+    return rc;
+}
+
+tt_mlp_t *tt_trainer_model(tt_trainer_t *t) {
+    return t->mlp;
+}
+
+uint64_t tt_trainer_steps_per_epoch(const tt_trainer_t *t) {
+    return tt_sampler_steps(t->sampler);
+}
+
+uint64_t tt_trainer_global_step(const tt_trainer_t *t) {
+    return t->global_step;
+}

@@ -1,0 +1,122 @@
+/* tt_trainer: the synchronous data-parallel training loop of tether-train.
+ * It owns the model, the optimizer state, the sampler position and the step
+ * scratch (gathered batch rows), and drives one global step at a time:
+ * zero gradients, forward+backward over this rank's micro-batches (gradient
+ * SUMS), hand sums and the example count to the collective, then update with
+ * sum / global count. It does not own the datasets (borrowed), the
+ * collective (an interface the caller supplies) or any output: progress goes
+ * to a caller callback, so the library never prints.
+ *
+ * Threads: a trainer is driven by one thread. */
+#ifndef TT_TRAINER_H
+#define TT_TRAINER_H
+
+#include "tt_idx.h"
+#include "tt_mlp.h"
+#include "tt_optim.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The narrow interface through which gradients leave the rank. Any function
+ * may return a negative tt_status to abort the step (the trainer returns it
+ * unchanged and has not updated the parameters). */
+typedef struct {
+    void *ctx;
+    const char *name; /* for messages ("local", "ring", ...) */
+    /* Called at the start of every step: the membership the step runs in.
+     * World may change between steps; slicing follows it. */
+    int (*membership)(void *ctx, int *rank, int *world, uint64_t *generation);
+    /* May be NULL. Tensor `tensor` of the flat gradient buffer (tt_mlp
+     * layout) is final for this rank's current micro-batch; the last
+     * micro-batch's calls mean final for the step. */
+    int (*grad_ready)(void *ctx, int tensor);
+    /* Replace grads[0..n) by the sum over ranks and set *global_count to
+     * the summed example count. Blocking. */
+    int (*finish)(void *ctx, float *grads, size_t n, double local_count, double *global_count);
+    /* Sum n doubles over ranks in place (loss sums, correct counts). */
+    int (*reduce_sum)(void *ctx, double *vals, size_t n);
+} tt_train_coll_t;
+
+/* Fills *coll with the single-process backend (rank 0 of 1, generation 0,
+ * sums are the local values). ctx is unused (NULL). */
+void tt_train_coll_local(tt_train_coll_t *coll);
+
+typedef enum { TT_OPT_SGD = 0, TT_OPT_ADAMW = 1 } tt_opt_kind_t;
+
+typedef struct {
+    int nlayers;
+    int dims[TT_MLP_MAX_LAYERS + 1];
+    uint64_t epochs;
+    uint64_t batch;       /* global batch */
+    uint64_t micro;       /* max rows per forward/backward; 0 = batch */
+    uint64_t seed;        /* init and sampler */
+    uint64_t train_limit; /* 0 = all training examples */
+    tt_opt_kind_t opt;
+    tt_optim_sgd_hp_t sgd;
+    tt_optim_adamw_hp_t adamw;
+    tt_lr_sched_t sched; /* total_steps is filled in by the trainer */
+} tt_trainer_opts_t;
+
+/* Progress of one finished step, for display. */
+typedef struct {
+    uint64_t epoch, epochs; /* 0-based epoch, total */
+    uint64_t step, steps;   /* 1-based step within the epoch, total */
+    uint64_t global_step;   /* steps done since the start */
+    double loss;            /* this rank's mean loss of the step */
+    double lr;
+    double elapsed_s;      /* since the epoch started */
+    double examples_per_s; /* global examples / elapsed, this epoch */
+    double comm_share;     /* share of step time waiting in finish() */
+    double eta_s;          /* rest of the epoch at the current rate */
+} tt_step_report_t;
+
+typedef struct {
+    uint64_t epoch;    /* 1-based */
+    uint64_t step;     /* global steps done */
+    double train_loss; /* mean over the epoch's examples, all ranks */
+    double test_loss, test_accuracy;
+    double examples_per_s; /* global training examples / epoch wall time */
+    double compute_s;      /* forward, backward, gather, update */
+    double comm_exposed_s; /* time blocked in finish() */
+    double wall_s;         /* training part of the epoch */
+    double eval_s;
+    int world_size;
+    uint64_t generation;
+} tt_epoch_stats_t;
+
+typedef void (*tt_trainer_step_fn)(void *ctx, const tt_step_report_t *r);
+
+typedef struct tt_trainer tt_trainer_t;
+
+/* Builds the model (initialised from opts->seed), optimizer state and
+ * sampler. train/test and coll are borrowed and must outlive the trainer.
+ * Returns 0, TT_EINVAL (message in err: layer sizes that do not fit the
+ * data, zero batch, ...), TT_ENOMEM. */
+int tt_trainer_create(tt_trainer_t **out, const tt_trainer_opts_t *opts, const tt_idx_set_t *train,
+                      const tt_idx_set_t *test, const tt_train_coll_t *coll, char *err,
+                      size_t errlen);
+
+/* Accepts NULL; sets *t = NULL. */
+void tt_trainer_destroy(tt_trainer_t **t);
+
+/* Runs the next epoch (all its steps, then the evaluation) and fills
+ * *stats. `cb` (may be NULL) is called after each step. Returns 0, or the
+ * collective's / model's negative status (the failed step is not applied). */
+int tt_trainer_run_epoch(tt_trainer_t *t, tt_trainer_step_fn cb, void *cbctx,
+                         tt_epoch_stats_t *stats);
+
+/* Runs one global step of the current epoch; *loss (may be NULL) is this
+ * rank's mean loss. Returns 0, a negative status, or TT_ECLOSED when the
+ * epoch has no steps left. */
+int tt_trainer_step(tt_trainer_t *t, double *loss);
+
+/* Evaluates this rank's shard of the test set and reduces over ranks. */
+int tt_trainer_evaluate(tt_trainer_t *t, double *loss, double *accuracy);
+
+/* Borrowed views for callers and tests. */
+tt_mlp_t *tt_trainer_model(tt_trainer_t *t);
+uint64_t tt_trainer_steps_per_epoch(const tt_trainer_t *t);
+uint64_t tt_trainer_global_step(const tt_trainer_t *t);
+
+#endif
