@@ -1,0 +1,341 @@
+/* ring_check: integration test of the ring collectives with real processes
+ * over loopback TCP. The parent picks free ports, forks one child per rank
+ * and checks exit codes; each child builds a tt_ring and verifies its own
+ * results against a reference it recomputes from every rank's seed.
+ * Scenarios: correctness for W = 1..4 (sizes 1, W-1, 1000003, and 64 MiB of
+ * float32; sum exact for int64 and float64, 1e-6 relative for float32;
+ * min/max; broadcast; barrier), a desync (one rank broadcasts while the
+ * others all-reduce: every rank fails with TT_EDESYNC in < 5 s naming both),
+ * a SIGSTOPped rank (the others time out naming it) and a SIGKILLed rank
+ * (the others fail fast), and a rank on an older generation (its messages
+ * are dropped, never mixed in). Usage: ring_check [all|sum|desync|stale|stop|kill]. */
+#include "tt_clock.h"
+#include "tt_log.h"
+#include "tt_ring.h"
+#include "tt_rng.h"
+#include "tt_status.h"
+
+#include <arpa/inet.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MAXW    8
+#define BIG_F32 ((size_t)16 << 20) /* 64 MiB of float32 */
+
+typedef struct world {
+    int w, deadline_ms;
+    char eps[MAXW][64];
+    const char *ep[MAXW];
+    int notify[2]; /* child -> parent: "ready to be stopped/killed" */
+} world_t;
+
+typedef int (*scenario_fn)(tt_ring_t *r, int rank, const world_t *wd);
+
+static int pick_ports(world_t *wd) {
+    int fds[MAXW];
+    for (int i = 0; i < wd->w; i++) {
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t len = sizeof(a);
+        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        if (fds[i] < 0 || bind(fds[i], (struct sockaddr *)&a, sizeof(a)) != 0 ||
+            getsockname(fds[i], (struct sockaddr *)&a, &len) != 0)
+            return -1;
+        snprintf(wd->eps[i], sizeof(wd->eps[i]), "tcp://127.0.0.1:%d", ntohs(a.sin_port));
+        wd->ep[i] = wd->eps[i];
+    }
+    for (int i = 0; i < wd->w; i++)
+        close(fds[i]);
+    return 0;
+}
+
+#define FAIL(...)                                                                                  \
+    do {                                                                                           \
+        fprintf(stderr, "ring_check rank %d: ", rank);                                             \
+        fprintf(stderr, __VA_ARGS__);                                                              \
+        fprintf(stderr, "\n");                                                                     \
+        return 1;                                                                                  \
+    } while (0)
+
+/* Element i of rank r's data: a pure function of (seed, r, i). */
+static uint64_t draw(int r, size_t i, uint64_t salt) {
+    uint64_t s = tt_rng_derive(salt * 1000003u + (uint64_t)r, i);
+    return tt_rng_next(&s);
+}
+static float f32_of(int r, size_t i) {
+    return 0.5f + (float)(draw(r, i, 1) >> 40) / 16777216.0f;
+}
+/* multiples of 2^-20 below 2^12: every partial sum is exact in any order */
+static double f64_of(int r, size_t i) {
+    return (double)(draw(r, i, 2) >> 32) / 1048576.0;
+}
+static int64_t i64_of(int r, size_t i) {
+    return (int64_t)draw(r, i, 3);
+}
+
+static int check_f32(tt_ring_t *r, int rank, int w, size_t n) {
+    float *buf = malloc((n ? n : 1) * sizeof(float));
+    if (buf == NULL)
+        FAIL("out of memory");
+    for (size_t i = 0; i < n; i++)
+        buf[i] = f32_of(rank, i);
+    int rc = tt_ring_allreduce(r, buf, n, TT_DT_FLOAT32, TT_RED_SUM);
+    size_t bad = n;
+    for (size_t i = 0; rc == 0 && i < n && bad == n; i++) {
+        double ref = 0;
+        for (int q = 0; q < w; q++)
+            ref += f32_of(q, i);
+        if (fabs(buf[i] - ref) > 1e-6 * ref)
+            bad = i;
+    }
+    free(buf);
+    if (rc != 0)
+        FAIL("f32 sum n=%zu: %s: %s", n, tt_status_name(rc), tt_ring_last_error(r));
+    if (bad != n)
+        FAIL("f32 sum n=%zu wrong at %zu", n, bad);
+    return 0;
+}
+
+static int check_exact(tt_ring_t *r, int rank, int w, size_t n, tt_dtype_t dt, tt_redop_t op) {
+    int64_t *buf = malloc((n ? n : 1) * 8);
+    if (buf == NULL)
+        FAIL("out of memory");
+    for (size_t i = 0; i < n; i++) {
+        double d = f64_of(rank, i);
+        if (dt == TT_DT_INT64)
+            buf[i] = i64_of(rank, i);
+        else
+            memcpy(&buf[i], &d, 8);
+    }
+    int rc = tt_ring_allreduce(r, buf, n, dt, op);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        int64_t ri = i64_of(0, i);
+        double rd = f64_of(0, i), got;
+        for (int q = 1; q < w; q++) {
+            int64_t vi = i64_of(q, i);
+            double vd = f64_of(q, i);
+            ri = op == TT_RED_SUM   ? (int64_t)((uint64_t)ri + (uint64_t)vi)
+                 : op == TT_RED_MIN ? (vi < ri ? vi : ri)
+                                    : (vi > ri ? vi : ri);
+            rd = op == TT_RED_SUM ? rd + vd : op == TT_RED_MIN ? fmin(rd, vd) : fmax(rd, vd);
+        }
+        memcpy(&got, &buf[i], 8);
+        if (dt == TT_DT_INT64 ? buf[i] != ri : got != rd) {
+            free(buf);
+            FAIL("%s op %d n=%zu wrong at %zu", dt == TT_DT_INT64 ? "i64" : "f64", op, n, i);
+        }
+    }
+    free(buf);
+    if (rc != 0)
+        FAIL("exact dt %d op %d n=%zu: %s: %s", dt, op, n, tt_status_name(rc),
+             tt_ring_last_error(r));
+    return 0;
+}
+
+static int check_bcast(tt_ring_t *r, int rank, int w, size_t n) {
+    int root = w - 1;
+    int64_t *buf = malloc((n ? n : 1) * 8);
+    if (buf == NULL)
+        FAIL("out of memory");
+    for (size_t i = 0; i < n; i++)
+        buf[i] = i64_of(rank, i);
+    int rc = tt_ring_broadcast(r, buf, n, TT_DT_INT64, root);
+    size_t bad = n;
+    for (size_t i = 0; rc == 0 && i < n && bad == n; i++)
+        if (buf[i] != i64_of(root, i))
+            bad = i;
+    free(buf);
+    if (rc != 0)
+        FAIL("bcast n=%zu: %s: %s", n, tt_status_name(rc), tt_ring_last_error(r));
+    if (bad != n)
+        FAIL("bcast n=%zu wrong at %zu", n, bad);
+    return 0;
+}
+
+/* Rank 0 arrives 300 ms late: nobody may leave the barrier before that. */
+static int check_barrier(tt_ring_t *r, int rank, int w) {
+    if (w == 1)
+        return tt_ring_barrier(r) == 0 ? 0 : 1;
+    if (tt_ring_barrier(r) != 0)
+        FAIL("barrier: %s", tt_ring_last_error(r));
+    uint64_t t0 = tt_clock_mono_ms();
+    if (rank == 0)
+        usleep(300 * 1000);
+    if (tt_ring_barrier(r) != 0)
+        FAIL("barrier: %s", tt_ring_last_error(r));
+    if (tt_clock_mono_ms() - t0 < 250)
+        FAIL("left the barrier after %llu ms, before rank 0 entered",
+             (unsigned long long)(tt_clock_mono_ms() - t0));
+    return 0;
+}
+
+static int scen_sum(tt_ring_t *r, int rank, const world_t *wd) {
+    int w = wd->w;
+    size_t sizes[] = {1, (size_t)(w - 1), 1000003};
+    static const tt_redop_t ops[] = {TT_RED_SUM, TT_RED_MIN, TT_RED_MAX};
+    for (size_t k = 0; k < 3; k++) {
+        if (check_f32(r, rank, w, sizes[k]) || check_exact(r, rank, w, sizes[k], TT_DT_INT64, 1) ||
+            check_exact(r, rank, w, sizes[k], TT_DT_FLOAT64, TT_RED_SUM))
+            return 1;
+    }
+    for (size_t k = 1; k < 3; k++)
+        if (check_exact(r, rank, w, 100003, TT_DT_INT64, ops[k]) ||
+            check_exact(r, rank, w, 100003, TT_DT_FLOAT64, ops[k]))
+            return 1;
+    if (check_bcast(r, rank, w, 1) || check_bcast(r, rank, w, 1000003) ||
+        check_bcast(r, rank, w, 0) || check_barrier(r, rank, w))
+        return 1;
+    return check_f32(r, rank, w, BIG_F32);
+}
+
+static int scen_desync(tt_ring_t *r, int rank, const world_t *wd) {
+    static float buf[269322];
+    uint64_t t0 = tt_clock_mono_ms();
+    int rc = rank == 1 ? tt_ring_broadcast(r, buf, 269322, TT_DT_FLOAT32, 0)
+                       : tt_ring_allreduce(r, buf, 269322, TT_DT_FLOAT32, TT_RED_SUM);
+    uint64_t took = tt_clock_mono_ms() - t0;
+    const char *e = tt_ring_last_error(r);
+    if (rc != TT_EDESYNC)
+        FAIL("desync: got %s (%s)", tt_status_name(rc), e);
+    if (took > 5000)
+        FAIL("desync took %llu ms", (unsigned long long)took);
+    if (strstr(e, "rank 0 sent allreduce #1 (float32 x 269322) but rank 1 expected "
+                  "broadcast #1 (float32 x 269322, root 0)") == NULL)
+        FAIL("desync text: %s", e);
+    if (tt_ring_allreduce(r, buf, 1, TT_DT_FLOAT32, TT_RED_SUM) != TT_EDESYNC)
+        FAIL("ring not poisoned after desync");
+    return 0;
+}
+
+/* The victim tells the parent it is ready and then idles: the parent stops
+ * or kills it while the others are inside an all-reduce. */
+static int victim_or_check(tt_ring_t *r, int rank, const world_t *wd, int want, int max_ms) {
+    static float buf[300000];
+    if (tt_ring_barrier(r) != 0)
+        FAIL("warm-up barrier: %s", tt_ring_last_error(r));
+    if (rank == wd->w - 1) {
+        /* our last barrier frame may still sit in the I/O thread's batch:
+         * let it reach rank 0 before the parent stops or kills us */
+        usleep(300 * 1000);
+        if (write(wd->notify[1], "x", 1) != 1)
+            FAIL("notify");
+        for (;;)
+            pause();
+    }
+    uint64_t t0 = tt_clock_mono_ms();
+    int rc = tt_ring_allreduce(r, buf, 300000, TT_DT_FLOAT32, TT_RED_SUM);
+    uint64_t took = tt_clock_mono_ms() - t0;
+    if (rc == 0 || (want != 0 && rc != want))
+        FAIL("got %s (%s), want %s", tt_status_name(rc), tt_ring_last_error(r),
+             tt_status_name(want));
+    if ((int)took > max_ms)
+        FAIL("failing took %llu ms", (unsigned long long)took);
+    if (want == TT_ETIMEDOUT && tt_ring_suspect(r) != wd->w - 1)
+        FAIL("suspect %d, not rank %d: %s", tt_ring_suspect(r), wd->w - 1, tt_ring_last_error(r));
+    fprintf(stderr, "ring_check rank %d: failed as expected after %llu ms: %s\n", rank,
+            (unsigned long long)took, tt_ring_last_error(r));
+    return 0;
+}
+
+static int scen_stop(tt_ring_t *r, int rank, const world_t *wd) {
+    return victim_or_check(r, rank, wd, TT_ETIMEDOUT, wd->deadline_ms + 2000);
+}
+
+static int scen_kill(tt_ring_t *r, int rank, const world_t *wd) {
+    return victim_or_check(r, rank, wd, 0, 5000);
+}
+
+/* Rank 0 is still on generation 8 while rank 1 runs generation 7: rank 1
+ * must drop (and count) what rank 0 sends instead of using it, and both
+ * time out rather than mixing generations. */
+static int scen_stale(tt_ring_t *r, int rank, const world_t *wd) {
+    float buf[4] = {1, 2, 3, 4};
+    int rc = tt_ring_allreduce(r, buf, 4, TT_DT_FLOAT32, TT_RED_SUM);
+    if (rc != TT_ETIMEDOUT)
+        FAIL("stale: got %s (%s)", tt_status_name(rc), tt_ring_last_error(r));
+    if (rank == 1 && tt_ring_dropped_stale(r) == 0)
+        FAIL("stale: rank 0's generation-8 messages were not dropped");
+    if (buf[0] != 1 && rank == 1)
+        FAIL("stale: a stale message changed the buffer");
+    return 0;
+}
+
+static int child(int rank, const world_t *wd, scenario_fn fn) {
+    uint64_t gen = fn == scen_stale && rank == 0 ? 8 : 7;
+    tt_ring_opts_t o = {.rank = rank,
+                        .world = wd->w,
+                        .generation = gen,
+                        .endpoints = wd->ep,
+                        .deadline_ms = wd->deadline_ms};
+    tt_ring_t *r = NULL;
+    char err[256] = "";
+    if (tt_ring_create(&r, &o, err, sizeof(err)) != 0) {
+        fprintf(stderr, "ring_check rank %d: create: %s\n", rank, err);
+        return 1;
+    }
+    int bad = fn(r, rank, wd);
+    tt_ring_destroy(&r);
+    return bad;
+}
+
+/* Runs one world; victim_sig (SIGSTOP/SIGKILL) is sent to the last rank
+ * once it reports ready. Returns the number of ranks that failed. */
+static int run_world(int w, int deadline_ms, scenario_fn fn, int victim_sig, const char *name) {
+    world_t wd = {.w = w, .deadline_ms = deadline_ms};
+    pid_t pids[MAXW];
+    int bad = 0, status;
+    uint64_t t0 = tt_clock_mono_ms();
+    if (pick_ports(&wd) != 0 || pipe(wd.notify) != 0)
+        return w;
+    fflush(NULL);
+    for (int i = 0; i < w; i++) {
+        pids[i] = fork();
+        if (pids[i] == 0)
+            exit(child(i, &wd, fn)); /* exit, not _exit: LeakSanitizer runs at exit */
+    }
+    if (victim_sig != 0) {
+        char c;
+        if (read(wd.notify[0], &c, 1) == 1)
+            kill(pids[w - 1], victim_sig);
+    }
+    for (int i = 0; i < w; i++) {
+        if (victim_sig != 0 && i == w - 1) {
+            kill(pids[i], SIGKILL);
+            waitpid(pids[i], &status, 0);
+            continue;
+        }
+        waitpid(pids[i], &status, 0);
+        bad += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    close(wd.notify[0]);
+    close(wd.notify[1]);
+    printf("%-8s W=%d: %s (%llu ms)\n", name, w, bad ? "FAILED" : "ok",
+           (unsigned long long)(tt_clock_mono_ms() - t0));
+    fflush(stdout);
+    return bad;
+}
+
+int main(int argc, char **argv) {
+    const char *which = argc > 1 ? argv[1] : "all";
+    int all = strcmp(which, "all") == 0, bad = 0;
+    tt_log_init_from_env();
+    alarm(170); /* a hang must end the test, not CI */
+    for (int w = 1; w <= 4 && (all || !strcmp(which, "sum")); w++)
+        bad += run_world(w, 30000, scen_sum, 0, "sum");
+    for (int w = 2; w <= 4 && (all || !strcmp(which, "desync")); w++)
+        bad += run_world(w, 60000, scen_desync, 0, "desync");
+    if (all || !strcmp(which, "stale"))
+        bad += run_world(2, 1000, scen_stale, 0, "stale");
+    if (all || !strcmp(which, "stop"))
+        bad += run_world(3, 2000, scen_stop, SIGSTOP, "sigstop");
+    if (all || !strcmp(which, "kill"))
+        bad += run_world(3, 30000, scen_kill, SIGKILL, "sigkill");
+    printf("ring_check: %s\n", bad ? "FAILED" : "all ok");
+    return bad ? 1 : 0;
+}

@@ -1,0 +1,102 @@
+/* tt_ring: the ring collective backend's transport and algorithms for one
+ * generation: all-reduce (sum, min, max over float32, float64, int64) as a
+ * pipelined reduce-scatter + all-gather, broadcast from a root, and barrier,
+ * over ZeroMQ TCP between the ranks of that generation. It also carries the
+ * "never a silent hang" machinery: every message is tagged with (generation,
+ * seq, fingerprint); a mismatch fails every rank with TT_EDESYNC naming both
+ * sides; every wait has a deadline and names the rank not heard from; a peer
+ * that disconnects fails the collective with TT_EUNREACHABLE; every call is
+ * recorded in a flight recorder that is logged on failure.
+ * It does not know about membership, the coordinator or the step API: the
+ * library creates one ring per generation, destroys it when the generation
+ * ends, and reports tt_ring_suspect() to the coordinator.
+ * Thread safety: a ring's collectives must be called by one thread at a
+ * time (ZeroMQ sockets are single-threaded); that may be a thread other
+ * than the creator's (e.g. the library's communication thread) as long as
+ * the hand-over is synchronised (a mutex or thread start). tt_ring_dump,
+ * tt_ring_last_error and tt_ring_suspect may be called from any thread but
+ * the last two return values that change only inside a collective. */
+#ifndef TT_RING_H
+#define TT_RING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tt_collseq.h"
+
+typedef struct tt_ring tt_ring_t;
+
+#define TT_RING_DEADLINE_DEFAULT_MS 60000
+
+typedef struct tt_ring_opts {
+    int rank;  /* 0 <= rank < world */
+    int world; /* >= 1 */
+    uint64_t generation;
+    /* world entries, "tcp://127.0.0.1:PORT": where each rank can be reached.
+     * Borrowed; only read during create. May be NULL when world == 1. */
+    const char *const *endpoints;
+    /* what this rank binds (e.g. "tcp://0.0.0.0:7800"); NULL: endpoints[rank] */
+    const char *bind_endpoint;
+    int deadline_ms;        /* per collective; 0: 60000 */
+    size_t segment_bytes;   /* pipelining unit, must match on all ranks; 0: 1 MiB */
+    size_t flight_capacity; /* records kept; 0: 256 */
+    int io_threads;         /* ZeroMQ I/O threads of the ring's context; 0: 1 */
+} tt_ring_opts_t;
+
+/* Binds this rank's endpoint and connects to the right neighbour (it does
+ * not wait for peers: the first collective does, under its deadline).
+ * Returns 0 with *out owned by the caller (tt_ring_destroy), TT_EINVAL for
+ * bad options, TT_ESYS when the endpoint cannot be bound (address in use),
+ * TT_ENOMEM. `err` (may be NULL) gets a sentence. */
+int tt_ring_create(tt_ring_t **out, const tt_ring_opts_t *opts, char *err, size_t errlen);
+
+/* Closes the sockets and frees the ring. It waits up to 2 s (0.5 s after a
+ * failure) for frames still queued to the right neighbour, then drops them.
+ * Accepts NULL and *r == NULL; sets *r = NULL. Not concurrently with a
+ * collective. */
+void tt_ring_destroy(tt_ring_t **r);
+
+/* In-place all-reduce of `count` elements of `dtype` at `buf` (aligned to
+ * the element size) with `op` (TT_RED_SUM, MIN or MAX). When it returns,
+ * the ring holds no reference to `buf`. Returns 0, or:
+ *   TT_EINVAL     bad arguments (nothing was sent; the ring stays usable)
+ *   TT_EDESYNC    ranks disagree on seq/operation (text names both sides)
+ *   TT_ETIMEDOUT  the deadline passed (text and tt_ring_suspect name the
+ *                 rank not heard from)
+ *   TT_EUNREACHABLE a neighbour disconnected
+ *   TT_EPROTO/TT_ESIZE a malformed message from a peer
+ * Any error except TT_EINVAL poisons the ring: every later call returns the
+ * same status and text; the library must build a new generation. The
+ * contents of `buf` are unspecified after an error. */
+int tt_ring_allreduce(tt_ring_t *r, void *buf, size_t count, tt_dtype_t dtype, tt_redop_t op);
+
+/* Copies `count` elements from `root`'s buf into every rank's buf. Same
+ * return codes as tt_ring_allreduce. */
+int tt_ring_broadcast(tt_ring_t *r, void *buf, size_t count, tt_dtype_t dtype, int root);
+
+/* Returns on any rank only after every rank has entered it. Same return
+ * codes. */
+int tt_ring_barrier(tt_ring_t *r);
+
+/* The training step named in timeout messages (-1: none, the default). */
+void tt_ring_set_step(tt_ring_t *r, int64_t step);
+
+/* Sticky status of a poisoned ring, 0 while healthy. */
+int tt_ring_status(const tt_ring_t *r);
+
+/* Sentence of the last failure ("" when none). Owned by the ring, valid
+ * until the next collective or destroy. */
+const char *tt_ring_last_error(const tt_ring_t *r);
+
+/* Rank the last failure blames (the silent or disconnected rank), -1 when
+ * none (e.g. a desync, where nobody is dead). */
+int tt_ring_suspect(const tt_ring_t *r);
+
+/* Messages of another generation that were received and dropped. */
+uint64_t tt_ring_dropped_stale(const tt_ring_t *r);
+
+/* Flight-recorder text (malloc'd, caller frees; NULL when out of memory).
+ * Any thread. */
+char *tt_ring_dump(tt_ring_t *r);
+
+#endif
