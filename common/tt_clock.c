@@ -9,7 +9,9 @@ uint64_t tt_clock_mono_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-uint64_t tt_clock_mono_ms(void) { return tt_clock_mono_ns() / 1000000ull; }
+uint64_t tt_clock_mono_ms(void) {
+    return tt_clock_mono_ns() / 1000000ull;
+}
 
 uint64_t tt_clock_wall_ms(void) {
     struct timespec ts;

@@ -47,7 +47,9 @@ int tt_log_parse_level(const char *s, tt_log_level_t *out) {
     return TT_EINVAL;
 }
 
-void tt_log_set_level(tt_log_level_t level) { atomic_store(&g_log.level, level); }
+void tt_log_set_level(tt_log_level_t level) {
+    atomic_store(&g_log.level, level);
+}
 
 int tt_log_set_subsys(const char *csv) {
     pthread_mutex_lock(&g_log.mu);
@@ -93,7 +95,9 @@ void tt_log_set_identity(const char *role, const char *id) {
     pthread_mutex_unlock(&g_log.mu);
 }
 
-void tt_log_set_generation(uint64_t gen) { atomic_store(&g_log.generation, gen); }
+void tt_log_set_generation(uint64_t gen) {
+    atomic_store(&g_log.generation, gen);
+}
 
 void tt_log_set_sink(tt_log_sink_fn fn, void *ctx) {
     pthread_mutex_lock(&g_log.mu);
@@ -148,8 +152,7 @@ static const char *base_name(const char *path) {
     return slash ? slash + 1 : path;
 }
 
-void tt_log_write(int level, const char *subsys, const char *file, int line,
-                  const char *fmt, ...) {
+void tt_log_write(int level, const char *subsys, const char *file, int line, const char *fmt, ...) {
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
@@ -169,8 +172,8 @@ void tt_log_write(int level, const char *subsys, const char *file, int line,
     pthread_mutex_lock(&g_log.mu);
     snprintf(out, sizeof(out), "%s.%03dZ %s %s[%s] gen=%llu %s %s:%d %s", ts,
              (int)(tv.tv_usec / 1000), level_names[level], g_log.role, g_log.id,
-             (unsigned long long)atomic_load(&g_log.generation),
-             subsys ? subsys : "-", base_name(file), line, msg);
+             (unsigned long long)atomic_load(&g_log.generation), subsys ? subsys : "-",
+             base_name(file), line, msg);
     if (g_log.sink != NULL) {
         g_log.sink(g_log.sink_ctx, level, out);
     } else {

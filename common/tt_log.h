@@ -40,18 +40,18 @@ int tt_log_set_file(const char *path);
 int tt_log_reopen(void);
 
 int tt_log_enabled(int level, const char *subsys);
-void tt_log_write(int level, const char *subsys, const char *file, int line,
-                  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+void tt_log_write(int level, const char *subsys, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 
-#define TT_LOG(level, subsys, ...)                                             \
-    do {                                                                       \
-        if (tt_log_enabled((level), (subsys)))                                 \
-            tt_log_write((level), (subsys), __FILE__, __LINE__, __VA_ARGS__);  \
+#define TT_LOG(level, subsys, ...)                                                                 \
+    do {                                                                                           \
+        if (tt_log_enabled((level), (subsys)))                                                     \
+            tt_log_write((level), (subsys), __FILE__, __LINE__, __VA_ARGS__);                      \
     } while (0)
 
 #define TT_ERROR(subsys, ...) TT_LOG(TT_LOG_ERROR, subsys, __VA_ARGS__)
-#define TT_WARN(subsys, ...) TT_LOG(TT_LOG_WARN, subsys, __VA_ARGS__)
-#define TT_INFO(subsys, ...) TT_LOG(TT_LOG_INFO, subsys, __VA_ARGS__)
+#define TT_WARN(subsys, ...)  TT_LOG(TT_LOG_WARN, subsys, __VA_ARGS__)
+#define TT_INFO(subsys, ...)  TT_LOG(TT_LOG_INFO, subsys, __VA_ARGS__)
 #define TT_DEBUG(subsys, ...) TT_LOG(TT_LOG_DEBUG, subsys, __VA_ARGS__)
 
 #endif

@@ -3,8 +3,8 @@
 
 const char *tt_strerror(int status) {
     switch (status) {
-#define TT_STATUS_MSG(name, val, msg)                                          \
-    case (val):                                                                \
+#define TT_STATUS_MSG(name, val, msg)                                                              \
+    case (val):                                                                                    \
         return (msg);
         TT_STATUS_MAP(TT_STATUS_MSG)
 #undef TT_STATUS_MSG
@@ -14,8 +14,8 @@ const char *tt_strerror(int status) {
 
 const char *tt_status_name(int status) {
     switch (status) {
-#define TT_STATUS_STR(name, val, msg)                                          \
-    case (val):                                                                \
+#define TT_STATUS_STR(name, val, msg)                                                              \
+    case (val):                                                                                    \
         return #name;
         TT_STATUS_MAP(TT_STATUS_STR)
 #undef TT_STATUS_STR

@@ -18,8 +18,8 @@
 
 #include "tether.pb-c.h"
 
-#define TT_WIRE_VERSION 1u
-#define TT_WIRE_MAX_ID 127u /* job ids, worker ids, sender ids */
+#define TT_WIRE_VERSION  1u
+#define TT_WIRE_MAX_ID   127u  /* job ids, worker ids, sender ids */
 #define TT_WIRE_MAX_TEXT 1024u /* reasons, error messages, endpoints */
 
 typedef Tether__Envelope tt_env_t;

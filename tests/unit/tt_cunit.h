@@ -31,6 +31,8 @@ static inline int tt_cunit_run(const char *suite_name, const tt_cunit_test_t *te
 }
 
 #define TT_CUNIT_MAIN(suite, table)                                                                \
-    int main(void) { return tt_cunit_run((suite), (table)); }
+    int main(void) {                                                                               \
+        return tt_cunit_run((suite), (table));                                                     \
+    }
 
 #endif
