@@ -1,0 +1,144 @@
+/* launch_env: environment blocks, executable lookup, free ports, rmtree. */
+#include "launch_env.h"
+#include "tt_status.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ftw.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static size_t key_len(const char *kv) {
+    const char *eq = strchr(kv, '=');
+    return eq ? (size_t)(eq - kv) : strlen(kv);
+}
+
+/* 1 when `kv` has the same KEY as some entry of sets[from..]. */
+static int overridden(const char *kv, const char *const *sets, size_t from, size_t nsets) {
+    size_t k = key_len(kv);
+    for (size_t i = from; i < nsets; i++) {
+        if (key_len(sets[i]) == k && strncmp(sets[i], kv, k) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+int tt_launch_env_build(char ***out, char *const *base, const char *const *sets, size_t nsets) {
+    size_t nbase = 0, used = 0;
+    *out = NULL;
+    for (size_t i = 0; i < nsets; i++) {
+        if (key_len(sets[i]) == 0)
+            return TT_EINVAL;
+    }
+    while (base != NULL && base[nbase] != NULL)
+        nbase++;
+    char **env = calloc(nbase + nsets + 1, sizeof(*env));
+    if (env == NULL)
+        return TT_ENOMEM;
+    for (size_t i = 0; i < nbase + nsets; i++) {
+        const char *kv = i < nbase ? base[i] : sets[i - nbase];
+        size_t from = i < nbase ? 0 : i - nbase + 1;
+        if (overridden(kv, sets, from, nsets) || strchr(kv, '=') == NULL)
+            continue; /* replaced later, or a bare KEY: removed */
+        if ((env[used++] = strdup(kv)) == NULL) {
+            tt_launch_env_free(&env);
+            return TT_ENOMEM;
+        }
+    }
+    *out = env;
+    return TT_OK;
+}
+
+void tt_launch_env_free(char ***env) {
+    if (env == NULL || *env == NULL)
+        return;
+    for (char **e = *env; *e != NULL; e++)
+        free(*e);
+    free(*env);
+    *env = NULL;
+}
+
+static int is_exe(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
+}
+
+static int try_dir(char *out, size_t n, const char *dir, size_t dlen, const char *name) {
+    if (dlen == 0) {
+        dir = ".";
+        dlen = 1;
+    }
+    int w = snprintf(out, n, "%.*s/%s", (int)dlen, dir, name);
+    return w > 0 && (size_t)w < n && is_exe(out);
+}
+
+int tt_launch_find_exe(char *out, size_t n, const char *name, const char *const *dirs, size_t ndirs,
+                       const char *path_env) {
+    if (strchr(name, '/') != NULL) {
+        if (strlen(name) >= n)
+            return TT_EINVAL;
+        snprintf(out, n, "%s", name);
+        return is_exe(out) ? TT_OK : TT_ENOTFOUND;
+    }
+    for (size_t i = 0; i < ndirs; i++) {
+        if (dirs[i] != NULL && try_dir(out, n, dirs[i], strlen(dirs[i]), name))
+            return TT_OK;
+    }
+    for (const char *p = path_env; p != NULL && *p != '\0';) {
+        const char *colon = strchr(p, ':');
+        size_t len = colon ? (size_t)(colon - p) : strlen(p);
+        if (try_dir(out, n, p, len, name))
+            return TT_OK;
+        p = colon ? colon + 1 : NULL;
+    }
+    return TT_ENOTFOUND;
+}
+
+void tt_launch_dirname(char *out, size_t n, const char *path) {
+    const char *slash = strrchr(path, '/');
+    if (slash == NULL)
+        snprintf(out, n, ".");
+    else if (slash == path)
+        snprintf(out, n, "/");
+    else
+        snprintf(out, n, "%.*s", (int)(slash - path), path);
+}
+
+int tt_launch_free_port(const char *host, int *port, char *err, size_t errlen) {
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    socklen_t len = sizeof(sa);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int rc = TT_ESYS;
+    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) {
+        snprintf(err, errlen, "host '%s' is not an IPv4 address", host);
+        errno = EINVAL;
+    } else if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+               getsockname(fd, (struct sockaddr *)&sa, &len) == 0) {
+        *port = ntohs(sa.sin_port);
+        rc = TT_OK;
+    } else {
+        snprintf(err, errlen, "cannot find a free port on %s: %s", host, strerror(errno));
+    }
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path) == 0 || errno == ENOENT ? 0 : -1;
+}
+
+int tt_launch_rmtree(const char *path) {
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return errno == ENOENT ? TT_OK : TT_EIO;
+    return nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS) == 0 ? TT_OK : TT_EIO;
+}
