@@ -1,0 +1,196 @@
+/* tt_client: libtether's membership client. It owns the DEALER to the
+ * coordinator, the background thread that heartbeats and receives pushed
+ * messages, and the state the application reads (generation, rank, world,
+ * members). It is split in three parts so that the logic can be tested
+ * without sockets or threads:
+ *   - options (tt_client_opts.c): defaults, environment parsing through an
+ *     injected lookup, validation, routing ids and incarnations; pure;
+ *   - the state machine (tt_client_sm.c): how each message from the
+ *     coordinator and each completed step moves the state; pure, time comes
+ *     in as now_ms;
+ *   - the client (tt_client.c): thread, socket, locking, blocking calls.
+ * It does not own collectives, the wire format (tt_wire) or sockets'
+ * options (tt_zmq); the public API (tether_api.c) is a thin layer over it.
+ *
+ * Threading: the background thread is the only one that touches the DEALER
+ * (ZeroMQ sockets are single-threaded). Application threads post requests
+ * into the mutex-protected state, wake the thread through a pipe that
+ * zmq_poll watches next to the DEALER, and wait on a condition variable for
+ * the outcome. A pipe is used instead of an inproc PAIR because it needs no
+ * second ZeroMQ socket per client and zmq_poll watches plain fds as well. */
+#ifndef TT_CLIENT_H
+#define TT_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tether/tether.h"
+#include "tt_wire.h"
+
+typedef tether_opts_t tt_client_opts_t;
+
+/* ---- options (pure) ---- */
+
+/* Returns the value of environment variable `name`, or NULL when unset. */
+typedef const char *(*tt_client_lookup_fn)(void *ctx, const char *name);
+
+/* Defaults; worker_id "<hostname>-<pid>" and host from gethostname(). */
+void tt_client_opts_default(tt_client_opts_t *o);
+
+/* Applies the TETHER_* variables (see tether_opts_from_env) read through
+ * `lookup`, then validates. TT_OK or TT_EINVAL with "TETHER_X='v': why" in
+ * `err` (may be NULL). Pure apart from the lookup. */
+int tt_client_opts_from_lookup(tt_client_opts_t *o, tt_client_lookup_fn lookup, void *ctx,
+                               char *err, size_t errlen);
+
+/* See tether_opts_validate. Pure. */
+int tt_client_opts_validate(const tt_client_opts_t *o, char *err, size_t errlen);
+
+/* "worker-<worker_id>.<incarnation>" (docs/protocol.md). TT_EINVAL when
+ * it does not fit `n` or the wire's id limit. */
+int tt_client_routing_id(char *out, size_t n, const char *worker_id, uint64_t incarnation);
+
+/* An incarnation that differs from `prev` and from any other process
+ * start: (wall_ms << 16 | pid & 0xffff), and at least prev + 1. */
+uint64_t tt_client_next_incarnation(uint64_t prev, uint64_t wall_ms, uint32_t pid);
+
+/* ---- state machine (pure, not thread safe: the caller locks) ---- */
+
+typedef enum {
+    TT_CLIENT_IDLE = 0,     /* not joined (yet, or after a failed join) */
+    TT_CLIENT_JOINING = 1,  /* join sent, waiting for a generation */
+    TT_CLIENT_MEMBER = 2,   /* member of `generation` */
+    TT_CLIENT_BOUNDARY = 3, /* at the regroup step, waiting (Boundary sent) */
+    TT_CLIENT_FENCED = 4,   /* declared dead: must join again */
+    TT_CLIENT_FAILED = 5,   /* job failed for good */
+    TT_CLIENT_CLOSED = 6,   /* left the job */
+} tt_client_state_t;
+
+/* The blocking request an application thread waits on; one at a time. */
+typedef enum {
+    TT_CLIENT_OP_NONE = 0,
+    TT_CLIENT_OP_JOIN,
+    TT_CLIENT_OP_BOUNDARY,
+    TT_CLIENT_OP_LEAVE,
+    TT_CLIENT_OP_REPORT,
+} tt_client_op_t;
+
+/* Event bits returned by tt_client_sm_on_message. */
+enum {
+    TT_CLIENT_EV_GENERATION = 1, /* a new generation was installed */
+    TT_CLIENT_EV_OP_DONE = 2,    /* the pending op has its outcome */
+    TT_CLIENT_EV_RESUMED = 4,    /* first reply after a silence */
+};
+
+/* tt_client_sm_step result besides tether status codes: the announced
+ * regroup step is reached; the caller begins TT_CLIENT_OP_BOUNDARY, sends
+ * Boundary and waits. */
+#define TT_CLIENT_STEP_BOUNDARY 2
+
+typedef struct tt_client_sm {
+    tt_client_state_t state;
+    uint32_t heartbeat_ms; /* for silence detection */
+    uint64_t generation;   /* 0: none */
+    int32_t rank;          /* -1: none */
+    uint32_t world_size;
+    int64_t resume_step;
+    tether_member_t *members; /* nmembers entries by rank, owned: all of
+                               * them up to 256 ranks, else this rank and
+                               * its ring neighbours (docs/protocol.md) */
+    uint32_t nmembers;
+    int64_t completed_step;     /* -1: none */
+    int64_t regroup_after_step; /* -1: none announced */
+    uint64_t app_generation;    /* last generation handed to the app */
+    uint64_t polled_generation; /* last generation tether_poll_generation saw */
+    tt_client_op_t op;
+    uint64_t op_rid;
+    int op_done;
+    int op_rc;
+    uint64_t last_reply_ms; /* 0: none yet */
+    uint64_t silence_ms;    /* gap before the last RESUMED event */
+    char last_error[512];
+} tt_client_sm_t;
+
+void tt_client_sm_init(tt_client_sm_t *sm, uint32_t heartbeat_ms);
+void tt_client_sm_release(tt_client_sm_t *sm);
+
+/* Starts blocking op `op` with request id `rid`: JOIN forgets the old
+ * generation and moves to JOINING,
+ * BOUNDARY to BOUNDARY. TT_EBUSY when another op is pending. */
+int tt_client_sm_begin(tt_client_sm_t *sm, tt_client_op_t op, uint64_t rid);
+
+/* Ends the pending op (the waiter got its answer or gave up) and returns
+ * its outcome; on `timed_out` the outcome is TT_ETIMEDOUT and a JOIN falls
+ * back to IDLE, a BOUNDARY to MEMBER. */
+int tt_client_sm_finish(tt_client_sm_t *sm, int timed_out);
+
+/* Applies one decoded message from the coordinator at `now_ms`. Returns
+ * the TT_CLIENT_EV_* bits (0: nothing the caller must act on) or TT_ENOMEM
+ * (state unchanged). Messages that do not fit the state are ignored. */
+int tt_client_sm_on_message(tt_client_sm_t *sm, const tt_env_t *env, uint64_t now_ms);
+
+/* The application completed `step`. Returns TT_OK, TETHER_REGROUPED (a
+ * generation newer than the app's is installed; now acknowledged),
+ * TT_CLIENT_STEP_BOUNDARY (the announced regroup step is reached), TT_EFENCED, TT_EJOBFAILED,
+ * TT_ECLOSED or TT_EINVAL (not a member). */
+int tt_client_sm_step(tt_client_sm_t *sm, int64_t step);
+
+/* 1 when heartbeats are due in this state (JOINING, MEMBER, BOUNDARY). */
+int tt_client_sm_wants_heartbeat(const tt_client_sm_t *sm);
+
+const char *tt_client_state_name(tt_client_state_t s);
+
+/* The state as a status: TT_OK (joining, member, boundary), TT_EFENCED,
+ * TT_EJOBFAILED, TT_ECLOSED, TT_EINVAL (idle). */
+int tt_client_state_status(tt_client_state_t s);
+
+/* ---- the client (thread safe unless noted) ---- */
+
+typedef struct tt_client tt_client_t;
+
+/* Copies `opts` (validated), creates the ZeroMQ context and the wake pipe,
+ * starts the thread; connects only on join. TT_OK, TT_EINVAL (`err`),
+ * TT_ENOMEM, TT_ESYS. */
+int tt_client_create(tt_client_t **out, const tt_client_opts_t *opts, char *err, size_t errlen);
+
+/* Leaves when joined, stops the thread, closes everything. Accepts NULL;
+ * sets *c = NULL. Not concurrent with other calls on the object. */
+void tt_client_destroy(tt_client_t **c);
+
+/* Blocking operations; see tether_join / tether_step_done /
+ * tether_report_failure / tether_leave for the contracts. */
+int tt_client_join(tt_client_t *c, uint32_t timeout_ms);
+int tt_client_step_done(tt_client_t *c, int64_t step);
+int tt_client_report_failure(tt_client_t *c, uint32_t suspect_rank, const char *reason);
+int tt_client_leave(tt_client_t *c, const char *reason);
+
+/* Consistent snapshot of the membership view. `members` (may be NULL)
+ * receives up to `cap` entries. */
+typedef struct tt_client_view {
+    tt_client_state_t state;
+    uint64_t generation;
+    int32_t rank;
+    uint32_t world_size;
+    int64_t resume_step;
+    int64_t regroup_after_step;
+    uint64_t incarnation;
+    uint64_t app_generation; /* newest generation handed to the application */
+} tt_client_view_t;
+void tt_client_view(tt_client_t *c, tt_client_view_t *v);
+int tt_client_member(tt_client_t *c, uint32_t rank, tether_member_t *info);
+/* Like tt_client_member, but only while `gen` is the current generation:
+ * TT_OK, TT_ESTALE (another generation is installed) or TT_ENOTFOUND
+ * (rank not in the JoinReply's table). */
+int tt_client_member_of(tt_client_t *c, uint64_t gen, uint32_t rank, tether_member_t *info);
+
+/* Answers the coordinator's DumpRequest: called on the background thread
+ * without the lock; returns malloc'd text (freed by the client) or NULL.
+ * fn NULL: no answer. Any thread. */
+typedef char *(*tt_client_dump_fn)(void *ctx);
+void tt_client_set_dump_fn(tt_client_t *c, tt_client_dump_fn fn, void *ctx);
+int tt_client_poll_generation(tt_client_t *c, uint64_t *gen);
+
+/* Copies the last error sentence into `out`. */
+void tt_client_last_error(tt_client_t *c, char *out, size_t n);
+
+#endif
