@@ -120,6 +120,18 @@ static int check_status_reply(const Tether__StatusReply *s, const tt_wire_limits
             return TT_EPROTO;
         }
     }
+    if (s->n_shards > lim->max_members) {
+        WIRE_SET_ERR(err, errlen, "status reply lists %zu shards", s->n_shards);
+        return TT_EPROTO;
+    }
+    for (size_t i = 0; i < s->n_shards; i++) {
+        const Tether__ShardInfo *sh = s->shards[i];
+        if (sh == NULL || !str_ok(sh->shard_id, TT_WIRE_MAX_ID) ||
+            !str_ok(sh->endpoint, TT_WIRE_MAX_TEXT)) {
+            WIRE_SET_ERR(err, errlen, "status reply shard %zu is malformed", i);
+            return TT_EPROTO;
+        }
+    }
     return TT_OK;
 }
 
@@ -134,6 +146,256 @@ static int check_members_reply(const Tether__MembersReply *m, const tt_wire_limi
         if (s == NULL || !str_ok(s->worker_id, TT_WIRE_MAX_ID) ||
             !str_ok(s->host, TT_WIRE_MAX_TEXT) || !str_ok(s->endpoint, TT_WIRE_MAX_TEXT)) {
             WIRE_SET_ERR(err, errlen, "members reply entry %zu is malformed", i);
+            return TT_EPROTO;
+        }
+    }
+    return TT_OK;
+}
+
+/* ---- shard and parameter-server bodies ---- */
+
+/* Bodies that carry a tensor announce exactly one frame of whole float32s. */
+static int check_one_float_frame(const tt_env_t *e, const char *what, int allow_empty, char *err,
+                                 size_t errlen) {
+    if (e->n_payload_sizes != 1 || e->payload_sizes[0] % 4 != 0 ||
+        (!allow_empty && e->payload_sizes[0] == 0)) {
+        WIRE_SET_ERR(err, errlen, "%s needs one payload frame of whole float32s (%zu frames%s)",
+                     what, e->n_payload_sizes, e->n_payload_sizes == 1 ? ", bad size" : "");
+        return TT_ESIZE;
+    }
+    return TT_OK;
+}
+
+static int check_no_frames(const tt_env_t *e, const char *what, char *err, size_t errlen) {
+    if (e->n_payload_sizes == 0)
+        return TT_OK;
+    WIRE_SET_ERR(err, errlen, "%s carries no payload, %zu frames arrived", what,
+                 e->n_payload_sizes);
+    return TT_ESIZE;
+}
+
+static int check_shard_hb(const Tether__ShardHeartbeat *h, char *err, size_t errlen) {
+    if (h->shard_id == NULL || h->shard_id[0] == '\0' || h->endpoint == NULL ||
+        h->endpoint[0] == '\0') {
+        WIRE_SET_ERR(err, errlen, "shard heartbeat without a shard id or endpoint");
+        return TT_EPROTO;
+    }
+    int rc = check_str("shard id", h->shard_id, TT_WIRE_MAX_ID, err, errlen);
+    return rc == TT_OK ? check_str("shard endpoint", h->endpoint, TT_WIRE_MAX_TEXT, err, errlen)
+                       : rc;
+}
+
+static int check_shards_reply(const Tether__ShardsReply *r, const tt_wire_limits_t *lim, char *err,
+                              size_t errlen) {
+    if (r->n_shards > lim->max_members) {
+        WIRE_SET_ERR(err, errlen, "shards reply lists %zu shards", r->n_shards);
+        return TT_EPROTO;
+    }
+    for (size_t i = 0; i < r->n_shards; i++) {
+        const Tether__ShardInfo *s = r->shards[i];
+        if (s == NULL || !str_ok(s->shard_id, TT_WIRE_MAX_ID) ||
+            !str_ok(s->endpoint, TT_WIRE_MAX_TEXT)) {
+            WIRE_SET_ERR(err, errlen, "shards reply entry %zu is malformed", i);
+            return TT_EPROTO;
+        }
+    }
+    return TT_OK;
+}
+
+#define TT_WIRE_MAX_ELEMS ((uint64_t)1 << 40)
+
+static int check_declare(const Tether__DeclareTensors *d, const tt_wire_limits_t *lim, char *err,
+                         size_t errlen) {
+    if (d->n_tensors == 0 || d->n_tensors > lim->max_members) {
+        WIRE_SET_ERR(err, errlen, "tensor table of %zu entries", d->n_tensors);
+        return TT_EPROTO;
+    }
+    if (d->chunk_bytes != 0 && (d->chunk_bytes % 4 != 0 || d->chunk_bytes > ((uint64_t)1 << 30))) {
+        WIRE_SET_ERR(err, errlen, "chunk size %llu is not a multiple of 4 up to 1 GiB",
+                     (unsigned long long)d->chunk_bytes);
+        return TT_EPROTO;
+    }
+    uint64_t total = 0;
+    for (size_t i = 0; i < d->n_tensors; i++) {
+        const Tether__TensorSpec *t = d->tensors[i];
+        if (t == NULL || !str_ok(t->name, TT_WIRE_MAX_TEXT) || t->count == 0 || t->dtype != 0 ||
+            t->count > TT_WIRE_MAX_ELEMS || (total += t->count) > TT_WIRE_MAX_ELEMS) {
+            WIRE_SET_ERR(err, errlen,
+                         "tensor %zu is malformed (needs a name, 1..2^40 elements, dtype 0 = "
+                         "float32)",
+                         i);
+            return TT_EPROTO;
+        }
+    }
+    return TT_OK;
+}
+
+static int check_place_shards(const Tether__PlacementReply *p, const tt_wire_limits_t *lim,
+                              char *err, size_t errlen) {
+    if (p->n_shard_ids != p->n_shard_endpoints || p->n_shard_ids == 0 ||
+        p->n_shard_ids > lim->max_members) {
+        WIRE_SET_ERR(err, errlen, "placement lists %zu shard ids and %zu endpoints", p->n_shard_ids,
+                     p->n_shard_endpoints);
+        return TT_EPROTO;
+    }
+    for (size_t i = 0; i < p->n_shard_ids; i++) {
+        if (!str_ok(p->shard_ids[i], TT_WIRE_MAX_ID) ||
+            !str_ok(p->shard_endpoints[i], TT_WIRE_MAX_TEXT)) {
+            WIRE_SET_ERR(err, errlen, "placement shard %zu has an over-long id or endpoint", i);
+            return TT_EPROTO;
+        }
+    }
+    return TT_OK;
+}
+
+/* Chunks tile [0, total_elems) in order, each on a listed shard. */
+static int check_placement(const Tether__PlacementReply *p, const tt_wire_limits_t *lim, char *err,
+                           size_t errlen) {
+    int rc = check_place_shards(p, lim, err, errlen);
+    if (rc != TT_OK)
+        return rc;
+    if (p->n_chunks == 0 || p->n_chunks > lim->max_members || p->total_elems > TT_WIRE_MAX_ELEMS) {
+        WIRE_SET_ERR(err, errlen, "placement of %zu chunks over %llu elements", p->n_chunks,
+                     (unsigned long long)p->total_elems);
+        return TT_EPROTO;
+    }
+    uint64_t next = 0;
+    for (size_t i = 0; i < p->n_chunks; i++) {
+        const Tether__ChunkPlace *c = p->chunks[i];
+        if (c == NULL || c->shard >= p->n_shard_ids || c->offset != next || c->count == 0 ||
+            c->count > p->total_elems - next) {
+            WIRE_SET_ERR(err, errlen, "placement chunk %zu does not continue the flat space", i);
+            return TT_EPROTO;
+        }
+        next += c->count;
+    }
+    if (next != p->total_elems) {
+        WIRE_SET_ERR(err, errlen, "placement chunks cover %llu of %llu elements",
+                     (unsigned long long)next, (unsigned long long)p->total_elems);
+        return TT_EPROTO;
+    }
+    return TT_OK;
+}
+
+static int check_stall(const Tether__ShardStall *s, const tt_wire_limits_t *lim, char *err,
+                       size_t errlen) {
+    if (s->n_missing_ranks > lim->max_members || s->n_missing_ranks > s->world) {
+        WIRE_SET_ERR(err, errlen, "stall report lists %zu missing ranks of %u", s->n_missing_ranks,
+                     s->world);
+        return TT_EPROTO;
+    }
+    for (size_t i = 0; i < s->n_missing_ranks; i++) {
+        if (s->missing_ranks[i] >= s->world) {
+            WIRE_SET_ERR(err, errlen, "stall report names rank %u of world %u", s->missing_ranks[i],
+                         s->world);
+            return TT_EPROTO;
+        }
+    }
+    return TT_OK;
+}
+
+static int check_ps_setup(const Tether__PsSetup *s, const tt_wire_limits_t *lim, char *err,
+                          size_t errlen) {
+    if (s->mode > TETHER__PS_MODE__PS_OPTIMIZER || s->optim > TETHER__PS_OPTIM__PS_ADAMW ||
+        s->n_chunks > lim->max_members) {
+        WIRE_SET_ERR(err, errlen, "ps setup with mode %u, optimizer %u, %zu chunks", s->mode,
+                     s->optim, s->n_chunks);
+        return TT_EPROTO;
+    }
+    for (size_t i = 0; i < s->n_chunks; i++) {
+        const Tether__PsChunkSpec *c = s->chunks[i];
+        if (c == NULL || c->count == 0 || c->count > ((uint64_t)1 << 28) ||
+            (i > 0 && c->chunk <= s->chunks[i - 1]->chunk)) {
+            WIRE_SET_ERR(err, errlen,
+                         "ps setup chunk entry %zu is malformed (ids must increase, 1..2^28 "
+                         "elements)",
+                         i);
+            return TT_EPROTO;
+        }
+    }
+    return TT_OK;
+}
+
+static int check_push(const tt_env_t *e, char *err, size_t errlen) {
+    const Tether__PushChunk *p = e->push_chunk;
+    if (p->world == 0 || p->rank >= p->world) {
+        WIRE_SET_ERR(err, errlen, "push from rank %u of world %u", p->rank, p->world);
+        return TT_EPROTO;
+    }
+    return check_one_float_frame(e, "push", 0, err, errlen);
+}
+
+static int check_part(uint32_t part, char *err, size_t errlen) {
+    if (part <= TETHER__PARAM_PART__PART_STATE2)
+        return TT_OK;
+    WIRE_SET_ERR(err, errlen, "parameter part %u is not params|state1|state2", part);
+    return TT_EPROTO;
+}
+
+static int check_ps_body(const tt_env_t *e, const tt_wire_limits_t *lim, char *err, size_t errlen) {
+    int rc;
+    switch (e->body_case) {
+    case TETHER__ENVELOPE__BODY_SHARD_HEARTBEAT:
+        return check_shard_hb(e->shard_heartbeat, err, errlen);
+    case TETHER__ENVELOPE__BODY_SHARDS_REPLY:
+        return check_shards_reply(e->shards_reply, lim, err, errlen);
+    case TETHER__ENVELOPE__BODY_DECLARE_TENSORS:
+        return check_declare(e->declare_tensors, lim, err, errlen);
+    case TETHER__ENVELOPE__BODY_PLACEMENT_REPLY:
+        return check_placement(e->placement_reply, lim, err, errlen);
+    case TETHER__ENVELOPE__BODY_SHARD_STALL:
+        return check_stall(e->shard_stall, lim, err, errlen);
+    case TETHER__ENVELOPE__BODY_PS_SETUP:
+        return check_ps_setup(e->ps_setup, lim, err, errlen);
+    case TETHER__ENVELOPE__BODY_PUSH_CHUNK:
+        return check_push(e, err, errlen);
+    case TETHER__ENVELOPE__BODY_PULL_CHUNK:
+        return check_no_frames(e, "pull", err, errlen);
+    case TETHER__ENVELOPE__BODY_CHUNK_RESULT:
+        return check_one_float_frame(e, "chunk result", 0, err, errlen);
+    case TETHER__ENVELOPE__BODY_SET_PARAMS:
+        rc = check_part(e->set_params->part, err, errlen);
+        return rc == TT_OK ? check_one_float_frame(e, "set params", 0, err, errlen) : rc;
+    case TETHER__ENVELOPE__BODY_GET_PARAMS:
+        rc = check_part(e->get_params->part, err, errlen);
+        return rc == TT_OK ? check_no_frames(e, "get params", err, errlen) : rc;
+    case TETHER__ENVELOPE__BODY_PARAMS_REPLY:
+        rc = check_part(e->params_reply->part, err, errlen);
+        return rc == TT_OK ? check_one_float_frame(e, "params reply", 1, err, errlen) : rc;
+    default: /* shards, placement: empty requests */
+        return check_no_frames(e, tt_wire_body_name((int)e->body_case), err, errlen);
+    }
+}
+
+/* ---- flight-recorder dumps ---- */
+
+/* A worker's dump text; the coordinator's reply holds one per member and
+ * must still fit the 1 MiB envelope, so sections are capped too. */
+#define TT_WIRE_MAX_DUMP_TEXT ((size_t)64 << 10)
+
+static int check_dump_body(const tt_env_t *e, const tt_wire_limits_t *lim, char *err,
+                           size_t errlen) {
+    if (e->n_payload_sizes != 0)
+        return check_no_frames(e, "dump", err, errlen);
+    if (e->body_case == TETHER__ENVELOPE__BODY_DUMP_REPORT) {
+        const Tether__DumpReport *r = e->dump_report;
+        if (r->rank < -1)
+            WIRE_SET_ERR(err, errlen, "dump report from rank %d", (int)r->rank);
+        return r->rank < -1 ? TT_EPROTO
+                            : check_str("dump text", r->text, TT_WIRE_MAX_DUMP_TEXT, err, errlen);
+    }
+    if (e->body_case != TETHER__ENVELOPE__BODY_DUMP_REPLY)
+        return TT_OK;
+    const Tether__DumpReply *d = e->dump_reply;
+    if (d->n_sections > lim->max_members) {
+        WIRE_SET_ERR(err, errlen, "dump reply with %zu sections", d->n_sections);
+        return TT_EPROTO;
+    }
+    for (size_t i = 0; i < d->n_sections; i++) {
+        const Tether__DumpSection *s = d->sections[i];
+        if (s == NULL || !str_ok(s->worker_id, TT_WIRE_MAX_ID) ||
+            !str_ok(s->text, TT_WIRE_MAX_DUMP_TEXT)) {
+            WIRE_SET_ERR(err, errlen, "dump reply section %zu is malformed", i);
             return TT_EPROTO;
         }
     }
@@ -182,6 +444,25 @@ static int check_body(const tt_env_t *e, const tt_wire_limits_t *lim, char *err,
     case TETHER__ENVELOPE__BODY_CONTINUE_:
     case TETHER__ENVELOPE__BODY_REGROUP_NOTICE:
         return TT_OK;
+    case TETHER__ENVELOPE__BODY_SHARD_HEARTBEAT:
+    case TETHER__ENVELOPE__BODY_SHARDS:
+    case TETHER__ENVELOPE__BODY_SHARDS_REPLY:
+    case TETHER__ENVELOPE__BODY_DECLARE_TENSORS:
+    case TETHER__ENVELOPE__BODY_PLACEMENT:
+    case TETHER__ENVELOPE__BODY_PLACEMENT_REPLY:
+    case TETHER__ENVELOPE__BODY_SHARD_STALL:
+    case TETHER__ENVELOPE__BODY_PS_SETUP:
+    case TETHER__ENVELOPE__BODY_PUSH_CHUNK:
+    case TETHER__ENVELOPE__BODY_PULL_CHUNK:
+    case TETHER__ENVELOPE__BODY_CHUNK_RESULT:
+    case TETHER__ENVELOPE__BODY_SET_PARAMS:
+    case TETHER__ENVELOPE__BODY_GET_PARAMS:
+    case TETHER__ENVELOPE__BODY_PARAMS_REPLY:
+        return check_ps_body(e, lim, err, errlen);
+    case TETHER__ENVELOPE__BODY_DUMP:
+    case TETHER__ENVELOPE__BODY_DUMP_REPORT:
+    case TETHER__ENVELOPE__BODY_DUMP_REPLY:
+        return check_dump_body(e, lim, err, errlen);
     default:
         WIRE_SET_ERR(err, errlen, "envelope has no body or an unknown body kind %d",
                      (int)e->body_case);
@@ -368,4 +649,30 @@ void tt_wire_state_free(tt_coord_state_pb_t **st) {
         return;
     tether__coord_state__free_unpacked(*st, NULL);
     *st = NULL;
+}
+
+int tt_wire_manifest_decode(const void *data, size_t len, tt_manifest_pb_t **out, char *err,
+                            size_t errlen) {
+    *out = NULL;
+    if (len > TT_WIRE_MAX_MANIFEST) {
+        WIRE_SET_ERR(err, errlen, "manifest of %zu bytes exceeds %zu", len, TT_WIRE_MAX_MANIFEST);
+        return TT_ETOOBIG;
+    }
+    *out = tether__ckpt_manifest__unpack(NULL, len, data);
+    if (*out == NULL) {
+        WIRE_SET_ERR(err, errlen, "manifest of %zu bytes does not parse", len);
+        return TT_ECORRUPT;
+    }
+    return TT_OK;
+}
+
+int tt_wire_manifest_encode(const tt_manifest_pb_t *m, uint8_t **out, size_t *outlen) {
+    return pack_any(&m->base, out, outlen);
+}
+
+void tt_wire_manifest_free(tt_manifest_pb_t **m) {
+    if (m == NULL || *m == NULL)
+        return;
+    tether__ckpt_manifest__free_unpacked(*m, NULL);
+    *m = NULL;
 }

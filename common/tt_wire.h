@@ -71,4 +71,15 @@ int tt_wire_state_decode(const void *data, size_t len, tt_coord_state_pb_t **out
 int tt_wire_state_encode(const tt_coord_state_pb_t *st, uint8_t **out, size_t *outlen);
 void tt_wire_state_free(tt_coord_state_pb_t **st);
 
+/* The checkpoint manifest file (CkptManifest). This layer only parses and
+ * bounds the bytes (at most TT_WIRE_MAX_MANIFEST, must parse); every
+ * semantic rule (ranges, sizes, dtypes, counts) is tt_manifest's, which is
+ * the only caller. TT_ETOOBIG or TT_ECORRUPT with a sentence in `err`. */
+#define TT_WIRE_MAX_MANIFEST ((size_t)64 << 20)
+typedef Tether__CkptManifest tt_manifest_pb_t;
+int tt_wire_manifest_decode(const void *data, size_t len, tt_manifest_pb_t **out, char *err,
+                            size_t errlen);
+int tt_wire_manifest_encode(const tt_manifest_pb_t *m, uint8_t **out, size_t *outlen);
+void tt_wire_manifest_free(tt_manifest_pb_t **m);
+
 #endif

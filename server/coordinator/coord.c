@@ -1,6 +1,7 @@
 /* coord: life cycle of the coordinator daemon, its timer, the outbox of
  * replies held behind state writes, and the asynchronous state writes. */
 #include "coord_internal.h"
+#include "shards.h"
 #include "tt_clock.h"
 #include "tt_fsutil.h"
 #include "tt_log.h"
@@ -247,6 +248,7 @@ void tt_coord_close(tt_coord_t *c) {
     if (c == NULL || c->closing)
         return;
     c->closing = 1;
+    coord_dump_close(c);
     tt_uvzmq_stop(&c->router_w);
     tt_uvzmq_stop(&c->monitor_w);
     if (c->timer.loop != NULL)
@@ -262,6 +264,7 @@ void tt_coord_destroy(tt_coord_t **cp) {
         tt_rdzv_destroy(&c->jobs[i].rdzv);
     free(c->jobs);
     free(c->conns);
+    tt_shards_destroy(&c->shards);
     while (c->out_head != NULL) {
         coord_out_t *o = c->out_head;
         c->out_head = o->next;

@@ -238,6 +238,20 @@ static handler_fn handler_for(int body) {
         return coord_on_status;
     case TETHER__ENVELOPE__BODY_MEMBERS:
         return coord_on_members;
+    case TETHER__ENVELOPE__BODY_DUMP:
+        return coord_on_dump;
+    case TETHER__ENVELOPE__BODY_DUMP_REPORT:
+        return coord_on_dump_report;
+    case TETHER__ENVELOPE__BODY_SHARD_HEARTBEAT:
+        return coord_on_shard_heartbeat;
+    case TETHER__ENVELOPE__BODY_SHARDS:
+        return coord_on_shards;
+    case TETHER__ENVELOPE__BODY_DECLARE_TENSORS:
+        return coord_on_declare;
+    case TETHER__ENVELOPE__BODY_PLACEMENT:
+        return coord_on_placement;
+    case TETHER__ENVELOPE__BODY_SHARD_STALL:
+        return coord_on_shard_stall;
     default:
         return NULL;
     }

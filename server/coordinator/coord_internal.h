@@ -65,7 +65,10 @@ struct tt_coord {
     int save_rc;
     char save_err[256];
     int closing;
-    uint64_t dirty_since_ms; /* non-durable progress to flush lazily */
+    uint64_t dirty_since_ms;  /* non-durable progress to flush lazily */
+    struct coord_dump *dumps; /* flight-recorder collections in flight (coord_dump.c) */
+    uint64_t next_dump_id;
+    struct tt_shards *shards; /* shard registry (coord_shards.c), created on first use */
 };
 
 /* coord.c */
@@ -100,6 +103,23 @@ void coord_init_reply(const coord_req_t *q, tt_env_t *env, uint64_t gen);
 /* coord_queries.c: operator queries (tetherctl). */
 void coord_on_status(const coord_req_t *q);
 void coord_on_members(const coord_req_t *q);
+
+/* coord_shards.c: shard servers, tensor tables, placements. */
+void coord_on_shard_heartbeat(const coord_req_t *q);
+void coord_on_shards(const coord_req_t *q);
+void coord_on_declare(const coord_req_t *q);
+void coord_on_placement(const coord_req_t *q);
+void coord_on_shard_stall(const coord_req_t *q);
+/* Shard list for replies: *infos and *ptrs are malloc'd (free both); the
+ * strings point into the registry. 0 or TT_ENOMEM. */
+int coord_shard_infos(tt_coord_t *c, uint64_t now, Tether__ShardInfo **infos,
+                      Tether__ShardInfo ***ptrs, size_t *n);
+
+/* coord_dump.c: tetherctl dump JOB, relayed to every member. */
+void coord_on_dump(const coord_req_t *q);
+void coord_on_dump_report(const coord_req_t *q);
+/* Drops collections in flight without replying (shutdown). */
+void coord_dump_close(tt_coord_t *c);
 
 /* coord_monitor.c */
 int coord_monitor_start(tt_coord_t *c, char *err, size_t errlen);

@@ -44,11 +44,16 @@ void coord_on_status(const coord_req_t *q) {
         Tether__StatusReply r = TETHER__STATUS_REPLY__INIT;
         r.n_jobs = n;
         r.jobs = ptrs;
+        Tether__ShardInfo *shards = NULL, **shard_ptrs = NULL;
+        if (coord_shard_infos(q->c, q->now, &shards, &shard_ptrs, &r.n_shards) == TT_OK)
+            r.shards = shard_ptrs;
         tt_env_t env;
         coord_init_reply(q, &env, 0);
         env.body_case = TETHER__ENVELOPE__BODY_STATUS_REPLY;
         env.status_reply = &r;
         coord_reply(q, &env);
+        free(shards);
+        free(shard_ptrs);
     }
     free(js);
     free(ptrs);

@@ -1,0 +1,70 @@
+/* shards: the coordinator's registry of shard servers and of each job's
+ * tensor table and placement. Pure state with an injected clock: shards
+ * register by heartbeating (id, data endpoint, incarnation, bytes held,
+ * chunks); a shard silent for `timeout_ms` is dead. A job declares its
+ * tensor table once (name, element count, in order); a later declaration
+ * must be identical, else it is refused with a sentence naming the first
+ * difference. The placement of a job's flat space over the live shards
+ * (common/tt_placement) is computed on demand and recomputed whenever the
+ * set of live shards differs from the one it was made for, keeping chunks
+ * where they were when it can; its version tells workers that it changed.
+ * It does not talk to anyone: coord_shards.c turns requests into calls.
+ * Thread safety: one thread (the coordinator's loop). */
+#ifndef TT_SHARDS_H
+#define TT_SHARDS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tt_placement.h"
+
+#define TT_SHARDS_TIMEOUT_DEFAULT_MS 5000u
+#define TT_SHARDS_EP_MAX             256
+
+typedef struct tt_shards tt_shards_t;
+
+typedef struct tt_shard_info {
+    char id[TT_PLACE_ID_MAX];
+    char endpoint[TT_SHARDS_EP_MAX];
+    uint64_t incarnation;
+    uint64_t bytes_held;
+    uint32_t chunks;
+    uint64_t last_seen_ms;
+} tt_shard_info_t;
+
+typedef struct tt_tensor_decl {
+    const char *name;
+    uint64_t count; /* float32 elements */
+} tt_tensor_decl_t;
+
+/* 0 or TT_ENOMEM. timeout_ms 0: TT_SHARDS_TIMEOUT_DEFAULT_MS. */
+int tt_shards_create(tt_shards_t **out, uint32_t timeout_ms);
+void tt_shards_destroy(tt_shards_t **s);
+
+/* Registers or refreshes a shard. A new incarnation replaces the old
+ * record (the shard restarted: it holds nothing any more). TT_OK, TT_EINVAL
+ * (empty or over-long id/endpoint), TT_ENOMEM. */
+int tt_shards_heartbeat(tt_shards_t *s, const tt_shard_info_t *hb, uint64_t now_ms);
+
+size_t tt_shards_count(const tt_shards_t *s);
+/* i < count; the pointer is valid until the next heartbeat call. */
+const tt_shard_info_t *tt_shards_at(const tt_shards_t *s, size_t i);
+int tt_shards_alive(const tt_shards_t *s, size_t i, uint64_t now_ms);
+
+/* Declares `job`'s tensor table. chunk_bytes 0: 4 MiB. TT_OK (new, or the
+ * same as before), TT_ECONFLICT (differs: `err` names the difference),
+ * TT_EINVAL, TT_ENOMEM. */
+int tt_shards_declare(tt_shards_t *s, const char *job, const tt_tensor_decl_t *t, size_t n,
+                      uint64_t chunk_bytes, char *err, size_t errlen);
+
+/* The job's placement over the shards alive at now_ms (recomputed when
+ * that set changed). *out is owned by the registry, valid until the next
+ * call. TT_OK, TT_ENOTFOUND (job never declared, or no live shard: `err`
+ * says which), TT_ENOMEM. */
+int tt_shards_placement(tt_shards_t *s, const char *job, uint64_t now_ms,
+                        const tt_placement_t **out, char *err, size_t errlen);
+
+/* Endpoint of a registered shard by id, or NULL. */
+const char *tt_shards_endpoint(const tt_shards_t *s, const char *id);
+
+#endif

@@ -1,0 +1,161 @@
+/* tether-shard: configuration, signals and the loop around the shard
+ * daemon. SIGTERM/SIGINT stop it (aggregations in flight finish first; the
+ * shard keeps no durable state yet); SIGHUP reopens the log file. The line
+ * "LISTENING <endpoint>" on stdout tells scripts which port was bound. */
+#include "shard.h"
+#include "tt_config.h"
+#include "tt_log.h"
+#include "tt_status.h"
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+typedef struct shard_config {
+    char listen[TT_CFG_STR_MAX];
+    char advertise[TT_CFG_STR_MAX];
+    char coordinator[TT_CFG_STR_MAX];
+    char id[TT_CFG_STR_MAX];
+    char log_level[TT_CFG_STR_MAX];
+    char log_file[TT_CFG_STR_MAX];
+    int64_t heartbeat_ms;
+    int64_t park_timeout_ms;
+    int64_t max_chunk_bytes;
+    int64_t threads;
+    int print_config_md;
+} shard_config_t;
+
+#define CFG_OFF(f) offsetof(shard_config_t, f)
+
+static const tt_config_entry_t shard_table[] = {
+    {"listen", TT_CFG_STR, "tcp://*:7700", 0, 0, "data endpoint to bind (ZeroMQ ROUTER)", 0,
+     CFG_OFF(listen)},
+    {"advertise", TT_CFG_STR, "", 0, 0,
+     "endpoint workers should connect to (empty: the bound one, wildcard as 127.0.0.1)", 0,
+     CFG_OFF(advertise)},
+    {"coordinator", TT_CFG_STR, "", 0, 0, "coordinator control endpoint (empty: run alone)", 0,
+     CFG_OFF(coordinator)},
+    {"id", TT_CFG_STR, "s0", 0, 0, "shard id (registration, logs, routing id)", 0, CFG_OFF(id)},
+    {"log-level", TT_CFG_STR, "info", 0, 0, "error|warn|info|debug (TETHER_LOG also works)", 1,
+     CFG_OFF(log_level)},
+    {"log-file", TT_CFG_STR, "", 0, 0, "append logs to this file instead of stderr", 1,
+     CFG_OFF(log_file)},
+    {"heartbeat-ms", TT_CFG_INT, "1000", 50, 600000, "heartbeat interval to the coordinator", 0,
+     CFG_OFF(heartbeat_ms)},
+    {"park-timeout-ms", TT_CFG_INT, "30000", 10, 3600000,
+     "default deadline of a round and of a parked pull (a job's setup may override)", 0,
+     CFG_OFF(park_timeout_ms)},
+    {"max-chunk-bytes", TT_CFG_INT, "67108864", 4096, 1 << 30,
+     "largest chunk this shard accepts (sets ZMQ_MAXMSGSIZE)", 0, CFG_OFF(max_chunk_bytes)},
+    {"threads", TT_CFG_INT, "4", 1, 128, "aggregation threads (libuv pool size)", 0,
+     CFG_OFF(threads)},
+    {"print-config-md", TT_CFG_BOOL, "false", 0, 0, "print this table as Markdown and exit", 0,
+     CFG_OFF(print_config_md)},
+};
+#define SHARD_TABLE_N (sizeof(shard_table) / sizeof(shard_table[0]))
+
+typedef struct app {
+    uv_loop_t *loop;
+    tt_shard_t *shard;
+    uv_signal_t sigterm, sigint, sighup;
+    char log_file[TT_CFG_STR_MAX];
+} app_t;
+
+static int apply_logging(const shard_config_t *cfg) {
+    tt_log_level_t level;
+    if (tt_log_parse_level(cfg->log_level, &level) != TT_OK) {
+        fprintf(stderr, "tether-shard: log-level '%s' is not error|warn|info|debug\n",
+                cfg->log_level);
+        return TT_EINVAL;
+    }
+    tt_log_set_level(level);
+    tt_log_init_from_env();
+    return tt_log_set_file(cfg->log_file[0] ? cfg->log_file : NULL);
+}
+
+static void on_stop(uv_signal_t *sig, int signum) {
+    app_t *a = sig->data;
+    TT_INFO("shard", "signal %d: stopping", signum);
+    tt_shard_close(a->shard);
+    uv_close((uv_handle_t *)&a->sigterm, NULL);
+    uv_close((uv_handle_t *)&a->sigint, NULL);
+    uv_close((uv_handle_t *)&a->sighup, NULL);
+}
+
+static void on_hup(uv_signal_t *sig, int signum) {
+    (void)sig;
+    (void)signum;
+    if (tt_log_reopen() == TT_OK)
+        TT_INFO("shard", "SIGHUP: log file reopened");
+}
+
+static void start_signals(app_t *a) {
+    uv_signal_t *sigs[3] = {&a->sigterm, &a->sigint, &a->sighup};
+    int nums[3] = {SIGTERM, SIGINT, SIGHUP};
+    for (int i = 0; i < 3; i++) {
+        uv_signal_init(a->loop, sigs[i]);
+        sigs[i]->data = a;
+        uv_signal_start(sigs[i], i == 2 ? on_hup : on_stop, nums[i]);
+    }
+}
+
+static const char usage[] =
+    "usage: tether-shard [--listen tcp://*:7700] [--coordinator tcp://HOST:7600] [--id s0]\n"
+    "A tether shard server: holds chunks of jobs' flat parameter spaces, aggregates\n"
+    "gradient pushes from workers and answers pulls (docs/ps.md).";
+
+static int load(shard_config_t *cfg, int argc, char **argv) {
+    char err[1024] = "";
+    int first;
+    int rc = tt_config_load(shard_table, SHARD_TABLE_N, cfg, argc, argv, usage, &first, err,
+                            sizeof(err));
+    if (rc == TT_CONFIG_HELP)
+        return 0;
+    if (rc != TT_CONFIG_RUN || first < argc) {
+        fprintf(stderr, "tether-shard: %s\n", rc ? err : "unexpected argument");
+        return 2;
+    }
+    if (cfg->print_config_md) {
+        tt_config_write_markdown(shard_table, SHARD_TABLE_N, "tether-shard", stdout);
+        return 0;
+    }
+    return apply_logging(cfg) == TT_OK ? -1 : 2;
+}
+
+int main(int argc, char **argv) {
+    shard_config_t cfg;
+    int rc = load(&cfg, argc, argv);
+    if (rc >= 0)
+        return rc;
+    char threads[32];
+    snprintf(threads, sizeof(threads), "%lld", (long long)cfg.threads);
+    setenv("UV_THREADPOOL_SIZE", threads, 0); /* before the pool starts */
+    tt_log_set_identity("shard", cfg.id);
+    tt_config_log_nondefault(shard_table, SHARD_TABLE_N, &cfg);
+    signal(SIGPIPE, SIG_IGN);
+    app_t a = {.loop = uv_default_loop()};
+    tt_shard_opts_t o = {.listen = cfg.listen,
+                         .advertise = cfg.advertise,
+                         .coordinator = cfg.coordinator,
+                         .id = cfg.id,
+                         .heartbeat_ms = (uint32_t)cfg.heartbeat_ms,
+                         .park_timeout_ms = (uint32_t)cfg.park_timeout_ms,
+                         .max_chunk_bytes = (uint64_t)cfg.max_chunk_bytes};
+    char err[512] = "";
+    if (tt_shard_create(&a.shard, a.loop, &o, err, sizeof(err)) != TT_OK) {
+        fprintf(stderr, "tether-shard: cannot start: %s\n", err);
+        return 1;
+    }
+    printf("LISTENING %s\n", tt_shard_endpoint(a.shard));
+    fflush(stdout);
+    TT_INFO("shard", "shard %s listening on %s", cfg.id, tt_shard_endpoint(a.shard));
+    start_signals(&a);
+    uv_run(a.loop, UV_RUN_DEFAULT);
+    tt_shard_destroy(&a.shard);
+    uv_loop_close(a.loop);
+    TT_INFO("shard", "stopped");
+    return 0;
+}

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Shard-server integration tests: a real tether-coordinator, two real
+tether-shard daemons and four worker processes (ps_check, linking the PS
+backend of libtether) on 127.0.0.1. Workers push random gradients of odd
+sizes with unequal example counts and must get the exact sum / total count;
+optimizer mode must match a single-process reference over 20 steps; bad
+pushes are refused while the shard keeps serving; a killed shard drops out
+of the placement."""
+import time
+
+from tt_harness import binary, run_tests, wait_for
+
+
+def shard(h, coord, sid, extra=()):
+    argv = [binary("tether-shard"), "--listen", "tcp://127.0.0.1:0", "--coordinator",
+            coord.endpoint, "--id", sid, "--heartbeat-ms", "200", "--log-level", "info", *extra]
+    p = h.spawn(sid, argv)
+    line = p.wait_line(lambda l: l.startswith("LISTENING"), 10, "LISTENING")
+    p.endpoint = line.split()[1]
+    return p
+
+
+def cluster(h, nshards=2):
+    coord = h.coordinator()
+    shards = [shard(h, coord, f"s{i}") for i in range(nshards)]
+    return coord, shards
+
+
+def ps_check(h, coord, mode, name, *args, shards=2):
+    argv = [binary("ps_check"), mode, "--coordinator", coord.endpoint, "--shards", str(shards),
+            *args]
+    return h.spawn(name, argv, env={"TETHER_LOG": "warn"})
+
+
+def finish(p, timeout):
+    rc = p.wait(timeout)
+    assert rc == 0, f"{p.name} exited {rc}: " + " | ".join(p.lines()[-8:])
+    return p.lines()
+
+
+def test_four_workers_exact_sums_and_optimizer(h):
+    coord, shards = cluster(h)
+    ws = [ps_check(h, coord, "worker", f"rank{r}", "--rank", str(r), "--world", "4")
+          for r in range(4)]
+    outs = [finish(w, 240) for w in ws]
+    for r, lines in enumerate(outs):
+        oks = [l for l in lines if l.startswith("OK")]
+        assert not [l for l in lines if l.startswith("FAIL")], lines
+        for case in ("one", "odd", "odd_det", "big", "optimizer"):
+            assert any(l.split()[1] == case for l in oks), f"rank {r} lacks {case}: {lines}"
+    for l in outs[0]:
+        print("  rank0:", l)
+    # the heartbeats carry what each shard now holds
+    wait_for(lambda: all(s["chunks"] > 0 and s["bytes_held"] > 0
+                         for s in h.ctl_json(coord.endpoint, "shards")["shards"]), 5,
+             "shards report chunks and bytes held")
+
+
+def test_bad_pushes_refused_and_shard_keeps_serving(h):
+    coord, shards = cluster(h)
+    p = ps_check(h, coord, "bad", "bad")
+    lines = finish(p, 60)
+    print("\n".join("  " + l for l in lines))
+    assert not [l for l in lines if l.startswith("FAIL")], lines
+    assert all(s.alive() for s in shards), "a shard died on bad input"
+    # the stalled round was reported to the coordinator with the missing rank
+    wait_for(lambda: "waits for 1 of 2 rank(s): 1" in open(coord.log_path).read(), 5,
+             "coordinator logs the stall report")
+
+
+def test_shards_listed_and_placement_follows_shard_loss(h):
+    coord, shards = cluster(h)
+    p = ps_check(h, coord, "layout", "layout_a", "--job", "lay", shards=2)
+    before = finish(p, 30)[-1]
+    assert before.startswith("LAYOUT") and "shards=2" in before, before
+    listed = h.ctl_json(coord.endpoint, "shards")["shards"]
+    assert sorted(s["shard_id"] for s in listed) == ["s0", "s1"], listed
+    assert all(s["alive"] and s["heartbeat_age_ms"] < 2000 for s in listed), listed
+    assert {s["shard_id"]: s["endpoint"] for s in listed} == {"s0": shards[0].endpoint,
+                                                             "s1": shards[1].endpoint}
+    status = h.ctl_json(coord.endpoint, "status")
+    assert len(status["shards"]) == 2, status
+    table = h.ctl(coord.endpoint, "shards")[1]
+    assert "SHARD" in table and "s1" in table, table
+    shards[1].kill9()
+    t0 = time.monotonic()
+    p = ps_check(h, coord, "layout", "layout_b", "--job", "lay", shards=1)
+    after = finish(p, 30)[-1]
+    v0 = int(before.split()[1].split("=")[1])
+    v1 = int(after.split()[1].split("=")[1])
+    assert "shards=1" in after and v1 == v0 + 1, (before, after)
+    listed = {s["shard_id"]: s for s in h.ctl_json(coord.endpoint, "shards")["shards"]}
+    assert listed["s0"]["alive"] and not listed["s1"]["alive"], listed
+    print(f"  placement {before} -> {after} {time.monotonic() - t0:.1f} s after kill -9")
+
+
+if __name__ == "__main__":
+    run_tests([test_four_workers_exact_sums_and_optimizer,
+               test_bad_pushes_refused_and_shard_keeps_serving,
+               test_shards_listed_and_placement_follows_shard_loss])

@@ -1,0 +1,95 @@
+/* Unit tests of the coordinator's shard registry (server/coordinator/
+ * shards): registration and liveness by heartbeat age, tensor-table
+ * declaration (idempotent; a different table names the difference), and
+ * the placement recomputed when the live set changes. Injected clock. */
+#include "shards.h"
+#include "tt_cunit.h"
+#include "tt_status.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void beat(tt_shards_t *s, const char *id, uint64_t now) {
+    tt_shard_info_t hb;
+    memset(&hb, 0, sizeof(hb));
+    snprintf(hb.id, sizeof(hb.id), "%s", id);
+    snprintf(hb.endpoint, sizeof(hb.endpoint), "tcp://127.0.0.1:%d", 7700 + id[1]);
+    hb.incarnation = 1;
+    CU_ASSERT_EQUAL(tt_shards_heartbeat(s, &hb, now), TT_OK);
+}
+
+static void shards_liveness_by_heartbeat_age(void) {
+    tt_shards_t *s = NULL;
+    CU_ASSERT_EQUAL_FATAL(tt_shards_create(&s, 1000), TT_OK);
+    beat(s, "s0", 100);
+    beat(s, "s1", 500);
+    CU_ASSERT_EQUAL(tt_shards_count(s), 2);
+    CU_ASSERT(tt_shards_alive(s, 0, 1099));
+    CU_ASSERT_FALSE(tt_shards_alive(s, 0, 1100));
+    CU_ASSERT(tt_shards_alive(s, 1, 1100));
+    beat(s, "s0", 1200); /* a refresh, not a second entry */
+    CU_ASSERT_EQUAL(tt_shards_count(s), 2);
+    CU_ASSERT(tt_shards_alive(s, 0, 1300));
+    CU_ASSERT_STRING_EQUAL(tt_shards_endpoint(s, "s1"), "tcp://127.0.0.1:7749");
+    CU_ASSERT_PTR_NULL(tt_shards_endpoint(s, "s9"));
+    tt_shard_info_t bad;
+    memset(&bad, 0, sizeof(bad));
+    CU_ASSERT_EQUAL(tt_shards_heartbeat(s, &bad, 0), TT_EINVAL);
+    tt_shards_destroy(&s);
+    CU_ASSERT_PTR_NULL(s);
+}
+
+static void shards_declaration_conflict_names_difference(void) {
+    tt_shards_t *s = NULL;
+    CU_ASSERT_EQUAL_FATAL(tt_shards_create(&s, 0), TT_OK);
+    tt_tensor_decl_t t[] = {{"w1", 1000}, {"b1", 10}};
+    tt_tensor_decl_t other[] = {{"w1", 1000}, {"b1", 11}};
+    char err[256] = "";
+    CU_ASSERT_EQUAL(tt_shards_declare(s, "job", t, 2, 0, err, sizeof(err)), TT_OK);
+    CU_ASSERT_EQUAL(tt_shards_declare(s, "job", t, 2, 0, err, sizeof(err)), TT_OK);
+    CU_ASSERT_EQUAL(tt_shards_declare(s, "job", other, 2, 0, err, sizeof(err)), TT_ECONFLICT);
+    CU_ASSERT(strstr(err, "tensor 1 was declared as 'b1' x 10, now 'b1' x 11") != NULL);
+    CU_ASSERT_EQUAL(tt_shards_declare(s, "job", t, 1, 0, err, sizeof(err)), TT_ECONFLICT);
+    CU_ASSERT(strstr(err, "2 tensors, now 1") != NULL);
+    CU_ASSERT_EQUAL(tt_shards_declare(s, "job", t, 2, 1 << 20, err, sizeof(err)), TT_ECONFLICT);
+    CU_ASSERT(strstr(err, "chunks") != NULL);
+    CU_ASSERT_EQUAL(tt_shards_declare(s, "", t, 2, 0, err, sizeof(err)), TT_EINVAL);
+    tt_shards_destroy(&s);
+}
+
+static void shards_placement_follows_live_set(void) {
+    tt_shards_t *s = NULL;
+    CU_ASSERT_EQUAL_FATAL(tt_shards_create(&s, 1000), TT_OK);
+    const tt_placement_t *p = NULL;
+    char err[256] = "";
+    tt_tensor_decl_t t[] = {{"x", 10 * 256}}; /* 10 chunks of 1 KiB */
+    CU_ASSERT_EQUAL(tt_shards_placement(s, "job", 0, &p, err, sizeof(err)), TT_ENOTFOUND);
+    CU_ASSERT(strstr(err, "has not declared") != NULL);
+    CU_ASSERT_EQUAL(tt_shards_declare(s, "job", t, 1, 1024, err, sizeof(err)), TT_OK);
+    CU_ASSERT_EQUAL(tt_shards_placement(s, "job", 0, &p, err, sizeof(err)), TT_ENOTFOUND);
+    CU_ASSERT(strstr(err, "no live shard") != NULL);
+    beat(s, "s0", 0);
+    beat(s, "s1", 0);
+    CU_ASSERT_EQUAL_FATAL(tt_shards_placement(s, "job", 10, &p, err, sizeof(err)), TT_OK);
+    CU_ASSERT_EQUAL(p->nshards, 2);
+    CU_ASSERT_EQUAL(p->nchunks, 10);
+    uint64_t v = p->version;
+    beat(s, "s0", 900);
+    CU_ASSERT_EQUAL_FATAL(tt_shards_placement(s, "job", 950, &p, err, sizeof(err)), TT_OK);
+    CU_ASSERT_EQUAL(p->version, v); /* nothing changed */
+    /* s1 falls silent: at 1000 it is dead and its chunks move to s0 */
+    CU_ASSERT_EQUAL_FATAL(tt_shards_placement(s, "job", 1000, &p, err, sizeof(err)), TT_OK);
+    CU_ASSERT_EQUAL(p->nshards, 1);
+    CU_ASSERT_EQUAL(p->version, v + 1);
+    CU_ASSERT_STRING_EQUAL(p->shard_ids[0], "s0");
+    tt_shards_destroy(&s);
+}
+
+static const tt_cunit_test_t tests[] = {
+    {"shards_liveness_by_heartbeat_age", shards_liveness_by_heartbeat_age},
+    {"shards_declaration_conflict_names_difference", shards_declaration_conflict_names_difference},
+    {"shards_placement_follows_live_set", shards_placement_follows_live_set},
+    {NULL, NULL},
+};
+
+TT_CUNIT_MAIN("shards", tests)

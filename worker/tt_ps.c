@@ -1,0 +1,683 @@
+/* tt_ps: one request engine drives every operation. An operation is a set
+ * of items (chunks, or shards for the setup), each sent to its shard as one
+ * request and finished by one reply; at most `credits` items per shard are
+ * in flight, the rest wait their turn. Request ids carry the operation's
+ * number in the high bits, so a late reply to an abandoned operation is
+ * recognised and dropped. A shard that is busy finishing an older round
+ * answers EBUSY and the item is simply sent again a little later.
+ * Zero-copy: chunk payloads point into the caller's buffer; a counter of
+ * frames ZeroMQ still references (decremented from its I/O thread) must
+ * reach zero before a call returns. The result of a push can only arrive
+ * after the shard received the whole push, so writing results in place
+ * never races with ZeroMQ reading the same bytes. */
+#include "tt_ps.h"
+
+#include "tt_clock.h"
+#include "tt_log.h"
+#include "tt_status.h"
+#include "tt_wire.h"
+#include "tt_zmq.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define SUBSYS        "ps"
+#define ERRLEN        512
+#define ZC_MIN_BYTES  ((size_t)32 << 10) /* below this a copy is cheaper */
+#define ITEM_BITS     24
+#define BUSY_RETRY_MS 2
+
+typedef enum { OP_SETUP, OP_PUSH, OP_SET, OP_GET } op_kind_t;
+
+typedef struct ps_op {
+    op_kind_t kind;
+    float *buf;       /* push: the flat buffer; get: the destination */
+    const float *src; /* set */
+    size_t offset, count;
+    uint64_t local_count, step, optim_step;
+    tt_ps_part_t part;
+    size_t first, nitems; /* items first .. first + nitems - 1 */
+    uint8_t *state;       /* per item: 0 to send, 1 in flight, 2 done */
+    size_t remaining;
+    uint64_t total, got_optim_step;
+    int have_total, have_optim_step;
+    uint64_t retry_at; /* a busy shard asked to come back */
+} ps_op_t;
+
+struct tt_ps {
+    tt_ps_opts_t o;
+    tt_ps_layout_t lay;
+    char job[TT_WIRE_MAX_ID + 1], sender[TT_WIRE_MAX_ID + 1];
+    void *zctx;
+    void **socks;
+    size_t *inflight, *cursor;
+    zmq_pollitem_t *polls;
+    uint64_t seq, op_seq;
+    float lr;
+    atomic_long zc_out;
+    int failed, suspect;
+    char err[ERRLEN];
+};
+
+/* ZeroMQ runs zero-copy free callbacks on its I/O thread after a hand-off
+ * TSan cannot see (tests/sanitizers/tsan.supp): the counter's address is
+ * released before each such send and acquired in the callback. */
+#if defined(__SANITIZE_THREAD__)
+#define PS_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define PS_TSAN 1
+#endif
+#endif
+#ifdef PS_TSAN
+#include <sanitizer/tsan_interface.h>
+#define PS_TSAN_RELEASE(addr) __tsan_release(addr)
+#define PS_TSAN_ACQUIRE(addr) __tsan_acquire(addr)
+#else
+#define PS_TSAN_RELEASE(addr) ((void)(addr))
+#define PS_TSAN_ACQUIRE(addr) ((void)(addr))
+#endif
+
+#define PS_ERR(p, ...) snprintf((p)->err, sizeof((p)->err), __VA_ARGS__)
+
+void tt_ps_layout_free(tt_ps_layout_t *l) {
+    if (l == NULL)
+        return;
+    for (size_t i = 0; l->endpoints != NULL && i < l->place.nshards; i++)
+        free(l->endpoints[i]);
+    free(l->endpoints);
+    tt_placement_free(&l->place);
+    l->endpoints = NULL;
+}
+
+static int layout_copy(const tt_ps_layout_t *src, tt_ps_layout_t *out) {
+    memset(out, 0, sizeof(*out));
+    if (tt_placement_copy(&src->place, &out->place) != TT_OK)
+        return TT_ENOMEM;
+    out->endpoints = calloc(src->place.nshards + 1, sizeof(char *));
+    for (size_t i = 0; out->endpoints != NULL && i < src->place.nshards; i++) {
+        if ((out->endpoints[i] = strdup(src->endpoints[i])) == NULL)
+            break;
+    }
+    for (size_t i = 0; i < src->place.nshards; i++) {
+        if (out->endpoints == NULL || out->endpoints[i] == NULL) {
+            tt_ps_layout_free(out);
+            return TT_ENOMEM;
+        }
+    }
+    return TT_OK;
+}
+
+static const char *check_opts(const tt_ps_opts_t *o) {
+    if (o == NULL)
+        return "no options";
+    if (o->world < 1 || o->rank < 0 || o->rank >= o->world)
+        return "rank must be in [0, world)";
+    if (o->layout == NULL || o->layout->place.nshards == 0 || o->layout->place.nchunks == 0 ||
+        o->layout->endpoints == NULL)
+        return "no placement (fetch it with tt_ps_layout_fetch)";
+    if (o->layout->place.nchunks >= ((size_t)1 << ITEM_BITS))
+        return "placement has too many chunks";
+    if (o->job_id == NULL || strlen(o->job_id) > TT_WIRE_MAX_ID || o->deadline_ms < 0 ||
+        o->credits < 0 || o->mode > TT_PS_OPTIMIZER || o->optim > TT_PS_ADAMW)
+        return "bad job id, deadline, credits, mode or optimizer";
+    return NULL;
+}
+
+/* ---- the request engine ---- */
+
+static void zc_release(void *data, void *hint) {
+    tt_ps_t *p = hint;
+    (void)data;
+    PS_TSAN_ACQUIRE((void *)&p->zc_out);
+    atomic_fetch_sub(&p->zc_out, 1);
+}
+
+static const tt_place_chunk_t *chunk_of(const tt_ps_t *p, size_t i) {
+    return &p->lay.place.chunks[i];
+}
+
+static size_t item_shard(const tt_ps_t *p, const ps_op_t *op, size_t i) {
+    return op->kind == OP_SETUP ? i : chunk_of(p, i)->shard;
+}
+
+/* The part of chunk i inside [op->offset, op->offset + op->count). */
+static void chunk_range(const tt_ps_t *p, const ps_op_t *op, size_t i, size_t *lo, size_t *hi) {
+    const tt_place_chunk_t *c = chunk_of(p, i);
+    size_t a = (size_t)c->offset, b = (size_t)(c->offset + c->count);
+    *lo = op->offset > a ? op->offset : a;
+    *hi = op->offset + op->count < b ? op->offset + op->count : b;
+}
+
+static void payload_of(tt_ps_t *p, const void *data, size_t len, tt_zmq_payload_t *pl) {
+    pl->data = data;
+    pl->len = len;
+    pl->free_fn = NULL;
+    pl->hint = NULL;
+    if (len >= ZC_MIN_BYTES) {
+        atomic_fetch_add(&p->zc_out, 1);
+        PS_TSAN_RELEASE((void *)&p->zc_out);
+        pl->free_fn = zc_release;
+        pl->hint = p;
+    }
+}
+
+typedef struct ps_msg {
+    tt_env_t env;
+    union {
+        Tether__PsSetup setup;
+        Tether__PushChunk push;
+        Tether__SetParams set;
+        Tether__GetParams get;
+    } b;
+    Tether__PsChunkSpec *specs;
+    Tether__PsChunkSpec **spec_ptrs;
+    tt_zmq_payload_t pl;
+    size_t npl;
+} ps_msg_t;
+
+static int build_setup(tt_ps_t *p, size_t shard, ps_msg_t *m) {
+    Tether__PsSetup *s = &m->b.setup;
+    tether__ps_setup__init(s);
+    s->mode = (uint32_t)p->o.mode;
+    s->optim = (uint32_t)p->o.optim;
+    s->momentum = p->o.sgd.momentum;
+    s->nesterov = p->o.sgd.nesterov != 0;
+    s->weight_decay = p->o.optim == TT_PS_ADAMW ? p->o.adamw.weight_decay : p->o.sgd.weight_decay;
+    s->beta1 = p->o.adamw.beta1;
+    s->beta2 = p->o.adamw.beta2;
+    s->eps = p->o.adamw.eps;
+    s->deterministic = p->o.deterministic != 0;
+    s->placement_version = p->lay.place.version;
+    s->park_timeout_ms = p->o.park_timeout_ms;
+    size_t n = p->lay.place.nchunks, k = 0;
+    m->specs = calloc(n, sizeof(*m->specs));
+    m->spec_ptrs = calloc(n, sizeof(*m->spec_ptrs));
+    if (m->specs == NULL || m->spec_ptrs == NULL)
+        return TT_ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        if (chunk_of(p, i)->shard != shard)
+            continue;
+        tether__ps_chunk_spec__init(&m->specs[k]);
+        m->specs[k].chunk = (uint32_t)i;
+        m->specs[k].count = chunk_of(p, i)->count;
+        m->spec_ptrs[k] = &m->specs[k];
+        k++;
+    }
+    s->n_chunks = k;
+    s->chunks = m->spec_ptrs;
+    m->env.body_case = TETHER__ENVELOPE__BODY_PS_SETUP;
+    m->env.ps_setup = s;
+    return TT_OK;
+}
+
+static void build_push(tt_ps_t *p, const ps_op_t *op, size_t i, ps_msg_t *m) {
+    Tether__PushChunk *b = &m->b.push;
+    const tt_place_chunk_t *c = chunk_of(p, i);
+    tether__push_chunk__init(b);
+    b->chunk = (uint32_t)i;
+    b->step = op->step;
+    b->rank = (uint32_t)p->o.rank;
+    b->world = (uint32_t)p->o.world;
+    b->examples = op->local_count;
+    b->lr = p->lr;
+    b->want_result = 1;
+    m->env.body_case = TETHER__ENVELOPE__BODY_PUSH_CHUNK;
+    m->env.push_chunk = b;
+    payload_of(p, op->buf + c->offset, (size_t)c->count * sizeof(float), &m->pl);
+    m->npl = 1;
+}
+
+static void build_params(tt_ps_t *p, const ps_op_t *op, size_t i, ps_msg_t *m) {
+    size_t lo, hi;
+    chunk_range(p, op, i, &lo, &hi);
+    size_t in_chunk = lo - (size_t)chunk_of(p, i)->offset;
+    if (op->kind == OP_SET) {
+        tether__set_params__init(&m->b.set);
+        m->b.set.chunk = (uint32_t)i;
+        m->b.set.offset = in_chunk;
+        m->b.set.part = (uint32_t)op->part;
+        m->b.set.optim_step = op->optim_step;
+        m->env.body_case = TETHER__ENVELOPE__BODY_SET_PARAMS;
+        m->env.set_params = &m->b.set;
+        payload_of(p, op->src + (lo - op->offset), (hi - lo) * sizeof(float), &m->pl);
+        m->npl = 1;
+        return;
+    }
+    tether__get_params__init(&m->b.get);
+    m->b.get.chunk = (uint32_t)i;
+    m->b.get.offset = in_chunk;
+    m->b.get.count = hi - lo;
+    m->b.get.part = (uint32_t)op->part;
+    m->env.body_case = TETHER__ENVELOPE__BODY_GET_PARAMS;
+    m->env.get_params = &m->b.get;
+}
+
+/* Sends item i. TT_EAGAIN: not connected yet (ZMQ_IMMEDIATE), try later. */
+static int send_item(tt_ps_t *p, ps_op_t *op, size_t i) {
+    ps_msg_t m;
+    memset(&m, 0, sizeof(m));
+    uint64_t req = (p->op_seq << ITEM_BITS) | i;
+    tt_wire_env_init(&m.env, p->job, p->sender, p->o.generation, req);
+    int rc = TT_OK;
+    if (op->kind == OP_SETUP)
+        rc = build_setup(p, i, &m);
+    else if (op->kind == OP_PUSH)
+        build_push(p, op, i, &m);
+    else
+        build_params(p, op, i, &m);
+    size_t s = item_shard(p, op, i);
+    if (rc == TT_OK)
+        rc = tt_zmq_send(p->socks[s], NULL, 0, &m.env, &m.pl, m.npl, 1);
+    free(m.specs);
+    free(m.spec_ptrs);
+    if (rc == TT_OK) {
+        op->state[i - op->first] = 1;
+        p->inflight[s]++;
+    } else if (rc != TT_EAGAIN) {
+        PS_ERR(p, "sending %s of item %zu to shard %s failed: %s",
+               tt_wire_body_name(m.env.body_case), i, p->lay.place.shard_ids[s], tt_strerror(rc));
+    }
+    return rc;
+}
+
+/* Fills every shard's credit window. Returns TT_OK, or a send failure. */
+static int send_more(tt_ps_t *p, ps_op_t *op, uint64_t now, int *blocked) {
+    *blocked = 0;
+    if (now < op->retry_at) {
+        *blocked = 1;
+        return TT_OK;
+    }
+    size_t end = op->first + op->nitems;
+    for (size_t s = 0; s < p->lay.place.nshards; s++) {
+        size_t i = p->cursor[s] > op->first ? p->cursor[s] : op->first;
+        for (; i < end && p->inflight[s] < (size_t)p->o.credits; i++) {
+            if (item_shard(p, op, i) != s || op->state[i - op->first] != 0)
+                continue;
+            int rc = send_item(p, op, i);
+            if (rc == TT_EAGAIN) {
+                *blocked = 1;
+                break;
+            }
+            if (rc != TT_OK)
+                return rc;
+        }
+        p->cursor[s] = i;
+    }
+    return TT_OK;
+}
+
+/* "... missing: 2 5" in a shard's timeout sentence names the suspects. */
+static void note_suspect(tt_ps_t *p, const char *msg) {
+    const char *m = msg ? strstr(msg, "missing:") : NULL;
+    if (m != NULL)
+        p->suspect = atoi(m + 8);
+}
+
+static int on_error_reply(tt_ps_t *p, ps_op_t *op, size_t i, size_t s, const Tether__Error *e,
+                          uint64_t now) {
+    if (e->code == TT_EBUSY) {
+        op->state[i - op->first] = 0;
+        p->inflight[s]--;
+        p->cursor[s] = p->cursor[s] < i ? p->cursor[s] : i;
+        op->retry_at = now + BUSY_RETRY_MS;
+        return TT_OK;
+    }
+    if (e->code == TT_ETIMEDOUT)
+        note_suspect(p, e->message);
+    PS_ERR(p, "shard %s refused %s item %zu: %s (%s)", p->lay.place.shard_ids[s],
+           op->kind == OP_PUSH ? "push" : "request", i, e->message ? e->message : "",
+           tt_status_name(e->code));
+    return e->code < 0 ? e->code : TT_EREMOTE;
+}
+
+static int expect_frame(tt_ps_t *p, const tt_zmq_rx_t *rx, size_t elems, size_t i) {
+    if (rx->npayload == 1 && zmq_msg_size((zmq_msg_t *)&rx->payload[0]) == elems * sizeof(float))
+        return TT_OK;
+    PS_ERR(p, "reply for item %zu carries %zu frame(s), expected one of %zu floats", i,
+           rx->npayload, elems);
+    return TT_ESIZE;
+}
+
+static int on_push_result(tt_ps_t *p, ps_op_t *op, size_t i, tt_zmq_rx_t *rx) {
+    const Tether__ChunkResult *r = rx->env->chunk_result;
+    const tt_place_chunk_t *c = chunk_of(p, i);
+    if (r->chunk != i || r->step != op->step) {
+        PS_ERR(p, "result for chunk %u step %" PRIu64 ", expected chunk %zu step %" PRIu64,
+               r->chunk, r->step, i, op->step);
+        return TT_EPROTO;
+    }
+    int rc = expect_frame(p, rx, (size_t)c->count, i);
+    if (rc != TT_OK)
+        return rc;
+    if (op->have_total && r->total_examples != op->total) {
+        PS_ERR(p,
+               "chunk %zu reports %" PRIu64 " examples in all, chunk %zu reported %" PRIu64
+               " (shards disagree on the ranks' counts)",
+               i, r->total_examples, op->first, op->total);
+        return TT_EDESYNC;
+    }
+    op->total = r->total_examples;
+    op->have_total = 1;
+    memcpy(op->buf + c->offset, zmq_msg_data(&rx->payload[0]), (size_t)c->count * sizeof(float));
+    return TT_OK;
+}
+
+static int on_get_result(tt_ps_t *p, ps_op_t *op, size_t i, tt_zmq_rx_t *rx) {
+    size_t lo, hi;
+    chunk_range(p, op, i, &lo, &hi);
+    int rc = expect_frame(p, rx, hi - lo, i);
+    if (rc != TT_OK)
+        return rc;
+    memcpy(op->buf + (lo - op->offset), zmq_msg_data(&rx->payload[0]), (hi - lo) * sizeof(float));
+    if (!op->have_optim_step) {
+        op->got_optim_step = rx->env->params_reply->optim_step;
+        op->have_optim_step = 1;
+    }
+    return TT_OK;
+}
+
+static int expected_body(op_kind_t k) {
+    switch (k) {
+    case OP_PUSH:
+        return TETHER__ENVELOPE__BODY_CHUNK_RESULT;
+    case OP_GET:
+        return TETHER__ENVELOPE__BODY_PARAMS_REPLY;
+    default:
+        return TETHER__ENVELOPE__BODY_ACK;
+    }
+}
+
+/* One reply from shard s. Late replies of other operations are dropped. */
+static int on_reply(tt_ps_t *p, ps_op_t *op, size_t s, tt_zmq_rx_t *rx, uint64_t now) {
+    uint64_t req = rx->env->request_id;
+    size_t i = (size_t)(req & ((1u << ITEM_BITS) - 1));
+    if ((req >> ITEM_BITS) != p->op_seq || i < op->first || i >= op->first + op->nitems ||
+        item_shard(p, op, i) != s || op->state[i - op->first] != 1)
+        return TT_OK;
+    int rc = TT_OK;
+    if (rx->env->body_case == TETHER__ENVELOPE__BODY_ERROR)
+        return on_error_reply(p, op, i, s, rx->env->error, now);
+    if ((int)rx->env->body_case != expected_body(op->kind)) {
+        PS_ERR(p, "shard %s answered item %zu with '%s'", p->lay.place.shard_ids[s], i,
+               tt_wire_body_name(rx->env->body_case));
+        return TT_EPROTO;
+    }
+    if (op->kind == OP_PUSH)
+        rc = on_push_result(p, op, i, rx);
+    else if (op->kind == OP_GET)
+        rc = on_get_result(p, op, i, rx);
+    if (rc == TT_OK) {
+        op->state[i - op->first] = 2;
+        op->remaining--;
+        p->inflight[s]--;
+    }
+    return rc;
+}
+
+static int drain_socket(tt_ps_t *p, ps_op_t *op, size_t s, uint64_t now) {
+    for (;;) {
+        tt_zmq_rx_t rx;
+        char err[256] = "";
+        int rc = tt_zmq_recv(p->socks[s], 0, 1, NULL, &rx, err, sizeof(err));
+        if (rc == TT_EAGAIN)
+            return TT_OK;
+        if (rc != TT_OK) {
+            PS_ERR(p, "bad message from shard %s: %s", p->lay.place.shard_ids[s], err);
+            return rc;
+        }
+        rc = on_reply(p, op, s, &rx, now);
+        tt_zmq_rx_close(&rx);
+        if (rc != TT_OK)
+            return rc;
+    }
+}
+
+static int wait_replies(tt_ps_t *p, ps_op_t *op, uint64_t deadline, int blocked) {
+    size_t n = p->lay.place.nshards;
+    zmq_pollitem_t *items = p->polls;
+    for (size_t s = 0; s < n; s++)
+        items[s] = (zmq_pollitem_t){p->socks[s], 0, ZMQ_POLLIN, 0};
+    uint64_t now = tt_clock_mono_ms();
+    long tmo = deadline > now ? (long)(deadline - now) : 0;
+    if (blocked && tmo > 1)
+        tmo = 1;
+    if (zmq_poll(items, (int)n, tmo) < 0 && errno != EINTR) {
+        PS_ERR(p, "zmq_poll: %s", zmq_strerror(errno));
+        return TT_ESYS;
+    }
+    now = tt_clock_mono_ms();
+    for (size_t s = 0; s < n; s++) {
+        int rc = (items[s].revents & ZMQ_POLLIN) ? drain_socket(p, op, s, now) : TT_OK;
+        if (rc != TT_OK)
+            return rc;
+    }
+    return TT_OK;
+}
+
+/* Waits until ZeroMQ has released every zero-copy frame, up to `ms`. */
+static int wait_released(tt_ps_t *p, uint64_t ms) {
+    uint64_t until = tt_clock_mono_ms() + ms;
+    while (atomic_load(&p->zc_out) > 0) {
+        if (tt_clock_mono_ms() >= until)
+            return TT_ETIMEDOUT;
+        struct timespec ts = {0, 50000};
+        nanosleep(&ts, NULL);
+    }
+    return TT_OK;
+}
+
+static int run_op(tt_ps_t *p, ps_op_t *op) {
+    uint8_t *state = calloc(op->nitems ? op->nitems : 1, 1);
+    if (state == NULL)
+        return TT_ENOMEM;
+    op->state = state;
+    op->remaining = op->nitems;
+    p->op_seq++;
+    memset(p->inflight, 0, p->lay.place.nshards * sizeof(size_t));
+    memset(p->cursor, 0, p->lay.place.nshards * sizeof(size_t));
+    uint64_t start = tt_clock_mono_ms(), deadline = start + (uint64_t)p->o.deadline_ms;
+    int rc = TT_OK, blocked = 0;
+    while (rc == TT_OK && op->remaining > 0) {
+        uint64_t now = tt_clock_mono_ms();
+        if (now >= deadline) {
+            PS_ERR(p,
+                   "%zu of %zu %s item(s) unanswered after %d ms (generation %" PRIu64
+                   ", step %" PRIu64 ")",
+                   op->remaining, op->nitems, op->kind == OP_PUSH ? "chunk" : "request",
+                   p->o.deadline_ms, p->o.generation, op->step);
+            rc = TT_ETIMEDOUT;
+            break;
+        }
+        rc = send_more(p, op, now, &blocked);
+        if (rc == TT_OK)
+            rc = wait_replies(p, op, deadline, blocked);
+    }
+    if (wait_released(p, rc == TT_OK ? (uint64_t)p->o.deadline_ms : 1000) != TT_OK && rc == TT_OK)
+        rc = TT_ETIMEDOUT;
+    free(state);
+    op->state = NULL;
+    return rc;
+}
+
+/* ---- life cycle and calls ---- */
+
+static int fail(tt_ps_t *p, int rc) {
+    if (rc != TT_OK && rc != TT_EINVAL) {
+        p->failed = rc;
+        TT_WARN(SUBSYS, "rank %d generation %" PRIu64 ": %s (%s)", p->o.rank, p->o.generation,
+                p->err, tt_status_name(rc));
+    }
+    return rc;
+}
+
+static int open_sockets(tt_ps_t *p, char *err, size_t errlen) {
+    size_t n = p->lay.place.nshards;
+    int io = p->o.io_threads > 0 ? p->o.io_threads : (int)(n < 4 ? n : 4);
+    p->zctx = zmq_ctx_new();
+    p->socks = calloc(n, sizeof(void *));
+    p->inflight = calloc(n, sizeof(size_t));
+    p->cursor = calloc(n, sizeof(size_t));
+    p->polls = calloc(n, sizeof(zmq_pollitem_t));
+    if (p->zctx == NULL || p->socks == NULL || p->inflight == NULL || p->cursor == NULL ||
+        p->polls == NULL)
+        return TT_ENOMEM;
+    zmq_ctx_set(p->zctx, ZMQ_IO_THREADS, io);
+    tt_zmq_opts_t zo;
+    tt_zmq_opts_default(&zo);
+    zo.max_msg = (int64_t)p->lay.place.chunk_bytes + (1 << 20);
+    /* Credits bound the queue; the marks only need to sit above them. */
+    zo.sndhwm = zo.rcvhwm = 4 * p->o.credits + 16;
+    for (size_t s = 0; s < n; s++) {
+        int rc = tt_zmq_dealer(p->zctx, p->lay.endpoints[s], &zo, &p->socks[s], err, errlen);
+        if (rc != TT_OK)
+            return rc;
+    }
+    return TT_OK;
+}
+
+int tt_ps_create(tt_ps_t **out, const tt_ps_opts_t *opts, char *err, size_t errlen) {
+    *out = NULL;
+    const char *why = check_opts(opts);
+    if (why != NULL) {
+        if (err != NULL && errlen > 0)
+            snprintf(err, errlen, "tt_ps_create: %s", why);
+        return TT_EINVAL;
+    }
+    tt_ps_t *p = calloc(1, sizeof(*p));
+    if (p == NULL)
+        return TT_ENOMEM;
+    p->o = *opts;
+    p->o.deadline_ms = opts->deadline_ms ? opts->deadline_ms : TT_PS_DEADLINE_DEFAULT_MS;
+    p->o.credits = opts->credits ? opts->credits : TT_PS_CREDITS_DEFAULT;
+    p->seq = opts->first_step;
+    p->suspect = -1;
+    atomic_init(&p->zc_out, 0);
+    snprintf(p->job, sizeof(p->job), "%s", opts->job_id);
+    snprintf(p->sender, sizeof(p->sender), "%s", opts->sender_id ? opts->sender_id : "");
+    int rc;
+    TT_CHECK_GOTO(layout_copy(opts->layout, &p->lay), rc, fail);
+    p->o.layout = &p->lay;
+    TT_CHECK_GOTO(open_sockets(p, err, errlen), rc, fail);
+    ps_op_t op = {.kind = OP_SETUP, .first = 0, .nitems = p->lay.place.nshards};
+    rc = run_op(p, &op);
+    if (rc != TT_OK) {
+        if (err != NULL && errlen > 0)
+            snprintf(err, errlen, "setting the job up on the shards: %s", p->err);
+        goto fail;
+    }
+    *out = p;
+    return TT_OK;
+fail:
+    tt_ps_destroy(&p);
+    return rc;
+}
+
+void tt_ps_destroy(tt_ps_t **pp) {
+    if (pp == NULL || *pp == NULL)
+        return;
+    tt_ps_t *p = *pp;
+    *pp = NULL;
+    for (size_t s = 0; p->socks != NULL && s < p->lay.place.nshards; s++)
+        tt_zmq_close(&p->socks[s]);
+    if (p->zctx != NULL)
+        zmq_ctx_term(p->zctx); /* returns once every frame is released */
+    free(p->socks);
+    free(p->inflight);
+    free(p->cursor);
+    free(p->polls);
+    tt_ps_layout_free(&p->lay);
+    free(p);
+}
+
+int tt_ps_allreduce(tt_ps_t *p, float *buf, size_t count, uint64_t local_count,
+                    uint64_t *total_count) {
+    if (p == NULL)
+        return TT_EINVAL;
+    if (p->failed)
+        return p->failed;
+    if (buf == NULL || count != p->lay.place.total_elems) {
+        PS_ERR(p, "all-reduce of %zu elements, the placement covers %" PRIu64, count,
+               p->lay.place.total_elems);
+        return TT_EINVAL;
+    }
+    ps_op_t op = {.kind = OP_PUSH,
+                  .buf = buf,
+                  .count = count,
+                  .local_count = local_count,
+                  .step = p->seq,
+                  .first = 0,
+                  .nitems = p->lay.place.nchunks};
+    int rc = run_op(p, &op);
+    p->seq++;
+    if (rc == TT_OK && total_count != NULL)
+        *total_count = op.total;
+    return fail(p, rc);
+}
+
+void tt_ps_set_step(tt_ps_t *p, uint64_t step) {
+    p->seq = step;
+}
+
+void tt_ps_set_lr(tt_ps_t *p, float lr) {
+    p->lr = lr;
+}
+
+/* Items (chunks) a flat range touches. */
+static int range_items(tt_ps_t *p, size_t offset, size_t count, ps_op_t *op) {
+    const tt_placement_t *pl = &p->lay.place;
+    if (count == 0 || offset > pl->total_elems || count > pl->total_elems - offset) {
+        PS_ERR(p, "range [%zu, +%zu) outside the %" PRIu64 "-element space", offset, count,
+               pl->total_elems);
+        return TT_EINVAL;
+    }
+    size_t per = (size_t)(pl->chunk_bytes / sizeof(float));
+    op->offset = offset;
+    op->count = count;
+    op->first = offset / per;
+    op->nitems = (offset + count - 1) / per - op->first + 1;
+    return TT_OK;
+}
+
+int tt_ps_set_params(tt_ps_t *p, tt_ps_part_t part, const float *src, size_t offset, size_t count,
+                     uint64_t optim_step) {
+    if (p == NULL || src == NULL || part > TT_PS_STATE2)
+        return TT_EINVAL;
+    if (p->failed)
+        return p->failed;
+    ps_op_t op = {.kind = OP_SET, .src = src, .part = part, .optim_step = optim_step};
+    int rc = range_items(p, offset, count, &op);
+    return rc == TT_OK ? run_op(p, &op) : rc;
+}
+
+int tt_ps_get_params(tt_ps_t *p, tt_ps_part_t part, float *dst, size_t offset, size_t count,
+                     uint64_t *optim_step) {
+    if (p == NULL || dst == NULL || part > TT_PS_STATE2)
+        return TT_EINVAL;
+    if (p->failed)
+        return p->failed;
+    ps_op_t op = {.kind = OP_GET, .buf = dst, .part = part};
+    int rc = range_items(p, offset, count, &op);
+    if (rc == TT_OK)
+        rc = run_op(p, &op);
+    if (rc == TT_OK && optim_step != NULL)
+        *optim_step = op.got_optim_step;
+    return rc;
+}
+
+int tt_ps_status(const tt_ps_t *p) {
+    return p->failed;
+}
+
+const char *tt_ps_last_error(const tt_ps_t *p) {
+    return p->err;
+}
+
+int tt_ps_suspect(const tt_ps_t *p) {
+    return p->suspect;
+}

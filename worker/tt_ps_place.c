@@ -1,0 +1,147 @@
+/* tt_ps_place: the PS backend's one exchange with the coordinator: declare
+ * the job's tensor table and/or fetch the placement, turning the
+ * PlacementReply into a tt_ps_layout_t. A short-lived DEALER of its own
+ * keeps this independent of the membership client's socket. */
+#include "tt_ps.h"
+
+#include "tt_clock.h"
+#include "tt_status.h"
+#include "tt_wire.h"
+#include "tt_zmq.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PSET_ERR(err, errlen, ...)                                                                 \
+    do {                                                                                           \
+        if ((err) != NULL && (errlen) > 0)                                                         \
+            snprintf((err), (errlen), __VA_ARGS__);                                                \
+    } while (0)
+
+static int to_layout(const Tether__PlacementReply *r, tt_ps_layout_t *out) {
+    tt_placement_t *p = &out->place;
+    p->version = r->version;
+    p->chunk_bytes = r->chunk_bytes;
+    p->total_elems = r->total_elems;
+    p->nchunks = r->n_chunks;
+    p->nshards = r->n_shard_ids;
+    p->chunks = calloc(r->n_chunks, sizeof(*p->chunks));
+    p->shard_ids = calloc(r->n_shard_ids, sizeof(*p->shard_ids));
+    p->shard_bytes = calloc(r->n_shard_ids, sizeof(*p->shard_bytes));
+    out->endpoints = calloc(r->n_shard_ids + 1, sizeof(char *));
+    if (p->chunks == NULL || p->shard_ids == NULL || p->shard_bytes == NULL ||
+        out->endpoints == NULL)
+        return TT_ENOMEM;
+    for (size_t i = 0; i < r->n_chunks; i++) {
+        p->chunks[i].offset = r->chunks[i]->offset;
+        p->chunks[i].count = r->chunks[i]->count;
+        p->chunks[i].shard = r->chunks[i]->shard;
+        p->shard_bytes[p->chunks[i].shard] += r->chunks[i]->count * sizeof(float);
+    }
+    for (size_t s = 0; s < r->n_shard_ids; s++) {
+        snprintf(p->shard_ids[s], TT_PLACE_ID_MAX, "%s", r->shard_ids[s] ? r->shard_ids[s] : "");
+        out->endpoints[s] = strdup(r->shard_endpoints[s] ? r->shard_endpoints[s] : "");
+        if (out->endpoints[s] == NULL)
+            return TT_ENOMEM;
+    }
+    return TT_OK;
+}
+
+/* The chunking the PS backend relies on: uniform chunks of chunk_bytes. */
+static int check_uniform(const Tether__PlacementReply *r, char *err, size_t errlen) {
+    uint64_t per = r->chunk_bytes / sizeof(float);
+    for (size_t i = 0; per > 0 && i < r->n_chunks; i++) {
+        if (r->chunks[i]->offset != i * per || (i + 1 < r->n_chunks && r->chunks[i]->count != per))
+            per = 0;
+    }
+    if (per != 0)
+        return TT_OK;
+    PSET_ERR(err, errlen, "placement chunks are not uniform %llu-byte chunks",
+             (unsigned long long)r->chunk_bytes);
+    return TT_EPROTO;
+}
+
+static int send_request(void *sock, const tt_ps_fetch_opts_t *o) {
+    tt_env_t env;
+    tt_wire_env_init(&env, o->job_id, o->sender_id, 0, 1);
+    Tether__PlacementRequest pr = TETHER__PLACEMENT_REQUEST__INIT;
+    Tether__DeclareTensors d = TETHER__DECLARE_TENSORS__INIT;
+    Tether__TensorSpec *specs = calloc(o->ntensors + 1, sizeof(*specs));
+    Tether__TensorSpec **ptrs = calloc(o->ntensors + 1, sizeof(*ptrs));
+    if (specs == NULL || ptrs == NULL) {
+        free(specs);
+        free(ptrs);
+        return TT_ENOMEM;
+    }
+    for (size_t i = 0; i < o->ntensors; i++) {
+        tether__tensor_spec__init(&specs[i]);
+        specs[i].name = (char *)o->tensors[i].name;
+        specs[i].count = o->tensors[i].count;
+        ptrs[i] = &specs[i];
+    }
+    d.n_tensors = o->ntensors;
+    d.tensors = ptrs;
+    d.chunk_bytes = o->chunk_bytes;
+    if (o->ntensors > 0) {
+        env.body_case = TETHER__ENVELOPE__BODY_DECLARE_TENSORS;
+        env.declare_tensors = &d;
+    } else {
+        env.body_case = TETHER__ENVELOPE__BODY_PLACEMENT;
+        env.placement = &pr;
+    }
+    int rc = tt_zmq_send(sock, NULL, 0, &env, NULL, 0, 0);
+    free(specs);
+    free(ptrs);
+    return rc;
+}
+
+static int await_reply(void *sock, int timeout_ms, tt_zmq_rx_t *rx, char *err, size_t errlen) {
+    zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
+    if (zmq_poll(&it, 1, timeout_ms) <= 0) {
+        PSET_ERR(err, errlen, "no placement reply from the coordinator within %d ms", timeout_ms);
+        return TT_ETIMEDOUT;
+    }
+    int rc = tt_zmq_recv(sock, 0, 1, NULL, rx, err, errlen);
+    if (rc != TT_OK)
+        return rc;
+    if (rx->env->body_case == TETHER__ENVELOPE__BODY_ERROR) {
+        PSET_ERR(err, errlen, "coordinator: %s", rx->env->error->message);
+        rc = rx->env->error->code < 0 ? rx->env->error->code : TT_EREMOTE;
+    } else if (rx->env->body_case != TETHER__ENVELOPE__BODY_PLACEMENT_REPLY) {
+        PSET_ERR(err, errlen, "coordinator answered with '%s'",
+                 tt_wire_body_name(rx->env->body_case));
+        rc = TT_EPROTO;
+    }
+    if (rc != TT_OK)
+        tt_zmq_rx_close(rx);
+    return rc;
+}
+
+int tt_ps_layout_fetch(const tt_ps_fetch_opts_t *o, tt_ps_layout_t *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof(*out));
+    if (o == NULL || o->coordinator == NULL || o->job_id == NULL || o->job_id[0] == '\0') {
+        PSET_ERR(err, errlen, "tt_ps_layout_fetch needs a coordinator endpoint and a job id");
+        return TT_EINVAL;
+    }
+    void *zctx = zmq_ctx_new(), *sock = NULL;
+    if (zctx == NULL)
+        return TT_ESYS;
+    tt_zmq_opts_t zo;
+    tt_zmq_opts_default(&zo);
+    zo.immediate = 0; /* queue the request until the connection is up */
+    tt_zmq_rx_t rx;
+    int rc;
+    TT_CHECK_GOTO(tt_zmq_dealer(zctx, o->coordinator, &zo, &sock, err, errlen), rc, out);
+    TT_CHECK_GOTO(send_request(sock, o), rc, out);
+    TT_CHECK_GOTO(await_reply(sock, o->timeout_ms > 0 ? o->timeout_ms : 10000, &rx, err, errlen),
+                  rc, out);
+    rc = check_uniform(rx.env->placement_reply, err, errlen);
+    if (rc == TT_OK && (rc = to_layout(rx.env->placement_reply, out)) != TT_OK)
+        tt_ps_layout_free(out);
+    tt_zmq_rx_close(&rx);
+out:
+    tt_zmq_close(&sock);
+    zmq_ctx_term(zctx);
+    return rc;
+}
