@@ -148,6 +148,9 @@ def test_garbage_and_oversized(h):
 def test_settings_conflict_and_unreachable(h):
     coord = h.coordinator()
     w0 = worker(h, coord, "a", "job3", 2)
+    wait_for(lambda: any(j["job_id"] == "job3" for j in h.ctl_json(coord.endpoint,
+                                                                  "status")["jobs"]),
+             10, "job3 created by the first join")
     bad = worker(h, coord, "b", "job3", 3, name="bad")
     line = bad.wait_line(lambda l: l.startswith("ERROR"), 10, "settings conflict error")
     assert "ECONFLICT" in line and "min_workers" in line, line

@@ -50,22 +50,25 @@ class Proc:
                                   stdin=subprocess.DEVNULL, start_new_session=True)
         self.pid = self.p.pid
 
-    def lines(self):
-        with open(self.out_path, "r", errors="replace") as f:
+    def lines(self, stream="out"):
+        """The lines written so far to stdout ("out") or stderr ("log")."""
+        path = self.out_path if stream == "out" else self.log_path
+        with open(path, "r", errors="replace") as f:
             return f.read().splitlines()
 
-    def wait_line(self, pred, timeout, what=""):
-        """Waits for a stdout line for which pred(line) is true; returns it."""
+    def wait_line(self, pred, timeout, what="", stream="out"):
+        """Waits for a line (stdout, or stderr with stream="log") for which
+        pred(line) is true; returns it."""
         deadline = time.monotonic() + timeout
         seen = 0
         while time.monotonic() < deadline:
-            ls = self.lines()
+            ls = self.lines(stream)
             for line in ls[seen:]:
                 if pred(line):
                     return line
             seen = len(ls)
             if self.p.poll() is not None:
-                ls = self.lines()
+                ls = self.lines(stream)
                 for line in ls[seen:]:
                     if pred(line):
                         return line

@@ -1,0 +1,116 @@
+/* Unit tests of tt_coll: backend names, the candidate order of `auto`, the
+ * ring's endpoint requirement, the stubs' errors and the ring adapter on a
+ * one-rank world (no sockets). */
+#include "tt_coll.h"
+#include "tt_cunit.h"
+#include "tt_status.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void coll_parse_kinds(void) {
+    tt_coll_kind_t k = TT_COLL_RING;
+    CU_ASSERT_EQUAL(tt_coll_parse_kind("auto", &k), TT_OK);
+    CU_ASSERT_EQUAL(k, TT_COLL_AUTO);
+    CU_ASSERT_EQUAL(tt_coll_parse_kind("ps", &k), TT_OK);
+    CU_ASSERT_EQUAL(k, TT_COLL_PS);
+    CU_ASSERT_EQUAL(tt_coll_parse_kind("nccl", &k), TT_OK);
+    CU_ASSERT_EQUAL(k, TT_COLL_NCCL);
+    CU_ASSERT_EQUAL(tt_coll_parse_kind("ring", &k), TT_OK);
+    CU_ASSERT_EQUAL(k, TT_COLL_RING);
+    CU_ASSERT_EQUAL(tt_coll_parse_kind("Ring", &k), TT_EINVAL);
+    CU_ASSERT_EQUAL(tt_coll_parse_kind("", &k), TT_EINVAL);
+    CU_ASSERT_EQUAL(tt_coll_parse_kind(NULL, &k), TT_EINVAL);
+    CU_ASSERT_STRING_EQUAL(tt_coll_kind_name(TT_COLL_PS), "ps");
+    CU_ASSERT_STRING_EQUAL(tt_coll_ops(TT_COLL_RING)->name, "ring");
+    CU_ASSERT_PTR_NULL(tt_coll_ops(TT_COLL_AUTO));
+}
+
+static void coll_auto_prefers_ring_then_ps(void) {
+    tt_coll_kind_t out[3];
+    size_t n = 0;
+    tt_coll_candidates(TT_COLL_AUTO, 4, 1, out, &n);
+    CU_ASSERT_EQUAL(n, 2);
+    CU_ASSERT_EQUAL(out[0], TT_COLL_RING);
+    CU_ASSERT_EQUAL(out[1], TT_COLL_PS);
+    tt_coll_candidates(TT_COLL_AUTO, 4, 0, out, &n); /* no endpoints: skip the ring */
+    CU_ASSERT_EQUAL(n, 1);
+    CU_ASSERT_EQUAL(out[0], TT_COLL_PS);
+    tt_coll_candidates(TT_COLL_AUTO, 1, 0, out, &n); /* a single rank needs none */
+    CU_ASSERT_EQUAL(out[0], TT_COLL_RING);
+    tt_coll_candidates(TT_COLL_NCCL, 4, 1, out, &n); /* explicit: only that one */
+    CU_ASSERT_EQUAL(n, 1);
+    CU_ASSERT_EQUAL(out[0], TT_COLL_NCCL);
+}
+
+static void coll_ring_needs_own_and_right_endpoint(void) {
+    const char *eps[4] = {"tcp://a:1", "", "tcp://c:3", "tcp://d:4"};
+    CU_ASSERT_EQUAL(tt_coll_ring_endpoints_ok(eps, 2, 4), 1);
+    CU_ASSERT_EQUAL(tt_coll_ring_endpoints_ok(eps, 3, 4), 1); /* right of 3 is 0 */
+    CU_ASSERT_EQUAL(tt_coll_ring_endpoints_ok(eps, 0, 4), 0); /* right neighbour empty */
+    CU_ASSERT_EQUAL(tt_coll_ring_endpoints_ok(eps, 1, 4), 0); /* own endpoint empty */
+    CU_ASSERT_EQUAL(tt_coll_ring_endpoints_ok(NULL, 0, 1), 1);
+    CU_ASSERT_EQUAL(tt_coll_ring_endpoints_ok(NULL, 0, 2), 0);
+}
+
+static void coll_stubs_say_why(void) {
+    tt_coll_cfg_t cfg = {.rank = 0, .world = 1, .generation = 1};
+    const tt_coll_ops_t *ops = NULL;
+    void *inst = NULL;
+    char err[512];
+    CU_ASSERT_EQUAL(tt_coll_open(TT_COLL_NCCL, &cfg, &ops, &inst, err, sizeof(err)), TT_ENODEV);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "built without NCCL"));
+    CU_ASSERT_PTR_NULL(inst);
+    CU_ASSERT_EQUAL(tt_coll_open(TT_COLL_PS, &cfg, &ops, &inst, err, sizeof(err)), TT_ENODEV);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "ps:"));
+}
+
+static void coll_auto_without_endpoints_explains_both(void) {
+    const char *eps[2] = {"", ""};
+    tt_coll_cfg_t cfg = {.rank = 0, .world = 2, .generation = 3, .endpoints = eps};
+    const tt_coll_ops_t *ops = NULL;
+    void *inst = NULL;
+    char err[512];
+    CU_ASSERT_EQUAL(tt_coll_open(TT_COLL_AUTO, &cfg, &ops, &inst, err, sizeof(err)), TT_ENODEV);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "ring skipped"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "ps:"));
+    /* asking for the ring explicitly names the missing endpoint */
+    CU_ASSERT_EQUAL(tt_coll_open(TT_COLL_RING, &cfg, &ops, &inst, err, sizeof(err)), TT_ENODEV);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "TETHER_ENDPOINT"));
+}
+
+static void coll_ring_single_rank_and_abort(void) {
+    tt_coll_cfg_t cfg = {.rank = 0, .world = 1, .generation = 7};
+    const tt_coll_ops_t *ops = NULL;
+    void *inst = NULL;
+    CU_ASSERT_EQUAL_FATAL(tt_coll_open(TT_COLL_AUTO, &cfg, &ops, &inst, NULL, 0), TT_OK);
+    CU_ASSERT_STRING_EQUAL(ops->name, "ring");
+    double v[3] = {1.5, -2.0, 3.25};
+    CU_ASSERT_EQUAL(ops->allreduce(inst, v, 3, TT_DT_FLOAT64, TT_RED_SUM), TT_OK);
+    CU_ASSERT_DOUBLE_EQUAL(v[1], -2.0, 0.0);
+    CU_ASSERT_EQUAL(ops->broadcast(inst, v, 3, TT_DT_FLOAT64, 0), TT_OK);
+    CU_ASSERT_EQUAL(ops->barrier(inst), TT_OK);
+    CU_ASSERT_EQUAL(ops->broadcast(inst, v, 3, TT_DT_FLOAT64, 1), TT_EINVAL); /* no rank 1 */
+    ops->abort(inst);
+    CU_ASSERT_EQUAL(ops->barrier(inst), TT_ECLOSED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(ops->last_error(inst), "aborted"));
+    char *dump = ops->dump(inst);
+    CU_ASSERT_PTR_NOT_NULL(dump);
+    CU_ASSERT_PTR_NOT_NULL(dump ? strstr(dump, "allreduce") : NULL);
+    free(dump);
+    ops->destroy(&inst);
+    CU_ASSERT_PTR_NULL(inst);
+    ops->destroy(&inst); /* accepts NULL */
+}
+
+static const tt_cunit_test_t tests[] = {
+    {"coll_parse_kinds", coll_parse_kinds},
+    {"coll_auto_prefers_ring_then_ps", coll_auto_prefers_ring_then_ps},
+    {"coll_ring_needs_own_and_right_endpoint", coll_ring_needs_own_and_right_endpoint},
+    {"coll_stubs_say_why", coll_stubs_say_why},
+    {"coll_auto_without_endpoints_explains_both", coll_auto_without_endpoints_explains_both},
+    {"coll_ring_single_rank_and_abort", coll_ring_single_rank_and_abort},
+    {NULL, NULL},
+};
+
+TT_CUNIT_MAIN("coll", tests)

@@ -1,0 +1,293 @@
+/* tether_coll: the exported collective and data-parallel step functions of
+ * include/tether/tether.h, a thin layer over tt_comm. It owns the wiring
+ * between the communication layer and the membership client (the hooks
+ * through which tt_comm reads the generation, the members' endpoints and
+ * reports suspects), the conversion of public options, and the answer to
+ * the coordinator's dump requests (run on the client's background thread,
+ * from a snapshot of the flight recorders). It holds no protocol logic. */
+#include "tether_internal.h"
+
+#include "tt_log.h"
+#include "tt_status.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DUMP_MAX_TEXT ((size_t)60 << 10) /* under the wire's 64 KiB per section */
+
+/* ---- hooks for tt_comm ---- */
+
+static void hook_view(void *ctx, tt_comm_view_t *v) {
+    tether_t *t = ctx;
+    tt_client_view_t cv;
+    tt_client_view(t->client, &cv);
+    v->status = tt_client_state_status(cv.state);
+    v->generation = cv.generation;
+    v->app_generation = cv.app_generation;
+    v->rank = cv.rank;
+    v->world = (int)cv.world_size;
+    v->resume_step = cv.resume_step;
+}
+
+static int hook_endpoint(void *ctx, uint64_t gen, int rank, char *buf, size_t len) {
+    tether_t *t = ctx;
+    tether_member_t m;
+    int rc = tt_client_member_of(t->client, gen, (uint32_t)rank, &m);
+    if (rc == TT_OK)
+        snprintf(buf, len, "%s", m.endpoint);
+    return rc;
+}
+
+static int hook_report(void *ctx, int rank, const char *reason) {
+    tether_t *t = ctx;
+    return tt_client_report_failure(t->client, (uint32_t)rank, reason);
+}
+
+/* Keeps the newest lines: the end of a flight record is what matters. */
+static char *cap_text(char *text) {
+    size_t n = strlen(text);
+    if (n <= DUMP_MAX_TEXT)
+        return text;
+    const char *from = text + n - DUMP_MAX_TEXT + 64;
+    const char *nl = strchr(from, '\n');
+    from = nl != NULL ? nl + 1 : from;
+    size_t keep = strlen(from);
+    int head = snprintf(text, 64, "(older records cut)\n");
+    memmove(text + head, from, keep + 1);
+    return text;
+}
+
+/* Client thread: the text of a DumpReport (malloc'd, NULL: none). */
+static char *answer_dump(void *ctx) {
+    tether_t *t = ctx;
+    tt_client_view_t cv;
+    tt_client_view(t->client, &cv);
+    char who[96];
+    snprintf(who, sizeof(who), "rank %d gen %" PRIu64, (int)cv.rank, cv.generation);
+    char *text = tt_comm_dump(t->comm, who);
+    return text != NULL ? cap_text(text) : NULL;
+}
+
+/* ---- options ---- */
+
+static void to_comm(const tether_coll_opts_t *o, tt_comm_opts_t *c) {
+    c->backend = (tt_coll_kind_t)o->backend;
+    c->deadline_ms = (int)o->deadline_ms;
+    c->bucket_bytes = o->bucket_bytes;
+    c->first_bucket_bytes = o->first_bucket_bytes;
+    c->segment_bytes = o->segment_bytes;
+    c->audit_every = o->audit_every;
+    c->average = o->average;
+    snprintf(c->bind_endpoint, sizeof(c->bind_endpoint), "%s", o->ring_bind);
+}
+
+static void from_comm(const tt_comm_opts_t *c, tether_coll_opts_t *o) {
+    o->backend = (int)c->backend;
+    o->deadline_ms = (uint32_t)c->deadline_ms;
+    o->bucket_bytes = c->bucket_bytes;
+    o->first_bucket_bytes = c->first_bucket_bytes;
+    o->segment_bytes = c->segment_bytes;
+    o->audit_every = c->audit_every;
+    o->average = c->average;
+    snprintf(o->ring_bind, sizeof(o->ring_bind), "%s", c->bind_endpoint);
+}
+
+TETHER_API void tether_coll_opts_default(tether_coll_opts_t *o) {
+    if (o == NULL)
+        return;
+    tt_comm_opts_t c;
+    tt_comm_opts_default(&c);
+    memset(o, 0, sizeof(*o));
+    from_comm(&c, o);
+}
+
+static const char *env_lookup(void *ctx, const char *name) {
+    (void)ctx;
+    return getenv(name);
+}
+
+TETHER_API int tether_coll_opts_from_env(tether_coll_opts_t *o, char *err, size_t errlen) {
+    if (o == NULL)
+        return TETHER_EINVAL;
+    tt_comm_opts_t c;
+    tt_comm_opts_default(&c);
+    to_comm(o, &c);
+    int rc = tt_comm_opts_from_lookup(&c, env_lookup, NULL, err, errlen);
+    if (rc == TT_OK)
+        rc = tt_comm_opts_validate(&c, err, errlen);
+    if (rc == TT_OK)
+        from_comm(&c, o);
+    return rc;
+}
+
+/* The options the library starts with: defaults, the environment, and the
+ * identity of the job (for backends that talk to servers). */
+static int initial_opts(const tether_opts_t *opts, tt_comm_opts_t *c, char *err, size_t errlen) {
+    tt_comm_opts_default(c);
+    int rc = tt_comm_opts_from_lookup(c, env_lookup, NULL, err, errlen);
+    if (rc == TT_OK)
+        rc = tt_comm_opts_validate(c, err, errlen);
+    snprintf(c->coordinator, sizeof(c->coordinator), "%s", opts->coordinator);
+    snprintf(c->job_id, sizeof(c->job_id), "%s", opts->job_id);
+    snprintf(c->worker_id, sizeof(c->worker_id), "%s", opts->worker_id);
+    return rc;
+}
+
+/* Client thread, on every new generation: the communication layer closes
+ * the old backend at once (its sockets free the endpoint the next ring
+ * binds), then the application hears of it. */
+static void on_generation(void *ctx, uint64_t gen, uint32_t rank, uint32_t world) {
+    tether_t *t = ctx;
+    pthread_mutex_lock(&t->gen_mu);
+    if (t->notify != NULL)
+        tt_comm_generation_changed(t->notify, gen);
+    pthread_mutex_unlock(&t->gen_mu);
+    if (t->user_gen_fn != NULL)
+        t->user_gen_fn(t->user_gen_ctx, gen, rank, world);
+}
+
+int tt_tether_coll_prepare(tether_t *t, tether_opts_t *copy) {
+    if (pthread_mutex_init(&t->gen_mu, NULL) != 0)
+        return TT_ESYS;
+    t->user_gen_fn = copy->generation_fn;
+    t->user_gen_ctx = copy->generation_ctx;
+    copy->generation_fn = on_generation;
+    copy->generation_ctx = t;
+    return TT_OK;
+}
+
+int tt_tether_coll_init(tether_t *t, const tether_opts_t *opts, char *err, size_t errlen) {
+    tt_comm_opts_t co;
+    int rc = initial_opts(opts, &co, err, errlen);
+    if (rc != TT_OK)
+        return rc;
+    tt_comm_hooks_t hooks = {
+        .ctx = t, .view = hook_view, .endpoint = hook_endpoint, .report = hook_report};
+    atomic_init(&t->err_from_coll, 0);
+    rc = tt_comm_create(&t->comm, &co, &hooks);
+    if (rc == TT_OK) {
+        tt_client_set_dump_fn(t->client, answer_dump, t);
+        pthread_mutex_lock(&t->gen_mu);
+        t->notify = t->comm;
+        pthread_mutex_unlock(&t->gen_mu);
+    } else if (err != NULL && errlen > 0)
+        snprintf(err, errlen, "cannot start the communication thread: %s", tt_strerror(rc));
+    return rc;
+}
+
+void tt_tether_coll_fini(tether_t *t) {
+    if (t->client != NULL)
+        tt_client_set_dump_fn(t->client, NULL, NULL);
+    pthread_mutex_lock(&t->gen_mu);
+    t->notify = NULL; /* no notification reaches a destroyed layer */
+    pthread_mutex_unlock(&t->gen_mu);
+    tt_comm_destroy(&t->comm);
+    pthread_mutex_destroy(&t->gen_mu);
+}
+
+/* Every failing call leaves its sentence for tether_last_error. */
+static int noted(tether_t *t, int rc) {
+    if (rc < 0)
+        atomic_store(&t->err_from_coll, 1);
+    return rc;
+}
+
+TETHER_API int tether_coll_configure(tether_t *t, const tether_coll_opts_t *o, char *err,
+                                     size_t errlen) {
+    if (t == NULL || o == NULL)
+        return TETHER_EINVAL;
+    tt_comm_opts_t c;
+    char why[256] = "";
+    tt_comm_opts_default(&c);
+    to_comm(o, &c);
+    int rc = tt_comm_opts_validate(&c, why, sizeof(why));
+    if (rc == TT_OK)
+        rc = tt_comm_configure(t->comm, &c);
+    if (rc == TT_EBUSY)
+        snprintf(why, sizeof(why),
+                 "collective options are fixed once a collective ran or a "
+                 "gradient was registered");
+    if (rc != TT_OK && err != NULL && errlen > 0)
+        snprintf(err, errlen, "%s", why);
+    return rc;
+}
+
+/* ---- collectives ---- */
+
+TETHER_API int tether_allreduce(tether_t *t, void *buf, size_t count, int dtype, int op) {
+    if (t == NULL)
+        return TETHER_EINVAL;
+    return noted(t, tt_comm_allreduce(t->comm, buf, count, (tt_dtype_t)dtype, (tt_redop_t)op));
+}
+
+TETHER_API int tether_broadcast(tether_t *t, void *buf, size_t count, int dtype, int root) {
+    if (t == NULL)
+        return TETHER_EINVAL;
+    return noted(t, tt_comm_broadcast(t->comm, buf, count, (tt_dtype_t)dtype, root));
+}
+
+TETHER_API int tether_barrier(tether_t *t) {
+    return t ? noted(t, tt_comm_barrier(t->comm)) : TETHER_EINVAL;
+}
+
+TETHER_API long tether_flight_dump(tether_t *t, char *buf, size_t len) {
+    if (t == NULL || (buf == NULL && len > 0))
+        return TETHER_EINVAL;
+    char *text = answer_dump(t);
+    if (text == NULL)
+        return TETHER_ENOMEM;
+    long n = (long)strlen(text);
+    if (len > 0)
+        snprintf(buf, len, "%s", text);
+    free(text);
+    return n;
+}
+
+/* ---- step API ---- */
+
+TETHER_API int tether_grad_register(tether_t *t, float *grad, size_t count, size_t *id) {
+    return t ? noted(t, tt_comm_grad_register(t->comm, grad, count, id)) : TETHER_EINVAL;
+}
+
+TETHER_API float *tether_grad_buffer(tether_t *t, size_t id) {
+    return t ? tt_comm_grad_buffer(t->comm, id) : NULL;
+}
+
+TETHER_API int tether_grad_ready(tether_t *t, size_t id) {
+    return t ? noted(t, tt_comm_grad_ready(t->comm, id)) : TETHER_EINVAL;
+}
+
+TETHER_API int tether_step_finish(tether_t *t, int64_t local_count, int64_t *global_count) {
+    if (t == NULL)
+        return TETHER_EINVAL;
+    return noted(t, tt_comm_step_finish(t->comm, local_count, global_count));
+}
+
+TETHER_API int tether_step_stats(tether_t *t, tether_step_stats_t *s) {
+    if (t == NULL || s == NULL)
+        return TETHER_EINVAL;
+    tt_comm_stats_t c;
+    tt_comm_step_stats(t->comm, &c);
+    memset(s, 0, sizeof(*s));
+    s->steps = c.steps;
+    s->last_wait_s = c.last_wait_s;
+    s->total_wait_s = c.total_wait_s;
+    s->last_step_s = c.last_step_s;
+    s->total_step_s = c.total_step_s;
+    s->last_comm_s = c.last_comm_s;
+    s->buckets = c.buckets;
+    s->bytes_per_step = c.bytes_per_step;
+    s->audits = c.audits;
+    snprintf(s->backend, sizeof(s->backend), "%s", c.backend ? c.backend : "");
+    return TETHER_OK;
+}
+
+TETHER_API int tether_audit(tether_t *t, const float *params, size_t count, int64_t step) {
+    return t ? noted(t, tt_comm_audit(t->comm, params, count, step)) : TETHER_EINVAL;
+}
+
+TETHER_API int tether_audit_params(tether_t *t, const float *params, size_t count) {
+    return t ? noted(t, tt_comm_audit_params(t->comm, params, count)) : TETHER_EINVAL;
+}

@@ -1,0 +1,438 @@
+/* tt_coll: the backend table (ring, ps, nccl) and the choice between them.
+ * The ring entry is a thin adapter over tt_ring that adds what the ring
+ * itself does not have: an abort flag other threads may set. The ps entry
+ * adapts tt_ps: it fetches the placement of the registered gradients from
+ * the coordinator and serves whole-step reductions, with a ring beside it
+ * for plain collectives when endpoints exist. The nccl entry
+ * is a stub that fails create with TT_ENODEV and a sentence saying why, so
+ * a CPU-only build links, `auto` falls through cleanly, and the GPU module
+ * only replaces one table row. It owns no threads and no membership; see
+ * tt_coll.h for what it does not do. */
+#include "tt_coll.h"
+
+#include "tt_log.h"
+#include "tt_ps.h"
+#include "tt_ring.h"
+#include "tt_status.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SUBSYS "coll"
+
+/* ---- ring ---- */
+
+typedef struct ring_inst {
+    tt_ring_t *ring;
+    atomic_int aborted;
+    char err[256];
+} ring_inst_t;
+
+static int ring_create(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t errlen) {
+    if (cfg->world > 1 && !tt_coll_ring_endpoints_ok(cfg->endpoints, cfg->rank, cfg->world)) {
+        snprintf(err, errlen,
+                 "ring: rank %d or its right neighbour advertised no endpoint (set "
+                 "TETHER_ENDPOINT on every worker)",
+                 cfg->rank);
+        return TT_ENODEV;
+    }
+    ring_inst_t *ri = calloc(1, sizeof(*ri));
+    if (ri == NULL)
+        return TT_ENOMEM;
+    atomic_init(&ri->aborted, 0);
+    tt_ring_opts_t o = {.rank = cfg->rank,
+                        .world = cfg->world,
+                        .generation = cfg->generation,
+                        .endpoints = cfg->endpoints,
+                        .bind_endpoint = cfg->bind_endpoint,
+                        .deadline_ms = cfg->deadline_ms,
+                        .segment_bytes = cfg->segment_bytes,
+                        .flight_capacity = cfg->flight_capacity};
+    int rc = tt_ring_create(&ri->ring, &o, err, errlen);
+    if (rc != TT_OK) {
+        free(ri);
+        return rc;
+    }
+    *inst = ri;
+    return TT_OK;
+}
+
+/* An aborted instance refuses work before touching the sockets. */
+static int ring_refused(ring_inst_t *ri) {
+    if (!atomic_load(&ri->aborted))
+        return 0;
+    snprintf(ri->err, sizeof(ri->err), "ring aborted (generation ended)");
+    return 1;
+}
+
+static int ring_allreduce(void *inst, void *buf, size_t count, tt_dtype_t dt, tt_redop_t op) {
+    ring_inst_t *ri = inst;
+    return ring_refused(ri) ? TT_ECLOSED : tt_ring_allreduce(ri->ring, buf, count, dt, op);
+}
+
+static int ring_broadcast(void *inst, void *buf, size_t count, tt_dtype_t dt, int root) {
+    ring_inst_t *ri = inst;
+    return ring_refused(ri) ? TT_ECLOSED : tt_ring_broadcast(ri->ring, buf, count, dt, root);
+}
+
+static int ring_barrier(void *inst) {
+    ring_inst_t *ri = inst;
+    return ring_refused(ri) ? TT_ECLOSED : tt_ring_barrier(ri->ring);
+}
+
+static void ring_abort(void *inst) {
+    ring_inst_t *ri = inst;
+    atomic_store(&ri->aborted, 1);
+}
+
+static void ring_destroy(void **inst) {
+    if (inst == NULL || *inst == NULL)
+        return;
+    ring_inst_t *ri = *inst;
+    tt_ring_destroy(&ri->ring);
+    free(ri);
+    *inst = NULL;
+}
+
+static const char *ring_last_error(void *inst) {
+    ring_inst_t *ri = inst;
+    if (atomic_load(&ri->aborted) && tt_ring_status(ri->ring) == 0)
+        return ri->err;
+    return tt_ring_last_error(ri->ring);
+}
+
+static int ring_suspect(void *inst) {
+    return tt_ring_suspect(((ring_inst_t *)inst)->ring);
+}
+
+static char *ring_dump(void *inst) {
+    return tt_ring_dump(((ring_inst_t *)inst)->ring);
+}
+
+static void ring_set_step(void *inst, int64_t step) {
+    tt_ring_set_step(((ring_inst_t *)inst)->ring, step);
+}
+
+static const tt_coll_ops_t ring_ops = {
+    .name = "ring",
+    .create = ring_create,
+    .allreduce = ring_allreduce,
+    .broadcast = ring_broadcast,
+    .barrier = ring_barrier,
+    .abort = ring_abort,
+    .destroy = ring_destroy,
+    .last_error = ring_last_error,
+    .suspect = ring_suspect,
+    .dump = ring_dump,
+    .set_step = ring_set_step,
+    .reduce_step = NULL,
+};
+
+/* ---- ps ---- */
+
+/* The ps backend is a pair: the shard servers reduce the step's gradients
+ * with the example count; plain collectives (metrics, the audit, user
+ * all-reduces) are small and go over a ring when the members advertised
+ * endpoints, else they return TT_ENODEV. */
+typedef struct ps_inst {
+    tt_ps_t *ps;   /* NULL: no gradients were registered before create */
+    void *ring;    /* ring_inst_t, NULL: no endpoints */
+    char err[256]; /* why a part is missing */
+} ps_inst_t;
+
+/* The gradient table as the coordinator's placement wants it. */
+static int ps_fetch(const tt_coll_cfg_t *cfg, tt_ps_layout_t *lay, char *err, size_t errlen) {
+    tt_ps_tensor_t *t = calloc(cfg->ntensors, sizeof(*t));
+    char(*names)[24] = calloc(cfg->ntensors, sizeof(*names));
+    int rc = TT_ENOMEM;
+    if (t != NULL && names != NULL) {
+        for (size_t i = 0; i < cfg->ntensors; i++) {
+            snprintf(names[i], sizeof(names[i]), "grad.%zu", i);
+            t[i] = (tt_ps_tensor_t){names[i], cfg->tensor_counts[i]};
+        }
+        tt_ps_fetch_opts_t fo = {.coordinator = cfg->coordinator,
+                                 .job_id = cfg->job_id,
+                                 .sender_id = cfg->worker_id,
+                                 .tensors = t,
+                                 .ntensors = cfg->ntensors};
+        rc = tt_ps_layout_fetch(&fo, lay, err, errlen);
+    }
+    free(t);
+    free(names);
+    return rc;
+}
+
+static int ps_open_shards(ps_inst_t *pi, const tt_coll_cfg_t *cfg, char *err, size_t errlen) {
+    tt_ps_layout_t lay;
+    memset(&lay, 0, sizeof(lay));
+    int rc = ps_fetch(cfg, &lay, err, errlen);
+    if (rc != TT_OK)
+        return rc;
+    tt_ps_opts_t o = {.rank = cfg->rank,
+                      .world = cfg->world,
+                      .generation = cfg->generation,
+                      .job_id = cfg->job_id,
+                      .sender_id = cfg->worker_id,
+                      .layout = &lay,
+                      .deadline_ms = cfg->deadline_ms,
+                      .mode = TT_PS_AGGREGATE};
+    rc = tt_ps_create(&pi->ps, &o, err, errlen);
+    tt_ps_layout_free(&lay);
+    return rc;
+}
+
+static void ps_destroy(void **inst) {
+    if (inst == NULL || *inst == NULL)
+        return;
+    ps_inst_t *pi = *inst;
+    tt_ps_destroy(&pi->ps);
+    ring_destroy(&pi->ring);
+    free(pi);
+    *inst = NULL;
+}
+
+static int ps_create(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t errlen) {
+    if (cfg->coordinator == NULL || cfg->coordinator[0] == '\0') {
+        snprintf(err, errlen, "ps: no coordinator endpoint to fetch the placement from");
+        return TT_ENODEV;
+    }
+    ps_inst_t *pi = calloc(1, sizeof(*pi));
+    if (pi == NULL)
+        return TT_ENOMEM;
+    int rc = TT_OK;
+    if (cfg->ntensors > 0)
+        rc = ps_open_shards(pi, cfg, err, errlen);
+    else
+        snprintf(pi->err, sizeof(pi->err),
+                 "ps: no gradients were registered before the first "
+                 "collective of this generation");
+    if (rc == TT_OK && tt_coll_ring_endpoints_ok(cfg->endpoints, cfg->rank, cfg->world) &&
+        ring_create(&pi->ring, cfg, err, errlen) != TT_OK)
+        pi->ring = NULL; /* plain collectives then say so; gradients still flow */
+    if (rc == TT_OK && pi->ps == NULL && pi->ring == NULL) {
+        snprintf(err, errlen, "%s, and no ring endpoints for plain collectives", pi->err);
+        rc = TT_ENODEV;
+    }
+    if (rc != TT_OK) {
+        void *p = pi;
+        ps_destroy(&p);
+        return rc;
+    }
+    *inst = pi;
+    return TT_OK;
+}
+
+static int ps_no_ring(ps_inst_t *pi) {
+    snprintf(pi->err, sizeof(pi->err),
+             "the ps backend reduces only the registered gradients (tether_step_finish); plain "
+             "collectives need ring endpoints (TETHER_ENDPOINT on every worker)");
+    return TT_ENODEV;
+}
+
+static int ps_allreduce(void *inst, void *buf, size_t count, tt_dtype_t dt, tt_redop_t op) {
+    ps_inst_t *pi = inst;
+    return pi->ring ? ring_allreduce(pi->ring, buf, count, dt, op) : ps_no_ring(pi);
+}
+static int ps_broadcast(void *inst, void *buf, size_t count, tt_dtype_t dt, int root) {
+    ps_inst_t *pi = inst;
+    return pi->ring ? ring_broadcast(pi->ring, buf, count, dt, root) : ps_no_ring(pi);
+}
+static int ps_barrier(void *inst) {
+    ps_inst_t *pi = inst;
+    return pi->ring ? ring_barrier(pi->ring) : ps_no_ring(pi);
+}
+static void ps_abort(void *inst) {
+    ps_inst_t *pi = inst; /* tt_ps has no cross-thread wake-up: its deadline bounds it */
+    if (pi->ring != NULL)
+        ring_abort(pi->ring);
+}
+static const char *ps_last_error(void *inst) {
+    ps_inst_t *pi = inst;
+    if (pi->ps != NULL && tt_ps_status(pi->ps) != 0)
+        return tt_ps_last_error(pi->ps);
+    if (pi->ring != NULL && ring_last_error(pi->ring)[0] != '\0')
+        return ring_last_error(pi->ring);
+    return pi->err;
+}
+static int ps_suspect(void *inst) {
+    ps_inst_t *pi = inst;
+    if (pi->ps != NULL && tt_ps_status(pi->ps) != 0)
+        return tt_ps_suspect(pi->ps);
+    return pi->ring != NULL ? ring_suspect(pi->ring) : -1;
+}
+static char *ps_dump(void *inst) {
+    ps_inst_t *pi = inst; /* the shards' part is in tt_comm's API recorder */
+    return pi->ring != NULL ? ring_dump(pi->ring) : NULL;
+}
+static void ps_set_step(void *inst, int64_t step) {
+    ps_inst_t *pi = inst; /* reduce_step passes the step to the shards itself */
+    if (pi->ring != NULL)
+        ring_set_step(pi->ring, step);
+}
+
+static int ps_reduce_step(void *inst, float *buf, size_t count, int64_t local_count,
+                          int64_t *global_count, int64_t step) {
+    ps_inst_t *pi = inst;
+    uint64_t total = 0;
+    if (pi->ps == NULL)
+        return TT_ENODEV; /* pi->err says why */
+    tt_ps_set_step(pi->ps, step >= 0 ? (uint64_t)step : 0);
+    int rc = tt_ps_allreduce(pi->ps, buf, count, (uint64_t)local_count, &total);
+    *global_count = (int64_t)total;
+    return rc;
+}
+
+static const tt_coll_ops_t ps_ops = {
+    .name = "ps",
+    .create = ps_create,
+    .allreduce = ps_allreduce,
+    .broadcast = ps_broadcast,
+    .barrier = ps_barrier,
+    .abort = ps_abort,
+    .destroy = ps_destroy,
+    .last_error = ps_last_error,
+    .suspect = ps_suspect,
+    .dump = ps_dump,
+    .set_step = ps_set_step,
+    .reduce_step = ps_reduce_step,
+};
+
+/* ---- stubs: backends that are not part of this build ---- */
+
+static int nccl_create(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t errlen) {
+    (void)inst;
+    (void)cfg;
+    snprintf(err, errlen, "nccl: built without NCCL (configure with TETHER_WITH_CUDA=ON)");
+    return TT_ENODEV;
+}
+
+/* Never reached (create fails), but callers may rely on non-NULL slots. */
+static int stub_allreduce(void *inst, void *buf, size_t count, tt_dtype_t dt, tt_redop_t op) {
+    (void)inst, (void)buf, (void)count, (void)dt, (void)op;
+    return TT_ENODEV;
+}
+static int stub_broadcast(void *inst, void *buf, size_t count, tt_dtype_t dt, int root) {
+    (void)inst, (void)buf, (void)count, (void)dt, (void)root;
+    return TT_ENODEV;
+}
+static int stub_barrier(void *inst) {
+    (void)inst;
+    return TT_ENODEV;
+}
+static void stub_abort(void *inst) {
+    (void)inst;
+}
+static void stub_destroy(void **inst) {
+    if (inst != NULL)
+        *inst = NULL;
+}
+static const char *stub_last_error(void *inst) {
+    (void)inst;
+    return "backend not available";
+}
+static int stub_suspect(void *inst) {
+    (void)inst;
+    return -1;
+}
+static char *stub_dump(void *inst) {
+    (void)inst;
+    return NULL;
+}
+static void stub_set_step(void *inst, int64_t step) {
+    (void)inst, (void)step;
+}
+
+#define STUB_OPS(nm, create_fn)                                                                    \
+    {                                                                                              \
+        .name = nm, .create = create_fn, .allreduce = stub_allreduce, .broadcast = stub_broadcast, \
+        .barrier = stub_barrier, .abort = stub_abort, .destroy = stub_destroy,                     \
+        .last_error = stub_last_error, .suspect = stub_suspect, .dump = stub_dump,                 \
+        .set_step = stub_set_step, .reduce_step = NULL                                             \
+    }
+
+static const tt_coll_ops_t nccl_ops = STUB_OPS("nccl", nccl_create);
+
+/* ---- selection ---- */
+
+const tt_coll_ops_t *tt_coll_ops(tt_coll_kind_t kind) {
+    switch (kind) {
+    case TT_COLL_RING:
+        return &ring_ops;
+    case TT_COLL_PS:
+        return &ps_ops;
+    case TT_COLL_NCCL:
+        return &nccl_ops;
+    default:
+        return NULL;
+    }
+}
+
+static const char *const kind_names[] = {"auto", "ring", "ps", "nccl"};
+
+int tt_coll_parse_kind(const char *s, tt_coll_kind_t *out) {
+    for (int i = 0; s != NULL && i < 4; i++) {
+        if (strcmp(s, kind_names[i]) == 0) {
+            *out = (tt_coll_kind_t)i;
+            return TT_OK;
+        }
+    }
+    return TT_EINVAL;
+}
+
+const char *tt_coll_kind_name(tt_coll_kind_t kind) {
+    return (unsigned)kind < 4 ? kind_names[kind] : "?";
+}
+
+int tt_coll_ring_endpoints_ok(const char *const *endpoints, int rank, int world) {
+    if (world <= 1)
+        return 1;
+    if (endpoints == NULL || rank < 0 || rank >= world)
+        return 0;
+    const char *self = endpoints[rank], *right = endpoints[(rank + 1) % world];
+    return self != NULL && self[0] != '\0' && right != NULL && right[0] != '\0';
+}
+
+void tt_coll_candidates(tt_coll_kind_t want, int world, int ring_endpoints_ok,
+                        tt_coll_kind_t out[3], size_t *n) {
+    *n = 0;
+    if (want != TT_COLL_AUTO) {
+        out[(*n)++] = want;
+        return;
+    }
+    if (world <= 1 || ring_endpoints_ok)
+        out[(*n)++] = TT_COLL_RING;
+    out[(*n)++] = TT_COLL_PS;
+}
+
+int tt_coll_open(tt_coll_kind_t want, const tt_coll_cfg_t *cfg, const tt_coll_ops_t **ops,
+                 void **inst, char *err, size_t errlen) {
+    tt_coll_kind_t cand[3];
+    size_t n = 0, used = 0;
+    int ok = tt_coll_ring_endpoints_ok(cfg->endpoints, cfg->rank, cfg->world);
+    tt_coll_candidates(want, cfg->world, ok, cand, &n);
+    int rc = TT_ENODEV;
+    if (err != NULL && errlen > 0)
+        err[0] = '\0';
+    if (want == TT_COLL_AUTO && !ok && cfg->world > 1 && err != NULL)
+        used += (size_t)snprintf(err, errlen, "ring skipped: no endpoint for rank %d or %d; ",
+                                 cfg->rank, (cfg->rank + 1) % cfg->world);
+    for (size_t i = 0; i < n; i++) {
+        const tt_coll_ops_t *o = tt_coll_ops(cand[i]);
+        char why[256] = "";
+        if (o == NULL)
+            continue;
+        rc = o->create(inst, cfg, why, sizeof(why));
+        if (rc == TT_OK) {
+            *ops = o;
+            TT_INFO(SUBSYS, "gen=%llu rank %d/%d: %s backend ready",
+                    (unsigned long long)cfg->generation, cfg->rank, cfg->world, o->name);
+            return TT_OK;
+        }
+        TT_INFO(SUBSYS, "%s backend unavailable: %s (%s)", o->name, why, tt_status_name(rc));
+        if (err != NULL && used < errlen)
+            used += (size_t)snprintf(err + used, errlen - used, "%s%s", i ? "; " : "", why);
+    }
+    return rc;
+}

@@ -1,0 +1,109 @@
+/* tt_coll: the collective backends of libtether behind one ops table, and
+ * the pure rules that pick one. A backend instance serves one generation:
+ * it is created from that generation's rank, world and member endpoints,
+ * runs all-reduce / broadcast / barrier for it, and is destroyed when the
+ * generation ends. Backends, in order of preference:
+ *   ring  the TCP ring of tt_ring (every CPU build has it);
+ *   ps    aggregation on the shard servers (tt_ps) of the whole registered
+ *         gradient buffer with the example count (reduce_step); its plain
+ *         collectives (small: metrics, audits) ride a ring when the
+ *         members advertised endpoints, else return TT_ENODEV;
+ *   nccl  GPU collectives (a stub returning TT_ENODEV "built without NCCL").
+ * It does not own threads, membership, steps or the flight recorder of the
+ * API (tt_comm does): a backend is driven by one thread at a time.
+ * Thread safety: the table and the pure functions are reentrant; an
+ * instance's collectives run on one thread at a time; `dump` may be called
+ * from any thread while the instance is alive. */
+#ifndef TT_COLL_H
+#define TT_COLL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tt_collseq.h"
+
+/* Which backend the configuration asks for. */
+typedef enum {
+    TT_COLL_AUTO = 0, /* ring; PS when the ring is unavailable */
+    TT_COLL_RING = 1,
+    TT_COLL_PS = 2,
+    TT_COLL_NCCL = 3,
+} tt_coll_kind_t;
+
+/* Everything a backend needs to serve one generation. */
+typedef struct tt_coll_cfg {
+    int rank, world;
+    uint64_t generation;
+    /* world entries (borrowed, read only during create); entries the
+     * JoinReply did not list are "" - a ring reads only its own and its
+     * right neighbour's. May be NULL when world == 1. */
+    const char *const *endpoints;
+    const char *bind_endpoint; /* NULL: endpoints[rank] */
+    int deadline_ms;           /* per collective; 0: backend default */
+    size_t segment_bytes;      /* ring pipelining unit; 0: default */
+    size_t flight_capacity;    /* backend's own recorder; 0: default */
+    /* For backends that go through the coordinator or shard servers. */
+    const char *coordinator, *job_id, *worker_id;
+    /* The registered gradient tensors (float32 element counts, in order);
+     * the ps backend declares them to the coordinator. ntensors may be 0. */
+    const size_t *tensor_counts;
+    size_t ntensors;
+} tt_coll_cfg_t;
+
+/* One backend. Every function but `name` receives the instance made by
+ * `create`. Status codes are those of tt_ring_allreduce (TT_EINVAL leaves
+ * the instance usable; any other error poisons it). */
+typedef struct tt_coll_ops {
+    const char *name;
+    int (*create)(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t errlen);
+    int (*allreduce)(void *inst, void *buf, size_t count, tt_dtype_t dt, tt_redop_t op);
+    int (*broadcast)(void *inst, void *buf, size_t count, tt_dtype_t dt, int root);
+    int (*barrier)(void *inst);
+    /* Makes the instance refuse further collectives with TT_ECLOSED.
+     * Backends without a cross-thread wake-up (the ring) let a collective
+     * already in flight run to its deadline; any thread may call it. */
+    void (*abort)(void *inst);
+    void (*destroy)(void **inst); /* accepts NULL; sets *inst = NULL */
+    /* Details of the last failure ("" when none), the rank it blames (-1:
+     * none), the backend's own flight text (malloc'd, may be NULL), the
+     * step named in its messages. */
+    const char *(*last_error)(void *inst);
+    int (*suspect)(void *inst);
+    char *(*dump)(void *inst);
+    void (*set_step)(void *inst, int64_t step);
+    /* Whole-step reduction of backends that aggregate on servers: replaces
+     * the gradient sums buf[0..count) (the whole registered buffer) by
+     * their MEAN over all ranks and sets *global_count to the summed
+     * example count. NULL for backends that reduce buckets through
+     * allreduce (ring, nccl). */
+    int (*reduce_step)(void *inst, float *buf, size_t count, int64_t local_count,
+                       int64_t *global_count, int64_t step);
+} tt_coll_ops_t;
+
+/* The table for `kind` (never AUTO); NULL for an unknown kind. Static. */
+const tt_coll_ops_t *tt_coll_ops(tt_coll_kind_t kind);
+
+/* "auto", "ring", "ps", "nccl" -> kind. TT_EINVAL for anything else. */
+int tt_coll_parse_kind(const char *s, tt_coll_kind_t *out);
+const char *tt_coll_kind_name(tt_coll_kind_t kind);
+
+/* Backends to try for `want`, in order, into out[0..*n) (at most 3). AUTO
+ * gives ring then ps, but skips the ring when world > 1 and
+ * `ring_endpoints_ok` is 0 (this rank or a neighbour advertised no
+ * endpoint). An explicit kind gives just that kind. Pure. */
+void tt_coll_candidates(tt_coll_kind_t want, int world, int ring_endpoints_ok,
+                        tt_coll_kind_t out[3], size_t *n);
+
+/* 1 when a ring can be built for `rank` of `world` from `endpoints`: the
+ * entries of rank and rank+1 (mod world) are non-empty. Pure. */
+int tt_coll_ring_endpoints_ok(const char *const *endpoints, int rank, int world);
+
+/* Tries the candidates for `want` in order and returns the first instance
+ * that could be created: *ops and *inst are set (caller destroys with
+ * (*ops)->destroy). When every candidate fails, returns the error of the
+ * first one (explicit kind) or of the last (auto) with one sentence per
+ * attempt in `err`. */
+int tt_coll_open(tt_coll_kind_t want, const tt_coll_cfg_t *cfg, const tt_coll_ops_t **ops,
+                 void **inst, char *err, size_t errlen);
+
+#endif

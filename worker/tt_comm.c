@@ -1,0 +1,557 @@
+/* tt_comm: the communication thread, its queue and the backend it drives
+ * (the step API is in tt_comm_step.c, the pure rules in tt_comm_plan.c).
+ *
+ * One FIFO carries every collective of the process: synchronous calls put
+ * a job on their own stack and wait for it, gradient buckets put theirs in
+ * the step's job array and are waited for in step_finish. Because every
+ * rank issues the same program-order sequence, the backend sees the same
+ * sequence everywhere; mismatches are the backend's to detect (tt_collseq).
+ *
+ * The thread builds the backend lazily for the generation a job was issued
+ * in, and rebuilds it when a job of a newer generation arrives. A job whose
+ * generation is no longer the client's current one fails with
+ * TT_EMEMBERSHIP without touching the network, and the old backend is
+ * destroyed at once: closing its sockets makes ranks still blocked in the
+ * old ring fail fast (peer disconnected) instead of waiting for the
+ * deadline. A failure that names a suspect (timeout, disconnect) is
+ * reported to the coordinator once per generation, after the job is
+ * released, and only while the generation is still current.
+ *
+ * Locking: `mu` guards the queue, the backend pointer (so dump can read
+ * the backend while the thread may destroy it) and the error string. The
+ * thread runs collectives without it. Flight records are begun under `mu`
+ * at enqueue (so queued work shows in a dump) and finished by the thread;
+ * tt_flight locks internally, and `mu` keeps the writes in order. */
+#include "tt_comm_internal.h"
+
+#include "tt_clock.h"
+#include "tt_log.h"
+#include "tt_status.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define SUBSYS "coll"
+
+void tt_comm_set_error(tt_comm_t *c, const char *fmt, ...) {
+    va_list ap;
+    char buf[sizeof(c->err)];
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&c->mu);
+    memcpy(c->err, buf, sizeof(buf));
+    pthread_mutex_unlock(&c->mu);
+}
+
+void tt_comm_last_error(tt_comm_t *c, char *out, size_t n) {
+    pthread_mutex_lock(&c->mu);
+    snprintf(out, n, "%s", c->err);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* ---- queue ---- */
+
+void tt_comm_enqueue(tt_comm_t *c, tt_comm_job_t *j) {
+    j->done = 0;
+    j->status = TT_OK;
+    j->run_ns = 0;
+    j->next = NULL;
+    pthread_mutex_lock(&c->mu);
+    if (j->gen != c->seq_gen) {
+        c->seq_gen = j->gen;
+        c->seq = 0;
+    }
+    j->seq = ++c->seq;
+    tt_flight_rec_t rec = {.generation = j->gen,
+                           .seq = j->seq,
+                           .op = (uint8_t)j->kind,
+                           .dtype = (uint8_t)(j->kind == TT_COLL_BARRIER ? 0 : j->dt),
+                           .redop = (uint8_t)j->op,
+                           .bytes = j->count * tt_collseq_dtype_size((int)j->dt),
+                           .peer = -1,
+                           .t_queued_ns = tt_clock_mono_ns()};
+    j->flight_id = tt_flight_begin(c->flight, &rec);
+    if (c->stop) {
+        j->status = TT_ECLOSED;
+        j->done = 1;
+    } else if (c->tail != NULL) {
+        c->tail->next = j;
+        c->tail = j;
+    } else {
+        c->head = c->tail = j;
+    }
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+int tt_comm_wait(tt_comm_t *c, tt_comm_job_t *j) {
+    pthread_mutex_lock(&c->mu);
+    while (!j->done)
+        pthread_cond_wait(&c->done_cv, &c->mu);
+    int rc = j->status;
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* ---- backend life cycle (communication thread) ---- */
+
+/* Swaps the backend out under mu (dump may be reading it), then frees it. */
+static void drop_backend(tt_comm_t *c) {
+    pthread_mutex_lock(&c->mu);
+    const tt_coll_ops_t *ops = c->ops;
+    void *inst = c->inst;
+    c->ops = NULL;
+    c->inst = NULL;
+    pthread_mutex_unlock(&c->mu);
+    if (ops != NULL) {
+        TT_INFO(SUBSYS, "closing the %s backend of generation %" PRIu64, ops->name, c->inst_gen);
+        ops->destroy(&inst);
+        c->dropped_ms = tt_clock_mono_ms();
+    }
+}
+
+/* Gives the other ranks time to close their previous backend (see
+ * tt_comm_generation_changed): counted from the later of the notification
+ * and this rank's own close, since peers stuck in the same failed
+ * collective close theirs at about the same time as this one. A first
+ * generation has no predecessor. */
+static void settle(tt_comm_t *c, const tt_comm_view_t *v) {
+    pthread_mutex_lock(&c->mu);
+    uint64_t since = c->notified_gen == v->generation ? c->notified_ms : 0;
+    pthread_mutex_unlock(&c->mu);
+    if (since != 0 && c->dropped_ms > since)
+        since = c->dropped_ms;
+    uint64_t now = tt_clock_mono_ms();
+    if (v->generation <= 1 || v->world <= 1 || since == 0 || now >= since + TT_COMM_SETTLE_MS)
+        return;
+    uint64_t ms = since + TT_COMM_SETTLE_MS - now;
+    struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
+/* Endpoints of this generation: own, left and right; the rest stay "". */
+static int gather_endpoints(tt_comm_t *c, const tt_comm_view_t *v, char (*eps)[TT_COMM_EP_MAX],
+                            const char **ptrs) {
+    for (int i = 0; i < v->world; i++)
+        ptrs[i] = "";
+    int want[3] = {v->rank, (v->rank + 1) % v->world, (v->rank + v->world - 1) % v->world};
+    for (int k = 0; k < 3; k++) {
+        eps[k][0] = '\0';
+        int rc = c->hooks.endpoint(c->hooks.ctx, v->generation, want[k], eps[k], TT_COMM_EP_MAX);
+        if (rc == TT_ESTALE)
+            return TT_EMEMBERSHIP;
+        ptrs[want[k]] = eps[k];
+    }
+    return TT_OK;
+}
+
+static int open_backend(tt_comm_t *c, const tt_comm_view_t *v) {
+    char eps[3][TT_COMM_EP_MAX], err[512] = "";
+    const char **ptrs = calloc((size_t)v->world, sizeof(*ptrs));
+    if (ptrs == NULL)
+        return TT_ENOMEM;
+    settle(c, v);
+    int rc = gather_endpoints(c, v, eps, ptrs);
+    pthread_mutex_lock(&c->mu);
+    const size_t *tcounts = c->tcounts; /* set once, freed only at destroy */
+    size_t ntcounts = c->ntcounts;
+    pthread_mutex_unlock(&c->mu);
+    tt_coll_cfg_t cfg = {.rank = v->rank,
+                         .world = v->world,
+                         .generation = v->generation,
+                         .endpoints = ptrs,
+                         .bind_endpoint = c->opts.bind_endpoint[0] ? c->opts.bind_endpoint : NULL,
+                         .deadline_ms = c->opts.deadline_ms,
+                         .segment_bytes = c->opts.segment_bytes,
+                         .coordinator = c->opts.coordinator,
+                         .job_id = c->opts.job_id,
+                         .worker_id = c->opts.worker_id,
+                         .tensor_counts = tcounts,
+                         .ntensors = ntcounts};
+    const tt_coll_ops_t *ops = NULL;
+    void *inst = NULL;
+    if (rc == TT_OK)
+        rc = tt_coll_open(c->opts.backend, &cfg, &ops, &inst, err, sizeof(err));
+    free(ptrs);
+    c->inst_gen = v->generation;
+    c->open_rc = rc;
+    if (rc != TT_OK) {
+        snprintf(c->open_err, sizeof(c->open_err),
+                 "no collective backend for generation %" PRIu64 " (%s): %s", v->generation,
+                 tt_coll_kind_name(c->opts.backend), err);
+        TT_WARN(SUBSYS, "%s", c->open_err);
+        return rc;
+    }
+    pthread_mutex_lock(&c->mu);
+    c->ops = ops;
+    c->inst = inst;
+    pthread_mutex_unlock(&c->mu);
+    return TT_OK;
+}
+
+/* Makes the backend serve `gen`: TT_OK, TT_EMEMBERSHIP (gen is gone), or
+ * the sticky error of a failed open for this generation. */
+static int ensure_backend(tt_comm_t *c, uint64_t gen, tt_comm_view_t *v) {
+    c->hooks.view(c->hooks.ctx, v);
+    if (v->status != TT_OK)
+        return v->status; /* fenced, failed, closed: nothing to build */
+    if (v->generation != gen) {
+        if (c->inst_gen != v->generation)
+            drop_backend(c);
+        return TT_EMEMBERSHIP;
+    }
+    if (c->inst_gen == gen && (c->ops != NULL || c->open_rc != TT_OK))
+        return c->ops != NULL ? TT_OK : c->open_rc;
+    drop_backend(c);
+    return open_backend(c, v);
+}
+
+/* ---- running one job ---- */
+
+/* A whole-step backend: buckets wait for the count job, which reduces the
+ * whole buffer and the count in one call and leaves means. */
+static int run_step_reduce(tt_comm_t *c, tt_comm_job_t *j) {
+    if (j->role == TT_COMM_JOB_BUCKET)
+        return TT_OK;
+    int64_t *count = j->buf, global = 0;
+    int rc = c->ops->reduce_step(c->inst, j->flat, j->flat_count, *count, &global, j->step);
+    if (rc == TT_OK) {
+        *count = global;
+        j->averaged = 1;
+    }
+    return rc;
+}
+
+static int run_op(tt_comm_t *c, tt_comm_job_t *j) {
+    c->ops->set_step(c->inst, j->step);
+    if (c->ops->reduce_step != NULL && j->role != TT_COMM_JOB_PLAIN)
+        return run_step_reduce(c, j);
+    switch (j->kind) {
+    case TT_COLL_ALLREDUCE:
+        return c->ops->allreduce(c->inst, j->buf, j->count, j->dt, j->op);
+    case TT_COLL_BROADCAST:
+        return c->ops->broadcast(c->inst, j->buf, j->count, j->dt, j->root);
+    default:
+        return c->ops->barrier(c->inst);
+    }
+}
+
+static void describe_job(const tt_comm_job_t *j, char *buf, size_t n) {
+    tt_coll_fp_t fp = {(uint8_t)j->kind, (uint8_t)(j->kind == TT_COLL_BARRIER ? 0 : j->dt),
+                       (uint8_t)j->op, j->kind == TT_COLL_BROADCAST ? j->root : -1, j->count};
+    tt_collseq_describe(&fp, j->seq, buf, n);
+}
+
+/* Turns a failed job into the caller's status and sentence. A failure in
+ * a generation that has ended since is a membership change, whatever the
+ * backend saw (a peer that moved on closes its sockets). */
+static int explain_failure(tt_comm_t *c, tt_comm_job_t *j, int rc, int *suspect) {
+    char what[160];
+    tt_comm_view_t v;
+    describe_job(j, what, sizeof(what));
+    c->hooks.view(c->hooks.ctx, &v);
+    *suspect = -1;
+    if (v.status != TT_OK) {
+        tt_comm_set_error(c, "%s abandoned: this worker is no longer a member (%s)", what,
+                          tt_status_name(v.status));
+        return v.status;
+    }
+    if (rc == TT_EMEMBERSHIP || v.generation != j->gen) {
+        tt_comm_set_error(c,
+                          "generation %" PRIu64 " ended during %s (now generation %" PRIu64
+                          "): call tether_step_done, then resume at tether_resume_step",
+                          j->gen, what, v.generation);
+        return TT_EMEMBERSHIP;
+    }
+    if (c->ops == NULL) {
+        tt_comm_set_error(c, "%s", c->open_err);
+        return rc;
+    }
+    *suspect = c->ops->suspect(c->inst);
+    tt_comm_set_error(c, "%s failed on the %s backend: %s", what, c->ops->name,
+                      c->ops->last_error(c->inst));
+    return rc;
+}
+
+static void report_suspect(tt_comm_t *c, uint64_t gen, int rc, int suspect) {
+    tt_comm_view_t v;
+    if ((rc != TT_ETIMEDOUT && rc != TT_EUNREACHABLE) || suspect < 0 || c->hooks.report == NULL)
+        return;
+    c->hooks.view(c->hooks.ctx, &v);
+    if (v.generation != gen || suspect == v.rank ||
+        (c->reported_gen == gen && c->reported_rank == suspect))
+        return;
+    c->reported_gen = gen;
+    c->reported_rank = suspect;
+    char reason[sizeof(c->err)];
+    tt_comm_last_error(c, reason, sizeof(reason));
+    int r = c->hooks.report(c->hooks.ctx, suspect, reason);
+    TT_WARN(SUBSYS, "reported rank %d of generation %" PRIu64 " to the coordinator (%s)", suspect,
+            gen, tt_status_name(r));
+}
+
+static void log_failure(tt_comm_t *c, int rc) {
+    char msg[sizeof(c->err)];
+    tt_comm_last_error(c, msg, sizeof(msg));
+    TT_WARN(SUBSYS, "%s (%s)", msg, tt_status_name(rc));
+    if (rc == TT_EINVAL)
+        return;
+    char *dump = tt_flight_dump(c->flight, "this process (API)", tt_clock_mono_ns());
+    if (dump != NULL)
+        TT_WARN(SUBSYS, "%s", dump);
+    free(dump);
+}
+
+static void run_job(tt_comm_t *c, tt_comm_job_t *j) {
+    uint64_t t0 = tt_clock_mono_ns();
+    tt_flight_started(c->flight, j->flight_id, t0);
+    tt_comm_view_t v;
+    int rc = ensure_backend(c, j->gen, &v), suspect = -1;
+    if (rc == TT_OK)
+        rc = run_op(c, j);
+    if (rc != TT_OK)
+        rc = explain_failure(c, j, rc, &suspect);
+    uint64_t t1 = tt_clock_mono_ns();
+    tt_flight_finish(c->flight, j->flight_id, t1, rc);
+    if (rc != TT_OK && !c->logged_failure) {
+        c->logged_failure = 1; /* one dump per failure, not one per queued job */
+        log_failure(c, rc);
+    } else if (rc == TT_OK) {
+        c->logged_failure = 0;
+    }
+    uint64_t gen = j->gen;
+    pthread_mutex_lock(&c->mu);
+    j->status = rc;
+    j->run_ns = t1 - t0;
+    j->done = 1;
+    pthread_cond_broadcast(&c->done_cv);
+    pthread_mutex_unlock(&c->mu);
+    report_suspect(c, gen, rc, suspect); /* j belongs to its waiter again */
+}
+
+/* Idle and told of a newer generation: close the old backend now rather
+ * than at the next collective. Holds mu on entry and exit. */
+static int drop_if_stale(tt_comm_t *c) {
+    if (c->ops == NULL || c->notified_gen <= c->inst_gen)
+        return 0;
+    pthread_mutex_unlock(&c->mu);
+    drop_backend(c);
+    pthread_mutex_lock(&c->mu);
+    return 1;
+}
+
+static void *comm_main(void *arg) {
+    tt_comm_t *c = arg;
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        while (c->head == NULL && !c->stop)
+            if (!drop_if_stale(c))
+                pthread_cond_wait(&c->cv, &c->mu);
+        if (c->head == NULL)
+            break;
+        tt_comm_job_t *j = c->head;
+        c->head = j->next;
+        if (c->head == NULL)
+            c->tail = NULL;
+        pthread_mutex_unlock(&c->mu);
+        run_job(c, j);
+        pthread_mutex_lock(&c->mu);
+    }
+    pthread_mutex_unlock(&c->mu);
+    drop_backend(c);
+    return NULL;
+}
+
+/* ---- life cycle ---- */
+
+static int init_sync(tt_comm_t *c) {
+    if (pthread_mutex_init(&c->mu, NULL) != 0)
+        return TT_ESYS;
+    if (pthread_cond_init(&c->cv, NULL) != 0) {
+        pthread_mutex_destroy(&c->mu);
+        return TT_ESYS;
+    }
+    if (pthread_cond_init(&c->done_cv, NULL) != 0) {
+        pthread_cond_destroy(&c->cv);
+        pthread_mutex_destroy(&c->mu);
+        return TT_ESYS;
+    }
+    c->sync_ok = 1;
+    return TT_OK;
+}
+
+static void free_comm(tt_comm_t *c) {
+    tt_comm_step_release(c);
+    tt_flight_destroy(&c->flight);
+    if (c->sync_ok) {
+        pthread_cond_destroy(&c->done_cv);
+        pthread_cond_destroy(&c->cv);
+        pthread_mutex_destroy(&c->mu);
+    }
+    free(c);
+}
+
+int tt_comm_create(tt_comm_t **out, const tt_comm_opts_t *opts, const tt_comm_hooks_t *hooks) {
+    if (out == NULL || opts == NULL || hooks == NULL || hooks->view == NULL ||
+        hooks->endpoint == NULL)
+        return TT_EINVAL;
+    *out = NULL;
+    tt_comm_t *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return TT_ENOMEM;
+    c->opts = *opts;
+    c->hooks = *hooks;
+    c->reported_rank = -1;
+    c->step_index = -1;
+    int rc;
+    TT_CHECK_GOTO(tt_flight_create(&c->flight, opts->flight_capacity), rc, fail);
+    TT_CHECK_GOTO(init_sync(c), rc, fail);
+    TT_CHECK_GOTO(pthread_create(&c->thread, NULL, comm_main, c) == 0 ? TT_OK : TT_ESYS, rc, fail);
+    *out = c;
+    return TT_OK;
+fail:
+    free_comm(c);
+    return rc;
+}
+
+void tt_comm_generation_changed(tt_comm_t *c, uint64_t gen) {
+    pthread_mutex_lock(&c->mu);
+    if (gen > c->notified_gen) {
+        c->notified_gen = gen;
+        c->notified_ms = tt_clock_mono_ms();
+        pthread_cond_broadcast(&c->cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+int tt_comm_configure(tt_comm_t *c, const tt_comm_opts_t *opts) {
+    int rc = TT_OK;
+    pthread_mutex_lock(&c->mu);
+    if (c->seq_gen != 0 || c->ntensors > 0) {
+        rc = TT_EBUSY;
+    } else { /* the job's identity stays what the library was created with */
+        tt_comm_opts_t o = *opts;
+        memcpy(o.coordinator, c->opts.coordinator, sizeof(o.coordinator));
+        memcpy(o.job_id, c->opts.job_id, sizeof(o.job_id));
+        memcpy(o.worker_id, c->opts.worker_id, sizeof(o.worker_id));
+        c->opts = o;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+void tt_comm_destroy(tt_comm_t **pc) {
+    if (pc == NULL || *pc == NULL)
+        return;
+    tt_comm_t *c = *pc;
+    *pc = NULL;
+    pthread_mutex_lock(&c->mu);
+    c->stop = 1;
+    for (tt_comm_job_t *j = c->head; j != NULL; j = j->next) {
+        j->status = TT_ECLOSED;
+        j->done = 1;
+    }
+    c->head = c->tail = NULL;
+    if (c->ops != NULL)
+        c->ops->abort(c->inst);
+    pthread_cond_broadcast(&c->cv);
+    pthread_cond_broadcast(&c->done_cv);
+    pthread_mutex_unlock(&c->mu);
+    pthread_join(c->thread, NULL);
+    free_comm(c);
+}
+
+/* ---- synchronous collectives ---- */
+
+/* Gate, queue, wait. The job lives on the caller's stack. */
+int tt_comm_run_sync(tt_comm_t *c, tt_comm_job_t *j) {
+    tt_comm_view_t v;
+    char err[sizeof(c->err)];
+    c->hooks.view(c->hooks.ctx, &v);
+    int rc = tt_comm_gate(&v, err, sizeof(err));
+    if (rc != TT_OK) {
+        tt_comm_set_error(c, "%s", err);
+        return rc;
+    }
+    if (j->kind == TT_COLL_BROADCAST && j->root >= v.world) {
+        tt_comm_set_error(c, "broadcast root %d is not a rank of this world of %d", j->root,
+                          v.world);
+        return TT_EINVAL;
+    }
+    j->gen = v.generation;
+    j->step = c->step_index;
+    tt_comm_enqueue(c, j);
+    return tt_comm_wait(c, j);
+}
+
+static int check_buf(tt_comm_t *c, const void *buf, size_t count, tt_dtype_t dt) {
+    size_t es = tt_collseq_dtype_size((int)dt);
+    if (c == NULL)
+        return TT_EINVAL;
+    if (es == 0 || (buf == NULL && count > 0) || ((uintptr_t)buf % es) != 0) {
+        tt_comm_set_error(c,
+                          "bad collective arguments: dtype %d, buffer %p, count %zu (the "
+                          "buffer must be aligned to its element size)",
+                          (int)dt, buf, count);
+        return TT_EINVAL;
+    }
+    return TT_OK;
+}
+
+int tt_comm_allreduce(tt_comm_t *c, void *buf, size_t count, tt_dtype_t dt, tt_redop_t op) {
+    if (check_buf(c, buf, count, dt) != TT_OK)
+        return TT_EINVAL;
+    if (op < TT_RED_SUM || op > TT_RED_MAX) {
+        tt_comm_set_error(c, "reduction %d is not sum, min or max", (int)op);
+        return TT_EINVAL;
+    }
+    tt_comm_job_t j = {
+        .kind = TT_COLL_ALLREDUCE, .buf = buf, .count = count, .dt = dt, .op = op, .root = -1};
+    return tt_comm_run_sync(c, &j);
+}
+
+int tt_comm_broadcast(tt_comm_t *c, void *buf, size_t count, tt_dtype_t dt, int root) {
+    if (check_buf(c, buf, count, dt) != TT_OK)
+        return TT_EINVAL;
+    if (root < 0) {
+        tt_comm_set_error(c, "broadcast root %d is negative", root);
+        return TT_EINVAL;
+    }
+    tt_comm_job_t j = {.kind = TT_COLL_BROADCAST,
+                       .buf = buf,
+                       .count = count,
+                       .dt = dt,
+                       .op = TT_RED_NONE,
+                       .root = root};
+    return tt_comm_run_sync(c, &j);
+}
+
+int tt_comm_barrier(tt_comm_t *c) {
+    if (c == NULL)
+        return TT_EINVAL;
+    tt_comm_job_t j = {.kind = TT_COLL_BARRIER, .dt = TT_DT_FLOAT32, .op = TT_RED_NONE, .root = -1};
+    return tt_comm_run_sync(c, &j);
+}
+
+/* ---- dump ---- */
+
+char *tt_comm_dump(tt_comm_t *c, const char *who) {
+    char *api = tt_flight_dump(c->flight, who, tt_clock_mono_ns());
+    pthread_mutex_lock(&c->mu);
+    char *be = c->ops != NULL ? c->ops->dump(c->inst) : NULL;
+    const char *name = c->ops != NULL ? c->ops->name : "none built";
+    const char *tail = be != NULL ? be : c->ops != NULL ? "no records of its own\n" : "\n";
+    size_t n = (api ? strlen(api) : 0) + strlen(tail) + 128;
+    char *out = api != NULL ? malloc(n) : NULL;
+    if (out != NULL)
+        snprintf(out, n, "%sbackend %s: %s", api, name, tail);
+    pthread_mutex_unlock(&c->mu);
+    free(api);
+    free(be);
+    return out;
+}

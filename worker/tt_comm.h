@@ -1,0 +1,193 @@
+/* tt_comm: libtether's communication layer above the backends. It owns
+ *   - the background communication thread, which runs every collective of
+ *     a tether_t in the order they were issued (synchronous calls and
+ *     gradient buckets share one FIFO, so every rank issues the same
+ *     sequence), on a backend instance (tt_coll) built lazily for the
+ *     current generation and rebuilt when the generation changes;
+ *   - the data-parallel step: registered gradient tensors laid out in one
+ *     flat float32 buffer cut into buckets (tt_buckets), bucket all-reduces
+ *     started as gradients become ready, the exact int64 example count,
+ *     averaging, copy-back, and the time step_finish spent waiting;
+ *   - the divergence audit (min/max of a 64-bit parameter checksum);
+ *   - an API-level flight recorder that spans generations (tt_flight),
+ *     logged on failure and returned by tt_comm_dump for `tetherctl dump`.
+ * It does not own membership: it reads it through the hooks (tt_client in
+ * the library, a fake in tests) and reports suspects back through them;
+ * the worker never decides membership itself.
+ * The pure parts (options from the environment, the membership gate, the
+ * bucket launch plan, the audit verdict) are in tt_comm_plan.c and are
+ * tested without threads or sockets.
+ * Thread safety: tt_comm_* calls are serialised by the caller for one step
+ * (grad_ready/step_finish from one thread); the synchronous collectives may
+ * be called from any thread (they queue). tt_comm_dump and
+ * tt_comm_last_error may run concurrently with everything. */
+#ifndef TT_COMM_H
+#define TT_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tt_coll.h"
+#include "tt_collseq.h"
+
+/* ---- membership as seen through the hooks ---- */
+
+typedef struct tt_comm_view {
+    int status;              /* TT_OK while a member (or joining); else why not */
+    uint64_t generation;     /* 0: none yet */
+    uint64_t app_generation; /* the newest the application acknowledged */
+    int rank, world;
+    int64_t resume_step;
+} tt_comm_view_t;
+
+typedef struct tt_comm_hooks {
+    void *ctx;
+    /* Fills *v with the current membership. Any thread, cheap. */
+    void (*view)(void *ctx, tt_comm_view_t *v);
+    /* Copies the ring endpoint of `rank` in generation `gen` into buf.
+     * Returns TT_OK, TT_ESTALE (the generation moved on) or TT_ENOTFOUND
+     * (rank not listed: worlds above 256 list only neighbours). */
+    int (*endpoint)(void *ctx, uint64_t gen, int rank, char *buf, size_t len);
+    /* Tells the coordinator that `rank` failed; may block briefly. */
+    int (*report)(void *ctx, int rank, const char *reason);
+} tt_comm_hooks_t;
+
+/* ---- options ---- */
+
+#define TT_COMM_AUDIT_DEFAULT 100
+#define TT_COMM_EP_MAX        256
+
+typedef struct tt_comm_opts {
+    tt_coll_kind_t backend;
+    int deadline_ms;                    /* per collective; 0: 60000 */
+    size_t bucket_bytes;                /* 0: 25 MiB */
+    size_t first_bucket_bytes;          /* 0: 1 MiB (at most bucket_bytes) */
+    size_t segment_bytes;               /* ring unit; 0: 1 MiB; equal on all ranks */
+    uint32_t audit_every;               /* steps between audits; 0: never */
+    int average;                        /* step_finish divides by the global count */
+    size_t flight_capacity;             /* 0: 256 */
+    char bind_endpoint[TT_COMM_EP_MAX]; /* "": bind the advertised endpoint */
+    char coordinator[TT_COMM_EP_MAX], job_id[128], worker_id[128]; /* for ps */
+} tt_comm_opts_t;
+
+/* Defaults: auto backend, 60 s deadline, 25 MiB / 1 MiB buckets, audit
+ * every 100 steps, averaging on. */
+void tt_comm_opts_default(tt_comm_opts_t *o);
+
+typedef const char *(*tt_comm_lookup_fn)(void *ctx, const char *name);
+
+/* Applies TETHER_BACKEND (ring|ps|nccl|auto), TETHER_COLL_DEADLINE_MS,
+ * TETHER_BUCKET_BYTES, TETHER_FIRST_BUCKET_BYTES, TETHER_AUDIT_EVERY,
+ * TETHER_RING_BIND read through `lookup`; unset ones are left alone.
+ * TT_OK or TT_EINVAL with "TETHER_X='v': why" in err. Pure. */
+int tt_comm_opts_from_lookup(tt_comm_opts_t *o, tt_comm_lookup_fn lookup, void *ctx, char *err,
+                             size_t errlen);
+
+/* ---- pure helpers (tt_comm_plan.c) ---- */
+
+/* Whether a collective may start for this view: TT_OK; the view's status
+ * when not a member; TT_EINVAL before the first generation; TT_EMEMBERSHIP
+ * when a generation newer than the acknowledged one is installed. A
+ * sentence goes to err. */
+int tt_comm_gate(const tt_comm_view_t *v, char *err, size_t errlen);
+
+/* Bucket launch plan of one step. Buckets are launched in ascending index
+ * (the order backward produces them) whatever order they complete in, so
+ * every rank issues the same sequence of all-reduces even if grad_ready
+ * calls differ in order between ranks. */
+typedef struct tt_comm_plan {
+    size_t nbuckets;
+    size_t next;             /* first bucket not launched yet */
+    unsigned char *complete; /* per bucket, this step */
+} tt_comm_plan_t;
+
+int tt_comm_plan_init(tt_comm_plan_t *p, size_t nbuckets);
+void tt_comm_plan_release(tt_comm_plan_t *p);
+void tt_comm_plan_reset(tt_comm_plan_t *p);
+/* Marks `ndone` buckets complete and writes to launch[0..*nlaunch) the
+ * buckets that may start now, in order (launch has room for nbuckets). */
+void tt_comm_plan_complete(tt_comm_plan_t *p, const size_t *done, size_t ndone, size_t *launch,
+                           size_t *nlaunch);
+/* Every bucket not launched yet, in order (step_finish). */
+void tt_comm_plan_rest(tt_comm_plan_t *p, size_t *launch, size_t *nlaunch);
+
+/* Audit verdict from the all-reduced [max(cs), max(~cs)]: TT_OK when
+ * every rank had the same checksum, TT_EDIVERGED with a sentence naming
+ * the step otherwise. */
+int tt_comm_audit_verdict(const int64_t maxes[2], int64_t step, char *err, size_t errlen);
+
+/* 1 when step `step` is an audit step for `every` (every > 0 and step is
+ * a multiple of it). */
+int tt_comm_audit_due(uint32_t every, int64_t step);
+
+/* ---- the communication layer ---- */
+
+typedef struct tt_comm tt_comm_t;
+
+typedef struct tt_comm_stats {
+    uint64_t steps;          /* step_finish calls that succeeded */
+    double last_wait_s;      /* time the last step_finish blocked */
+    double total_wait_s;     /* sum over steps */
+    double last_step_s;      /* since the previous step_finish (first step:
+                              * since its first grad_ready) */
+    double total_step_s;     /* sum of the above */
+    double last_comm_s;      /* comm-thread time in the last step's collectives */
+    uint64_t buckets;        /* buckets per step */
+    uint64_t bytes_per_step; /* gradient bytes all-reduced per step */
+    uint64_t audits;         /* audits passed */
+    const char *backend;     /* name of the backend in use ("" before the first) */
+} tt_comm_stats_t;
+
+/* Starts the communication thread; nothing is connected until the first
+ * collective. hooks and opts are copied. TT_OK, TT_EINVAL, TT_ENOMEM,
+ * TT_ESYS. */
+int tt_comm_create(tt_comm_t **out, const tt_comm_opts_t *opts, const tt_comm_hooks_t *hooks);
+
+/* Replaces the options (except coordinator, job and worker ids) while
+ * nothing has used them: TT_EBUSY once a collective was queued or a
+ * gradient registered. */
+int tt_comm_configure(tt_comm_t *c, const tt_comm_opts_t *opts);
+
+/* Checks bucket sizes, deadline and backend: TT_OK or TT_EINVAL with a
+ * sentence. Pure. */
+int tt_comm_opts_validate(const tt_comm_opts_t *o, char *err, size_t errlen);
+
+/* Aborts what is queued (TT_ECLOSED), stops the thread, destroys the
+ * backend. Accepts NULL; sets *c = NULL. Not concurrently with other
+ * calls except dump/last_error. */
+void tt_comm_destroy(tt_comm_t **c);
+
+/* The membership client installed generation `gen` (any thread, cheap):
+ * the communication thread closes the previous generation's backend as
+ * soon as it is idle, so that the endpoint is free for the next ring, and
+ * the first backend of `gen` is opened no earlier than TT_COMM_SETTLE_MS
+ * after this call or after this rank closed its old backend, whichever is
+ * later, giving every other rank time to close its old one (a message sent
+ * to a peer's old socket would be lost). */
+#define TT_COMM_SETTLE_MS 500
+void tt_comm_generation_changed(tt_comm_t *c, uint64_t gen);
+
+/* Synchronous collectives on the current generation (see tether.h for
+ * the status codes). Any thread. */
+int tt_comm_allreduce(tt_comm_t *c, void *buf, size_t count, tt_dtype_t dt, tt_redop_t op);
+int tt_comm_broadcast(tt_comm_t *c, void *buf, size_t count, tt_dtype_t dt, int root);
+int tt_comm_barrier(tt_comm_t *c);
+
+/* Step API; see tether_grad_register & co. in tether.h. */
+int tt_comm_grad_register(tt_comm_t *c, float *ptr, size_t count, size_t *id);
+float *tt_comm_grad_buffer(tt_comm_t *c, size_t id);
+int tt_comm_grad_ready(tt_comm_t *c, size_t id);
+int tt_comm_step_finish(tt_comm_t *c, int64_t local_count, int64_t *global_count);
+int tt_comm_audit(tt_comm_t *c, const float *params, size_t count, int64_t step);
+int tt_comm_audit_params(tt_comm_t *c, const float *params, size_t count);
+void tt_comm_step_stats(tt_comm_t *c, tt_comm_stats_t *s);
+
+/* Flight-recorder text of this process (API records across generations,
+ * then the current backend's own), malloc'd; NULL when out of memory.
+ * Any thread. */
+char *tt_comm_dump(tt_comm_t *c, const char *who);
+
+/* The last error sentence ("" when none) into out. Any thread. */
+void tt_comm_last_error(tt_comm_t *c, char *out, size_t n);
+
+#endif

@@ -1,0 +1,101 @@
+/* tt_comm_internal: the private struct of tt_comm, shared by tt_comm.c
+ * (thread, queue, backend) and tt_comm_step.c (gradient step, audit). Not
+ * used outside those two files. */
+#ifndef TT_COMM_INTERNAL_H
+#define TT_COMM_INTERNAL_H
+
+#include "tt_buckets.h"
+#include "tt_comm.h"
+#include "tt_flight.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+
+/* What a job is to the step: backends that reduce the whole step at once
+ * (reduce_step, the ps backend) skip bucket jobs and turn the count job
+ * into the step's one reduction. */
+enum { TT_COMM_JOB_PLAIN = 0, TT_COMM_JOB_BUCKET = 1, TT_COMM_JOB_COUNT = 2 };
+
+/* One queued collective. Owned by whoever waits for it (a stack frame or
+ * the step's job array); the thread touches it only until `done`. */
+typedef struct tt_comm_job {
+    int kind;          /* tt_coll_op_t */
+    int role;          /* TT_COMM_JOB_* */
+    float *flat;       /* COUNT: the step's whole gradient buffer */
+    size_t flat_count; /* its elements */
+    int averaged;      /* COUNT: the backend left means, not sums */
+    void *buf;
+    size_t count;
+    tt_dtype_t dt;
+    tt_redop_t op;
+    int root;
+    uint64_t gen; /* generation the job was issued in */
+    int64_t step; /* named in timeout messages, -1: none */
+    uint64_t seq; /* API sequence within gen */
+    uint64_t flight_id;
+    int status, done; /* under mu */
+    uint64_t run_ns;
+    struct tt_comm_job *next;
+} tt_comm_job_t;
+
+typedef struct tt_comm_tensor {
+    float *user;  /* registered pointer, NULL: lives only in the flat buffer */
+    size_t count; /* elements */
+    int ready;    /* grad_ready seen this step */
+} tt_comm_tensor_t;
+
+struct tt_comm {
+    tt_comm_opts_t opts;
+    tt_comm_hooks_t hooks;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv, done_cv;
+    int sync_ok;
+    /* under mu */
+    tt_comm_job_t *head, *tail;
+    int stop;
+    const tt_coll_ops_t *ops; /* written by the thread only */
+    void *inst;
+    uint64_t seq_gen, seq;
+    char err[640];
+    /* communication thread only */
+    uint64_t inst_gen;
+    int open_rc;
+    char open_err[600];
+    int logged_failure;
+    uint64_t notified_gen, notified_ms; /* under mu: last tt_comm_generation_changed */
+    uint64_t dropped_ms;                /* when the last backend was closed */
+    uint64_t reported_gen;
+    int reported_rank;
+    tt_flight_t *flight;
+    /* step state: the thread that drives the step */
+    tt_comm_tensor_t *tensors;
+    size_t ntensors, tcap;
+    tt_buckets_t *buckets;
+    int finalized, zero_copy, step_open, step_rc;
+    float *flat;
+    tt_comm_plan_t plan;
+    tt_comm_job_t *bjobs; /* one per bucket */
+    unsigned char *launched;
+    size_t *scratch_done, *scratch_launch;
+    tt_comm_job_t count_job;
+    int64_t count_val;
+    uint64_t step_gen;
+    int64_t step_index; /* -1 until the first step of a generation */
+    const float *audit_params;
+    size_t audit_count;
+    tt_comm_stats_t stats;
+    uint64_t last_finish_ns, step_open_ns;
+    /* under mu: tensor sizes for backends that declare them (set once) */
+    size_t *tcounts;
+    size_t ntcounts;
+};
+
+void tt_comm_set_error(tt_comm_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void tt_comm_enqueue(tt_comm_t *c, tt_comm_job_t *j);
+int tt_comm_wait(tt_comm_t *c, tt_comm_job_t *j);
+/* Membership gate, then enqueue and wait: a synchronous collective. */
+int tt_comm_run_sync(tt_comm_t *c, tt_comm_job_t *j);
+void tt_comm_step_release(tt_comm_t *c);
+
+#endif

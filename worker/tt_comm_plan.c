@@ -1,0 +1,189 @@
+/* tt_comm_plan: the pure decisions of the communication layer, kept apart
+ * from its thread so that they are tested without sockets or sleeps: the
+ * collective options and their environment variables, the membership gate
+ * every collective passes, the in-order bucket launch plan of a step, and
+ * the verdict of the divergence audit. Nothing here blocks, allocates
+ * beyond the plan's flags, or reads a clock. */
+#include "tt_comm.h"
+
+#include "tt_status.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SET_ERR(err, errlen, ...)                                                                  \
+    do {                                                                                           \
+        if ((err) != NULL && (errlen) > 0)                                                         \
+            snprintf((err), (errlen), __VA_ARGS__);                                                \
+    } while (0)
+
+void tt_comm_opts_default(tt_comm_opts_t *o) {
+    memset(o, 0, sizeof(*o));
+    o->backend = TT_COLL_AUTO;
+    o->deadline_ms = 60000;
+    o->audit_every = TT_COMM_AUDIT_DEFAULT;
+    o->average = 1;
+}
+
+/* Strict unsigned parse: digits only, within [lo, hi]. */
+static int parse_u64(const char *v, uint64_t lo, uint64_t hi, uint64_t *out) {
+    if (v == NULL || v[0] < '0' || v[0] > '9')
+        return TT_EINVAL;
+    errno = 0;
+    char *end = NULL;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (errno != 0 || end == NULL || *end != '\0' || x < lo || x > hi)
+        return TT_EINVAL;
+    *out = x;
+    return TT_OK;
+}
+
+typedef struct {
+    const char *var;
+    uint64_t lo, hi;
+} num_var_t;
+
+static const num_var_t num_vars[] = {
+    {"TETHER_COLL_DEADLINE_MS", 1, 86400000},
+    {"TETHER_BUCKET_BYTES", 4, (uint64_t)1 << 34},
+    {"TETHER_FIRST_BUCKET_BYTES", 4, (uint64_t)1 << 34},
+    {"TETHER_AUDIT_EVERY", 0, UINT32_MAX},
+};
+
+static void store_num(tt_comm_opts_t *o, size_t i, uint64_t x) {
+    if (i == 0)
+        o->deadline_ms = (int)x;
+    else if (i == 1)
+        o->bucket_bytes = (size_t)x;
+    else if (i == 2)
+        o->first_bucket_bytes = (size_t)x;
+    else
+        o->audit_every = (uint32_t)x;
+}
+
+int tt_comm_opts_from_lookup(tt_comm_opts_t *o, tt_comm_lookup_fn lookup, void *ctx, char *err,
+                             size_t errlen) {
+    const char *v = lookup(ctx, "TETHER_BACKEND");
+    if (v != NULL && tt_coll_parse_kind(v, &o->backend) != TT_OK) {
+        SET_ERR(err, errlen, "TETHER_BACKEND='%.40s': not ring, ps, nccl or auto", v);
+        return TT_EINVAL;
+    }
+    for (size_t i = 0; i < sizeof(num_vars) / sizeof(num_vars[0]); i++) {
+        uint64_t x;
+        v = lookup(ctx, num_vars[i].var);
+        if (v == NULL)
+            continue;
+        if (parse_u64(v, num_vars[i].lo, num_vars[i].hi, &x) != TT_OK) {
+            SET_ERR(err, errlen, "%s='%.40s': not an integer in [%" PRIu64 ", %" PRIu64 "]",
+                    num_vars[i].var, v, num_vars[i].lo, num_vars[i].hi);
+            return TT_EINVAL;
+        }
+        store_num(o, i, x);
+    }
+    v = lookup(ctx, "TETHER_RING_BIND");
+    if (v != NULL && strlen(v) >= sizeof(o->bind_endpoint)) {
+        SET_ERR(err, errlen, "TETHER_RING_BIND is longer than %zu bytes",
+                sizeof(o->bind_endpoint) - 1);
+        return TT_EINVAL;
+    }
+    if (v != NULL)
+        snprintf(o->bind_endpoint, sizeof(o->bind_endpoint), "%s", v);
+    return TT_OK;
+}
+
+int tt_comm_opts_validate(const tt_comm_opts_t *o, char *err, size_t errlen) {
+    size_t bb = o->bucket_bytes ? o->bucket_bytes : ((size_t)25 << 20);
+    size_t fb = o->first_bucket_bytes;
+    if (o->backend < TT_COLL_AUTO || o->backend > TT_COLL_NCCL) {
+        SET_ERR(err, errlen, "backend %d is not auto, ring, ps or nccl", (int)o->backend);
+        return TT_EINVAL;
+    }
+    if (o->deadline_ms < 0) {
+        SET_ERR(err, errlen, "negative collective deadline %d ms", o->deadline_ms);
+        return TT_EINVAL;
+    }
+    if (bb < sizeof(float) || (fb != 0 && (fb < sizeof(float) || fb > bb))) {
+        SET_ERR(err, errlen, "bucket sizes %zu / first %zu bytes: need 4 <= first <= bucket bytes",
+                bb, fb);
+        return TT_EINVAL;
+    }
+    return TT_OK;
+}
+
+int tt_comm_gate(const tt_comm_view_t *v, char *err, size_t errlen) {
+    if (v->status != TT_OK) {
+        SET_ERR(err, errlen, "not a member of the job (%s): no collectives",
+                tt_status_name(v->status));
+        return v->status;
+    }
+    if (v->generation == 0) {
+        SET_ERR(err, errlen, "no generation yet: call tether_join before collectives");
+        return TT_EINVAL;
+    }
+    if (v->generation != v->app_generation) {
+        SET_ERR(err, errlen,
+                "generation %" PRIu64 " formed (rank %d of %d) while this process runs "
+                "generation %" PRIu64 ": call tether_step_done to acknowledge it, then resume "
+                "at tether_resume_step",
+                v->generation, v->rank, v->world, v->app_generation);
+        return TT_EMEMBERSHIP;
+    }
+    return TT_OK;
+}
+
+int tt_comm_plan_init(tt_comm_plan_t *p, size_t nbuckets) {
+    memset(p, 0, sizeof(*p));
+    p->complete = calloc(nbuckets ? nbuckets : 1, 1);
+    if (p->complete == NULL)
+        return TT_ENOMEM;
+    p->nbuckets = nbuckets;
+    return TT_OK;
+}
+
+void tt_comm_plan_release(tt_comm_plan_t *p) {
+    free(p->complete);
+    memset(p, 0, sizeof(*p));
+}
+
+void tt_comm_plan_reset(tt_comm_plan_t *p) {
+    if (p->complete != NULL)
+        memset(p->complete, 0, p->nbuckets ? p->nbuckets : 1);
+    p->next = 0;
+}
+
+void tt_comm_plan_complete(tt_comm_plan_t *p, const size_t *done, size_t ndone, size_t *launch,
+                           size_t *nlaunch) {
+    *nlaunch = 0;
+    for (size_t i = 0; i < ndone; i++)
+        if (done[i] < p->nbuckets)
+            p->complete[done[i]] = 1;
+    while (p->next < p->nbuckets && p->complete[p->next])
+        launch[(*nlaunch)++] = p->next++;
+}
+
+void tt_comm_plan_rest(tt_comm_plan_t *p, size_t *launch, size_t *nlaunch) {
+    *nlaunch = 0;
+    while (p->next < p->nbuckets) {
+        p->complete[p->next] = 1;
+        launch[(*nlaunch)++] = p->next++;
+    }
+}
+
+int tt_comm_audit_verdict(const int64_t maxes[2], int64_t step, char *err, size_t errlen) {
+    /* maxes[1] is max(~cs) = ~min(cs): equal extremes mean equal values. */
+    uint64_t hi = (uint64_t)maxes[0], lo = (uint64_t)~maxes[1];
+    if (hi == lo)
+        return TT_OK;
+    SET_ERR(err, errlen,
+            "replicas diverged at step %" PRId64 ": parameter checksums range from %016" PRIx64
+            " to %016" PRIx64 " across ranks (an update was not applied identically)",
+            step, lo, hi);
+    return TT_EDIVERGED;
+}
+
+int tt_comm_audit_due(uint32_t every, int64_t step) {
+    return every > 0 && step >= 0 && step % (int64_t)every == 0;
+}
