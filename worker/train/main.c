@@ -3,12 +3,15 @@
  * choice of backend, and the wiring of loader, trainer and progress output;
  * exit codes are 0 (trained), 1 (runtime failure: data, I/O) and 2 (bad
  * arguments or an unavailable backend). The training itself lives in
- * tt_trainer; the data parallel backends other than "local" are not
- * available yet. */
+ * tt_trainer; with a backend other than "local" the collectives are
+ * libtether's (tt_train_tether), configured by the TETHER_* environment
+ * that tether-launch, systemd or Kubernetes provide. Rank 0 prints the
+ * progress and writes the metrics; the other ranks only report errors. */
 #include "tt_idx.h"
 #include "tt_log.h"
 #include "tt_progress.h"
 #include "tt_status.h"
+#include "tt_train_tether.h"
 #include "tt_trainer.h"
 
 #include <cblas.h>
@@ -23,11 +26,11 @@
 
 typedef struct {
     char layers[256];
-    uint64_t epochs, batch, micro, warmup, seed, train_limit, log_every, threads;
+    uint64_t epochs, batch, micro, warmup, seed, train_limit, max_steps, log_every, threads;
     double lr, min_lr, momentum, weight_decay, beta1, beta2, eps;
     int nesterov, scale_lr, help;
     char optimizer[16], schedule[16], backend[16];
-    char data[1024], metrics[1024];
+    char data[1024], metrics[1024], dump[1024];
 } cli_t;
 
 typedef enum { K_U64, K_F64, K_FLAG, K_STR } kind_t;
@@ -69,9 +72,12 @@ static const opt_t OPTS[] = {
     U64("seed", seed, 0, 1.8e19, "seed of init and sampling (0)"),
     STR("data", data, "Fashion-MNIST dir (/usr/share/datasets/fashion-mnist)"),
     U64("train-limit", train_limit, 0, 1e9, "use only the first N training examples (0 = all)"),
+    U64("max-steps", max_steps, 0, 1e12, "stop after N global steps (0 = run all epochs)"),
+    STR("dump-params", dump, "rank 0 writes the final parameters (raw float32) to FILE"),
     STR("metrics-json", metrics, "append one JSON object per epoch to FILE"),
     U64("log-every", log_every, 0, 1e9, "log line every N steps when not a terminal (50)"),
-    STR("backend", backend, "local | ring | ps | auto (local; only local works yet)"),
+    STR("backend", backend,
+        "local | ring | ps | auto (auto: ring, local when TETHER_COORDINATOR is unset)"),
     U64("threads", threads, 1, 256, "BLAS threads (1)"),
     FLAG("help", help, "this text"),
 };
@@ -94,7 +100,7 @@ static void cli_defaults(cli_t *c) {
     c->threads = 1;
     snprintf(c->optimizer, sizeof(c->optimizer), "sgd");
     snprintf(c->schedule, sizeof(c->schedule), "cosine");
-    snprintf(c->backend, sizeof(c->backend), "local");
+    snprintf(c->backend, sizeof(c->backend), "auto");
     snprintf(c->data, sizeof(c->data), "/usr/share/datasets/fashion-mnist");
 }
 
@@ -213,6 +219,7 @@ static int build_opts(const cli_t *c, tt_trainer_opts_t *o) {
     o->micro = c->micro;
     o->seed = c->seed;
     o->train_limit = c->train_limit;
+    o->max_steps = c->max_steps;
     o->opt = adam ? TT_OPT_ADAMW : TT_OPT_SGD;
     double wd = c->weight_decay >= 0 ? c->weight_decay : (adam ? 0.01 : 1e-4);
     o->sgd = (tt_optim_sgd_hp_t){(float)c->momentum, (float)wd, c->nesterov};
@@ -224,20 +231,15 @@ static int build_opts(const cli_t *c, tt_trainer_opts_t *o) {
     return 0;
 }
 
-static int check_backend(const char *b) {
-    if (strcmp(b, "local") == 0)
+/* "auto" without a coordinator to join means a single local process. */
+static int check_backend(cli_t *c) {
+    const char *b = c->backend;
+    if (strcmp(b, "auto") == 0 && getenv("TETHER_COORDINATOR") == NULL)
+        snprintf(c->backend, sizeof(c->backend), "local");
+    if (strcmp(b, "local") == 0 || strcmp(b, "ring") == 0 || strcmp(b, "ps") == 0 ||
+        strcmp(b, "auto") == 0)
         return 0;
-    if (strcmp(b, "ring") == 0 || strcmp(b, "ps") == 0 || strcmp(b, "auto") == 0) {
-        fprintf(stderr,
-                "tether-train: backend '%s' is not available yet in "
-                "this build; use --backend local (single process)\n",
-                b);
-        return -1;
-    }
-    fprintf(stderr,
-            "tether-train: bad --backend '%s': local, ring, ps or "
-            "auto\n",
-            b);
+    fprintf(stderr, "tether-train: bad --backend '%s': local, ring, ps or auto\n", b);
     return -1;
 }
 
@@ -257,32 +259,78 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Runs all epochs; returns 0 or 1 (runtime failure, already reported). */
-static int train(const cli_t *c, tt_trainer_t *t, uint64_t epochs) {
+/* Writes the parameters as raw little-endian float32 (for equivalence
+ * tests and offline inspection). */
+static int dump_params(const char *path, tt_trainer_t *t) {
+    tt_mlp_t *m = tt_trainer_model(t);
+    FILE *f = fopen(path, "wb");
+    size_t n = tt_mlp_param_count(m);
+    if (f == NULL || fwrite(tt_mlp_params(m), sizeof(float), n, f) != n || fclose(f) != 0) {
+        fprintf(stderr, "tether-train: cannot write %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* Runs all epochs; returns 0 or 1 (runtime failure, already reported).
+ * `quiet` ranks print nothing but errors. */
+static int train(const cli_t *c, tt_trainer_t *t, uint64_t epochs, int quiet) {
     tt_progress_t prog = {.out = stderr, .tty = isatty(STDERR_FILENO), .log_every = c->log_every};
     tt_epoch_stats_t st = {0};
     double t0 = now_s(), train_s = 0.0, examples = 0.0;
     char err[512];
     for (uint64_t e = 0; e < epochs; e++) {
-        int rc = tt_trainer_run_epoch(t, tt_progress_step, &prog, &st);
+        int rc = tt_trainer_run_epoch(t, quiet ? NULL : tt_progress_step, &prog, &st);
         if (rc < 0) {
             fprintf(stderr, "tether-train: epoch %llu failed: %s\n", (unsigned long long)e + 1,
                     tt_strerror(rc));
             return 1;
         }
-        tt_progress_epoch(&prog, &st, epochs);
         train_s += st.wall_s;
         examples += st.examples_per_s * st.wall_s;
-        if (c->metrics[0] != '\0' &&
-            tt_progress_json_append(c->metrics, &st, err, sizeof(err)) < 0) {
-            fprintf(stderr, "tether-train: %s\n", err);
-            return 1;
+        int last = c->max_steps != 0 && tt_trainer_global_step(t) >= c->max_steps;
+        if (!quiet) {
+            tt_progress_epoch(&prog, &st, epochs);
+            if (c->metrics[0] != '\0' &&
+                tt_progress_json_append(c->metrics, &st, err, sizeof(err)) < 0) {
+                fprintf(stderr, "tether-train: %s\n", err);
+                return 1;
+            }
         }
+        if (last)
+            break;
     }
-    printf("done: test accuracy %.4f  test loss %.4f  train %.0f examples/s "
-           "over %llu epochs  wall %.2fs (training %.2fs)\n",
-           st.test_accuracy, st.test_loss, train_s > 0 ? examples / train_s : 0,
-           (unsigned long long)epochs, now_s() - t0, train_s);
+    if (!quiet && c->dump[0] != '\0' && dump_params(c->dump, t) < 0)
+        return 1;
+    if (!quiet)
+        printf("done: test accuracy %.4f  test loss %.4f  train %.0f examples/s "
+               "over %llu steps on %d worker(s)  wall %.2fs (training %.2fs)\n",
+               st.test_accuracy, st.test_loss, train_s > 0 ? examples / train_s : 0,
+               (unsigned long long)tt_trainer_global_step(t), st.world_size, now_s() - t0, train_s);
+    return 0;
+}
+
+/* Joins the job (non-local backends) and builds the trainer on top. */
+static int setup(cli_t *c, const tt_trainer_opts_t *o, const tt_idx_set_t *train_set,
+                 const tt_idx_set_t *test_set, tt_train_tether_t **tt, tt_trainer_t **t) {
+    char err[512] = "";
+    tt_train_coll_t coll;
+    tt_train_coll_local(&coll);
+    if (strcmp(c->backend, "local") != 0) {
+        int rc = tt_train_tether_create(tt, c->backend, err, sizeof(err));
+        if (rc < 0) {
+            fprintf(stderr, "tether-train: %s\n", err);
+            return rc == TT_EINVAL ? 2 : 1;
+        }
+        tt_train_tether_coll(*tt, &coll);
+    }
+    int rc = tt_trainer_create(t, o, train_set, test_set, &coll, err, sizeof(err));
+    if (rc == TT_OK && *tt != NULL)
+        rc = tt_train_tether_register(*tt, tt_trainer_model(*t), err, sizeof(err));
+    if (rc < 0) {
+        fprintf(stderr, "tether-train: %s\n", err);
+        return rc == TT_EINVAL ? 2 : 1;
+    }
     return 0;
 }
 
@@ -297,7 +345,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     tt_trainer_opts_t o;
-    if (build_opts(&c, &o) < 0 || check_backend(c.backend) < 0)
+    if (build_opts(&c, &o) < 0 || check_backend(&c) < 0)
         return 2;
     openblas_set_num_threads((int)c.threads);
     tt_idx_set_t train_set = {0}, test_set = {0};
@@ -305,15 +353,13 @@ int main(int argc, char **argv) {
         tt_idx_free(&train_set);
         return 1;
     }
-    tt_train_coll_t coll;
-    tt_train_coll_local(&coll);
+    tt_train_tether_t *tt = NULL;
     tt_trainer_t *t = NULL;
-    char err[512];
-    int rc = tt_trainer_create(&t, &o, &train_set, &test_set, &coll, err, sizeof(err));
-    if (rc < 0)
-        fprintf(stderr, "tether-train: %s\n", err);
-    int code = rc == TT_EINVAL ? 2 : rc < 0 ? 1 : train(&c, t, c.epochs);
+    int code = setup(&c, &o, &train_set, &test_set, &tt, &t);
+    if (code == 0)
+        code = train(&c, t, c.epochs, tt != NULL && tt_train_tether_rank(tt) != 0);
     tt_trainer_destroy(&t);
+    tt_train_tether_destroy(&tt);
     tt_idx_free(&train_set);
     tt_idx_free(&test_set);
     return code;

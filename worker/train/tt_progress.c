@@ -79,10 +79,11 @@ int tt_progress_json(char *buf, size_t len, const tt_epoch_stats_t *s) {
                     "\"test_loss\":%.6f,\"test_accuracy\":%.6f,"
                     "\"examples_per_s\":%.1f,\"compute_s\":%.6f,"
                     "\"comm_exposed_s\":%.6f,\"world_size\":%d,"
-                    "\"generation\":%llu}",
+                    "\"generation\":%llu,\"examples\":%.0f}",
                     (unsigned long long)s->epoch, (unsigned long long)s->step, s->train_loss,
                     s->test_loss, s->test_accuracy, s->examples_per_s, s->compute_s,
-                    s->comm_exposed_s, s->world_size, (unsigned long long)s->generation);
+                    s->comm_exposed_s, s->world_size, (unsigned long long)s->generation,
+                    s->examples);
 }
 
 int tt_progress_json_append(const char *path, const tt_epoch_stats_t *s, char *err, size_t errlen) {

@@ -25,7 +25,9 @@ struct tt_trainer {
     uint8_t *ybuf;  /* micro labels */
     float *s1, *s2; /* optimizer state (momentum / Adam moments) */
     uint64_t epoch, step_in_epoch, global_step;
-    /* per-epoch accumulators */
+    int in_epoch; /* the epoch's sampler and accumulators are set up */
+    /* per-epoch accumulators; `examples` is the accounting of global
+     * examples consumed, checked against the dataset at the epoch's end */
     double loss_sum, count, compute_s, comm_s, examples;
 };
 
@@ -180,8 +182,11 @@ static int trainer_compute(tt_trainer_t *t, tt_range_t slice, double *loss) {
         tt_range_t mb = tt_sampler_micro(slice, t->micro, i);
         trainer_gather(t, mb);
         double ls = 0.0;
-        int rc = tt_mlp_train_batch(t->mlp, t->xbuf, t->ybuf, mb.end - mb.begin, t->coll.grad_ready,
-                                    t->coll.ctx, &ls, NULL);
+        /* Gradients accumulate over micro-batches: they are final, and may
+         * leave the rank, only during the last one's backward pass. */
+        int last = i + 1 == nm;
+        int rc = tt_mlp_train_batch(t->mlp, t->xbuf, t->ybuf, mb.end - mb.begin,
+                                    last ? t->coll.grad_ready : NULL, t->coll.ctx, &ls, NULL);
         if (rc < 0)
             return rc;
         *loss += ls;
@@ -293,14 +298,33 @@ static int trainer_epoch_end(tt_trainer_t *t, double wall_s, tt_epoch_stats_t *s
     return rc;
 }
 
-int tt_trainer_run_epoch(tt_trainer_t *t, tt_trainer_step_fn cb, void *cbctx,
-                         tt_epoch_stats_t *stats) {
+/* Starts the epoch unless a restored state is in the middle of it. */
+static void epoch_begin(tt_trainer_t *t) {
+    if (t->in_epoch)
+        return;
     tt_sampler_set_epoch(t->sampler, t->epoch);
     t->step_in_epoch = 0;
-    t->loss_sum = t->count = t->compute_s = t->comm_s = t->examples = 0.0;
+    t->loss_sum = t->count = t->examples = 0.0;
+    t->in_epoch = 1;
+}
+
+/* Every example of the epoch must have been used exactly once, whatever
+ * joined or failed: a mismatch is an error, not a log line. */
+static int epoch_accounting(const tt_trainer_t *t) {
+    if (t->examples == (double)t->n_train)
+        return TT_OK;
+    TT_ERROR("train", "epoch %llu consumed %.0f examples but the dataset has %zu",
+             (unsigned long long)t->epoch + 1, t->examples, t->n_train);
+    return TT_ECORRUPT;
+}
+
+int tt_trainer_run_epoch(tt_trainer_t *t, tt_trainer_step_fn cb, void *cbctx,
+                         tt_epoch_stats_t *stats) {
+    epoch_begin(t);
+    t->compute_s = t->comm_s = 0.0;
     uint64_t t0 = tt_clock_mono_ns();
     uint64_t steps = tt_sampler_steps(t->sampler);
-    while (t->step_in_epoch < steps) {
+    while (t->step_in_epoch < steps && (t->o.max_steps == 0 || t->global_step < t->o.max_steps)) {
         double loss = 0.0;
         int rc = tt_trainer_step(t, &loss);
         if (rc < 0)
@@ -310,9 +334,48 @@ int tt_trainer_run_epoch(tt_trainer_t *t, tt_trainer_step_fn cb, void *cbctx,
     }
     double wall = (double)(tt_clock_mono_ns() - t0) * 1e-9;
     memset(stats, 0, sizeof(*stats));
-    int rc = trainer_epoch_end(t, wall, stats);
-    t->epoch++;
+    int complete = t->step_in_epoch == steps;
+    int rc = complete ? epoch_accounting(t) : TT_OK;
+    if (rc == TT_OK)
+        rc = trainer_epoch_end(t, wall, stats);
+    stats->examples = t->examples;
+    if (rc == TT_OK && complete) {
+        t->in_epoch = 0;
+        t->epoch++;
+    }
     return rc;
+}
+
+void tt_trainer_get_state(const tt_trainer_t *t, tt_trainer_state_t *s) {
+    memset(s, 0, sizeof(*s));
+    s->epoch = t->epoch;
+    s->step_in_epoch = t->step_in_epoch;
+    s->global_step = t->global_step;
+    s->in_epoch = t->in_epoch;
+    s->loss_sum = t->loss_sum;
+    s->count = t->count;
+    s->examples = t->examples;
+}
+
+int tt_trainer_set_state(tt_trainer_t *t, const tt_trainer_state_t *s) {
+    uint64_t steps = tt_sampler_steps_per_epoch(t->n_train, t->o.batch);
+    if (s->epoch > t->o.epochs || s->step_in_epoch > steps ||
+        s->global_step != s->epoch * steps + s->step_in_epoch)
+        return TT_EINVAL;
+    t->epoch = s->epoch;
+    t->step_in_epoch = s->step_in_epoch;
+    t->global_step = s->global_step;
+    t->in_epoch = s->in_epoch;
+    t->loss_sum = s->loss_sum;
+    t->count = s->count;
+    t->examples = s->examples;
+    tt_sampler_set_epoch(t->sampler, t->epoch);
+    return TT_OK;
+}
+
+float *tt_trainer_opt_state(tt_trainer_t *t, int which, size_t *n) {
+    *n = tt_mlp_param_count(t->mlp);
+    return which == 0 ? t->s1 : which == 1 ? t->s2 : NULL;
 }
 
 tt_mlp_t *tt_trainer_model(tt_trainer_t *t) {

@@ -28,8 +28,8 @@ typedef struct {
      * World may change between steps; slicing follows it. */
     int (*membership)(void *ctx, int *rank, int *world, uint64_t *generation);
     /* May be NULL. Tensor `tensor` of the flat gradient buffer (tt_mlp
-     * layout) is final for this rank's current micro-batch; the last
-     * micro-batch's calls mean final for the step. */
+     * layout) is final for the step: called during the backward pass of the
+     * step's last micro-batch only, last layer first. */
     int (*grad_ready)(void *ctx, int tensor);
     /* Replace grads[0..n) by the sum over ranks and set *global_count to
      * the summed example count. Blocking. */
@@ -52,6 +52,7 @@ typedef struct {
     uint64_t micro;       /* max rows per forward/backward; 0 = batch */
     uint64_t seed;        /* init and sampler */
     uint64_t train_limit; /* 0 = all training examples */
+    uint64_t max_steps;   /* stop after this many global steps; 0 = no limit */
     tt_opt_kind_t opt;
     tt_optim_sgd_hp_t sgd;
     tt_optim_adamw_hp_t adamw;
@@ -83,6 +84,7 @@ typedef struct {
     double eval_s;
     int world_size;
     uint64_t generation;
+    double examples; /* global examples consumed in the epoch (accounting) */
 } tt_epoch_stats_t;
 
 typedef void (*tt_trainer_step_fn)(void *ctx, const tt_step_report_t *r);
@@ -113,6 +115,29 @@ int tt_trainer_step(tt_trainer_t *t, double *loss);
 
 /* Evaluates this rank's shard of the test set and reduces over ranks. */
 int tt_trainer_evaluate(tt_trainer_t *t, double *loss, double *accuracy);
+
+/* The scalar state a replica needs, besides parameters and optimizer
+ * buffers, to continue exactly where another left off (failover, resume).
+ * The sampler permutation and the learning rate are pure functions of
+ * (seed, epoch) and global_step, so they need no state of their own. */
+typedef struct {
+    uint64_t epoch;         /* 0-based epoch in progress (or next) */
+    uint64_t step_in_epoch; /* its steps already applied */
+    uint64_t global_step;   /* = epoch * steps_per_epoch + step_in_epoch */
+    int in_epoch;           /* the epoch has started */
+    double loss_sum, count; /* this rank's epoch loss accumulators */
+    double examples;        /* global examples consumed this epoch */
+} tt_trainer_state_t;
+
+void tt_trainer_get_state(const tt_trainer_t *t, tt_trainer_state_t *s);
+
+/* Restores a state taken by tt_trainer_get_state (possibly on another
+ * rank or world size). TT_EINVAL when it does not fit this trainer. */
+int tt_trainer_set_state(tt_trainer_t *t, const tt_trainer_state_t *s);
+
+/* Optimizer buffer `which` (0: momentum or Adam m, 1: Adam v; NULL when
+ * the optimizer has none) and its length in *n. Borrowed. */
+float *tt_trainer_opt_state(tt_trainer_t *t, int which, size_t *n);
 
 /* Borrowed views for callers and tests. */
 tt_mlp_t *tt_trainer_model(tt_trainer_t *t);

@@ -1,0 +1,209 @@
+/* tt_train_tether: tt_train_coll_t over libtether. Steps completed are
+ * reported lazily, at the start of the next step (membership call), so the
+ * report costs nothing on the critical path. A failed collective or a new
+ * generation aborts the step (the trainer then applies nothing) and is
+ * returned to the caller; surviving it is the job of tt_train_ft, which
+ * reads the flag left here when tether_step_done already acknowledged the
+ * new generation. It does not decide what to do about failures. */
+#include "tt_train_tether.h"
+#include "tt_log.h"
+#include "tt_status.h"
+
+#include <tether/tether.h>
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct tt_train_tether {
+    tether_t *t;
+    int64_t steps_done;     /* global steps whose update was applied */
+    int64_t steps_reported; /* steps told to the coordinator */
+    int64_t first_step;     /* resume step of the generation we joined */
+    int regrouped;          /* step_done returned REGROUPED, not yet taken */
+};
+
+static int backend_of(const char *name, int *out) {
+    static const struct {
+        const char *name;
+        int id;
+    } map[] = {{"auto", TETHER_BACKEND_AUTO},
+               {"ring", TETHER_BACKEND_RING},
+               {"ps", TETHER_BACKEND_PS},
+               {"nccl", TETHER_BACKEND_NCCL}};
+    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++) {
+        if (strcmp(name, map[i].name) == 0) {
+            *out = map[i].id;
+            return TT_OK;
+        }
+    }
+    return TT_EINVAL;
+}
+
+static int configure(tt_train_tether_t *tt, const char *backend, char *err, size_t errlen) {
+    tether_coll_opts_t co;
+    tether_coll_opts_default(&co);
+    int rc = tether_coll_opts_from_env(&co, err, errlen);
+    if (rc != TETHER_OK)
+        return rc;
+    if (backend_of(backend, &co.backend) != TT_OK) {
+        snprintf(err, errlen, "unknown backend '%s' (ring, ps or auto)", backend);
+        return TT_EINVAL;
+    }
+    co.average = 0; /* the optimizer divides by the global count itself */
+    return tether_coll_configure(tt->t, &co, err, errlen);
+}
+
+int tt_train_tether_create(tt_train_tether_t **out, const char *backend, char *err, size_t errlen) {
+    *out = NULL;
+    tt_train_tether_t *tt = calloc(1, sizeof(*tt));
+    if (tt == NULL)
+        return TT_ENOMEM;
+    tether_opts_t o;
+    tether_opts_default(&o);
+    int rc = tether_opts_from_env(&o, err, errlen);
+    if (rc == TETHER_OK)
+        rc = tether_create(&tt->t, &o, err, errlen);
+    if (rc == TETHER_OK)
+        rc = configure(tt, backend, err, errlen);
+    if (rc == TETHER_OK && (rc = tether_join(tt->t, 0)) != TETHER_OK)
+        snprintf(err, errlen, "cannot join job '%s' at %s: %s", o.job_id, o.coordinator,
+                 tether_last_error(tt->t)[0] ? tether_last_error(tt->t) : tether_strerror(rc));
+    if (rc != TETHER_OK) {
+        tt_train_tether_destroy(&tt);
+        return rc;
+    }
+    tt->first_step = tether_resume_step(tt->t) > 0 ? tether_resume_step(tt->t) : 0;
+    tt->steps_reported = tt->steps_done = tt->first_step;
+    *out = tt;
+    return TT_OK;
+}
+
+/* A failed collective: log the library's sentence once, return its code.
+ * Failures the recovery loop survives are warnings, not errors. */
+static int failed(tt_train_tether_t *tt, const char *what, int rc) {
+    if (rc == TT_EMEMBERSHIP || rc == TT_ETIMEDOUT || rc == TT_EUNREACHABLE || rc == TT_EFENCED)
+        TT_WARN("train", "%s failed: %s (%s)", what, tether_last_error(tt->t),
+                tether_status_name(rc));
+    else
+        TT_ERROR("train", "%s failed: %s (%s)", what, tether_last_error(tt->t),
+                 tether_status_name(rc));
+    return rc;
+}
+
+static int coll_membership(void *ctx, int *rank, int *world, uint64_t *generation) {
+    tt_train_tether_t *tt = ctx;
+    if (tt->steps_done > tt->steps_reported) {
+        int rc = tether_step_done(tt->t, tt->steps_done - 1);
+        if (rc == TETHER_REGROUPED) {
+            tt->steps_reported = tt->steps_done;
+            tt->regrouped = 1;
+            TT_INFO("train", "generation %" PRIu64 " formed at the step boundary",
+                    tether_generation(tt->t));
+            return TT_EMEMBERSHIP;
+        }
+        if (rc != TETHER_OK)
+            return failed(tt, "reporting the step", rc);
+        tt->steps_reported = tt->steps_done;
+    }
+    *rank = tether_rank(tt->t);
+    *world = (int)tether_world_size(tt->t);
+    *generation = tether_generation(tt->t);
+    return TT_OK;
+}
+
+static int coll_grad_ready(void *ctx, int tensor) {
+    tt_train_tether_t *tt = ctx;
+    int rc = tether_grad_ready(tt->t, (size_t)tensor);
+    return rc == TETHER_OK ? TT_OK : failed(tt, "gradient all-reduce", rc);
+}
+
+static int coll_finish(void *ctx, float *grads, size_t n, double local_count,
+                       double *global_count) {
+    tt_train_tether_t *tt = ctx;
+    (void)grads;
+    (void)n;
+    int64_t total = 0;
+    int rc = tether_step_finish(tt->t, (int64_t)local_count, &total);
+    if (rc != TETHER_OK && rc != TETHER_EDIVERGED)
+        return failed(tt, "step", rc);
+    if (rc == TETHER_EDIVERGED)
+        return failed(tt, "divergence audit", rc);
+    *global_count = (double)total;
+    tt->steps_done++;
+    return TT_OK;
+}
+
+static int coll_reduce_sum(void *ctx, double *vals, size_t n) {
+    tt_train_tether_t *tt = ctx;
+    int rc = tether_allreduce(tt->t, vals, n, TETHER_FLOAT64, TETHER_SUM);
+    return rc == TETHER_OK ? TT_OK : failed(tt, "metric all-reduce", rc);
+}
+
+void tt_train_tether_coll(tt_train_tether_t *tt, tt_train_coll_t *coll) {
+    memset(coll, 0, sizeof(*coll));
+    coll->ctx = tt;
+    coll->name = "tether";
+    coll->membership = coll_membership;
+    coll->grad_ready = coll_grad_ready;
+    coll->finish = coll_finish;
+    coll->reduce_sum = coll_reduce_sum;
+}
+
+int tt_train_tether_register(tt_train_tether_t *tt, tt_mlp_t *mlp, char *err, size_t errlen) {
+    float *grads = tt_mlp_grads(mlp);
+    for (int i = 0; i < tt_mlp_tensor_count(mlp); i++) {
+        size_t off, len, id;
+        tt_mlp_tensor(mlp, i, &off, &len);
+        int rc = tether_grad_register(tt->t, grads + off, len, &id);
+        if (rc != TETHER_OK || id != (size_t)i) {
+            snprintf(err, errlen, "registering gradient tensor %d: %s", i,
+                     tether_last_error(tt->t));
+            return rc != TETHER_OK ? rc : TT_EINTERNAL;
+        }
+    }
+    tether_audit_params(tt->t, tt_mlp_params(mlp), tt_mlp_param_count(mlp));
+    return TT_OK;
+}
+
+struct tether *tt_train_tether_handle(tt_train_tether_t *tt) {
+    return tt->t;
+}
+
+int tt_train_tether_take_regrouped(tt_train_tether_t *tt) {
+    int r = tt->regrouped;
+    tt->regrouped = 0;
+    return r;
+}
+
+int64_t tt_train_tether_steps_done(const tt_train_tether_t *tt) {
+    return tt->steps_done;
+}
+
+void tt_train_tether_resync(tt_train_tether_t *tt, int64_t steps_done) {
+    tt->steps_done = tt->steps_reported = steps_done;
+    tt->regrouped = 0;
+}
+
+int tt_train_tether_rank(tt_train_tether_t *tt) {
+    return tether_rank(tt->t);
+}
+
+double tt_train_tether_comm_share(tt_train_tether_t *tt) {
+    tether_step_stats_t st;
+    if (tether_step_stats(tt->t, &st) != TETHER_OK || st.total_step_s <= 0)
+        return 0.0;
+    return st.total_wait_s / st.total_step_s;
+}
+
+void tt_train_tether_destroy(tt_train_tether_t **ttp) {
+    if (ttp == NULL || *ttp == NULL)
+        return;
+    tt_train_tether_t *tt = *ttp;
+    *ttp = NULL;
+    if (tt->t != NULL && tt->steps_done > tt->steps_reported)
+        tether_step_done(tt->t, tt->steps_done - 1);
+    tether_destroy(&tt->t);
+    free(tt);
+}

@@ -1,0 +1,60 @@
+/* tt_train_tether: the trainer's collective interface (tt_train_coll_t)
+ * backed by libtether's public API, so tether-train is an ordinary
+ * libtether program: it joins the job described by the TETHER_*
+ * environment, registers the model's gradient tensors zero-copy (they are
+ * one flat buffer already), hands each to the library as backward finishes
+ * it, and reports every completed step to the coordinator.
+ * It does not own the model or the training loop (tt_trainer).
+ * Thread safety: one training thread drives it. */
+#ifndef TT_TRAIN_TETHER_H
+#define TT_TRAIN_TETHER_H
+
+#include "tt_mlp.h"
+#include "tt_trainer.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct tether; /* <tether/tether.h> */
+typedef struct tt_train_tether tt_train_tether_t;
+
+/* Creates a tether object from the environment, selects `backend`
+ * ("ring", "ps" or "auto") and joins the job (blocking). TT_OK, or the
+ * library's status with a sentence in `err`. */
+int tt_train_tether_create(tt_train_tether_t **out, const char *backend, char *err, size_t errlen);
+
+/* Fills *coll with the interface the trainer calls (ctx = tt). */
+void tt_train_tether_coll(tt_train_tether_t *tt, tt_train_coll_t *coll);
+
+/* Registers the model's gradient tensors with the library (zero copy: they
+ * are back to back in the model's flat gradient buffer) and its parameters
+ * for the divergence audit. Call once, after the trainer built the model,
+ * before the first step. */
+int tt_train_tether_register(tt_train_tether_t *tt, tt_mlp_t *mlp, char *err, size_t errlen);
+
+int tt_train_tether_rank(tt_train_tether_t *tt);
+
+/* The library object (borrowed; owned by tt). For tt_train_ft, which runs
+ * the membership and state-agreement calls itself. */
+struct tether *tt_train_tether_handle(tt_train_tether_t *tt);
+
+/* 1 when a step's membership call already acknowledged a new generation
+ * (tether_step_done returned TETHER_REGROUPED and the step was aborted with
+ * TT_EMEMBERSHIP); clears the flag. */
+int tt_train_tether_take_regrouped(tt_train_tether_t *tt);
+
+/* Global steps whose update this rank applied, as counted here. */
+int64_t tt_train_tether_steps_done(const tt_train_tether_t *tt);
+
+/* After a state transfer: this rank has now applied `steps_done` steps and
+ * the coordinator knows it (nothing is left to report). */
+void tt_train_tether_resync(tt_train_tether_t *tt, int64_t steps_done);
+
+/* Share of step time spent waiting on communication, from the library. */
+double tt_train_tether_comm_share(tt_train_tether_t *tt);
+
+/* Reports the last completed step, leaves the job and frees everything.
+ * Accepts NULL. */
+void tt_train_tether_destroy(tt_train_tether_t **tt);
+
+#endif
