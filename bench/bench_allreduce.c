@@ -6,8 +6,14 @@
  * Beside it: the ideal ring time 2(W-1)/W * bytes / B, where B is the
  * loopback TCP stream bandwidth measured in the same run with a plain
  * socket, and the Gloo busbw anchors measured on this class of machine.
- * Usage: bench_allreduce [-w 2,4] [-s maxbytes] [-i iter_scale_percent]
- *                        [-g segment_bytes] [-t io_threads] */
+ * For the side-by-side comparison with Gloo, bench/allreduce_compare.py runs
+ * this with -q (one "tether W bytes us busbw" line per size, no TCP probe)
+ * interleaved with torch.distributed/gloo runs of the same method.
+ * -z: instead of the ring, a raw ZeroMQ PUSH/PULL stream next to a raw TCP
+ * stream of the same bytes, to tell the transport's limit from the ring's.
+ * Usage: bench_allreduce [-w 2,4] [-s maxbytes] [-m minbytes]
+ *                        [-i iter_scale_percent] [-g segment_bytes]
+ *                        [-t io_threads] [-q 1] [-z 1] */
 #include "tt_clock.h"
 #include "tt_log.h"
 #include "tt_ring.h"
@@ -21,6 +27,7 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #define MAXW 8
 static const size_t sizes[] = {4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20};
@@ -28,8 +35,8 @@ static const int iters[] = {200, 200, 50, 20, 10};
 #define NSIZES 5
 
 typedef struct cfg {
-    int worlds[4], nworlds, iter_pct, io_threads;
-    size_t max_bytes, seg_bytes;
+    int worlds[4], nworlds, iter_pct, io_threads, quiet, raw;
+    size_t min_bytes, max_bytes, seg_bytes;
     double tcp_gbs;
 } cfg_t;
 
@@ -141,6 +148,11 @@ static int time_size(tt_ring_t *r, int rank, int w, size_t bytes, int n, double 
 
 static void print_row(const cfg_t *c, int w, size_t bytes, double us) {
     double alg = (double)bytes / us / 1e3, bus = alg * 2.0 * (w - 1) / w;
+    if (c->quiet) {
+        printf("tether %d %zu %.1f %.4f\n", w, bytes, us, bus);
+        fflush(stdout);
+        return;
+    }
     double ideal = 2.0 * (w - 1) / w * (double)bytes / (c->tcp_gbs * 1e9) * 1e6;
     double g = gloo_anchor(w, bytes);
     char gs[48] = "      -";
@@ -167,6 +179,8 @@ static int rank_main(int rank, int w, const char *const *eps, const cfg_t *c) {
     int rc = 0;
     for (int k = 0; k < NSIZES && rc == 0 && sizes[k] <= c->max_bytes; k++) {
         double us = 0;
+        if (sizes[k] < c->min_bytes)
+            continue;
         int n = iters[k] * c->iter_pct / 100;
         rc = time_size(r, rank, w, sizes[k], n < 3 ? 3 : n, &us);
         if (rc == 0 && rank == 0)
@@ -199,6 +213,68 @@ static int run_world(int w, const cfg_t *c) {
     return bad;
 }
 
+/* Raw ZeroMQ stream: a child PUSHes `total` bytes as `msg`-byte zero-copy
+ * frames to our PULL; GB/s as received. This is the ring's transport with
+ * nothing of the ring: no header frames, no reduction, one direction. */
+static void zmq_sender(const char *ep, size_t total, size_t msg) {
+    void *ctx = zmq_ctx_new(), *s = zmq_socket(ctx, ZMQ_PUSH);
+    char *buf = calloc(1, msg);
+    int zero = 0;
+    zmq_setsockopt(s, ZMQ_SNDHWM, &zero, sizeof(zero));
+    if (buf == NULL || zmq_connect(s, ep) != 0)
+        _exit(1);
+    for (size_t sent = 0; sent < total; sent += msg) {
+        zmq_msg_t m;
+        zmq_msg_init_data(&m, buf, msg, NULL, NULL); /* buf outlives the sends */
+        if (zmq_msg_send(&m, s, 0) < 0)
+            _exit(1);
+    }
+    zmq_close(s); /* default linger: flushes */
+    zmq_ctx_term(ctx);
+    _exit(0);
+}
+
+static double zmq_stream_once(size_t total, size_t msg) {
+    void *ctx = zmq_ctx_new(), *s = zmq_socket(ctx, ZMQ_PULL);
+    char ep[64];
+    size_t len = sizeof(ep), got = 0;
+    int zero = 0;
+    zmq_setsockopt(s, ZMQ_RCVHWM, &zero, sizeof(zero));
+    if (zmq_bind(s, "tcp://127.0.0.1:*") != 0 || zmq_getsockopt(s, ZMQ_LAST_ENDPOINT, ep, &len))
+        return 0;
+    pid_t pid = fork();
+    if (pid == 0)
+        zmq_sender(ep, total, msg);
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    if (zmq_msg_recv(&m, s, 0) >= 0) /* the clock starts at the first frame */
+        got += zmq_msg_size(&m);
+    uint64_t t0 = tt_clock_mono_ns();
+    while (got < total && zmq_msg_recv(&m, s, 0) >= 0)
+        got += zmq_msg_size(&m);
+    double sec = (double)(tt_clock_mono_ns() - t0) / 1e9;
+    zmq_msg_close(&m);
+    waitpid(pid, NULL, 0);
+    zmq_close(s);
+    zmq_ctx_term(ctx);
+    return got == total ? (double)(total - msg) / sec / 1e9 : 0;
+}
+
+static int raw_streams(const cfg_t *c) {
+    size_t msg = c->seg_bytes ? c->seg_bytes : (size_t)1 << 20, total = (size_t)512 << 20;
+    double z[5], t[5];
+    for (int i = 0; i < 5; i++) {
+        t[i] = tcp_stream_once(total);
+        z[i] = zmq_stream_once(total, msg);
+    }
+    qsort(z, 5, sizeof(double), cmp_dbl);
+    qsort(t, 5, sizeof(double), cmp_dbl);
+    printf("# one-way loopback stream of %zu MiB, median of 5 alternating runs\n", total >> 20);
+    printf("raw TCP, 1 MiB writes        %6.2f GB/s  [%.2f-%.2f]\n", t[2], t[0], t[4]);
+    printf("ZeroMQ PUSH/PULL, %7zu B  %6.2f GB/s  [%.2f-%.2f]\n", msg, z[2], z[0], z[4]);
+    return z[2] > 0 && t[2] > 0 ? 0 : 1;
+}
+
 static void parse(int argc, char **argv, cfg_t *c) {
     *c = (cfg_t){.worlds = {2, 4}, .nworlds = 2, .iter_pct = 100, .max_bytes = 64u << 20};
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -214,6 +290,12 @@ static void parse(int argc, char **argv, cfg_t *c) {
             c->seg_bytes = (size_t)strtoull(argv[i + 1], NULL, 0);
         } else if (!strcmp(argv[i], "-t")) {
             c->io_threads = atoi(argv[i + 1]);
+        } else if (!strcmp(argv[i], "-m")) {
+            c->min_bytes = (size_t)strtoull(argv[i + 1], NULL, 0);
+        } else if (!strcmp(argv[i], "-q")) {
+            c->quiet = atoi(argv[i + 1]);
+        } else if (!strcmp(argv[i], "-z")) {
+            c->raw = atoi(argv[i + 1]);
         }
     }
 }
@@ -223,6 +305,14 @@ int main(int argc, char **argv) {
     int bad = 0;
     parse(argc, argv, &c);
     tt_log_init_from_env();
+    if (c.raw)
+        return raw_streams(&c);
+    if (c.quiet) {
+        for (int i = 0; i < c.nworlds; i++)
+            if (c.worlds[i] >= 2 && c.worlds[i] <= MAXW)
+                bad += run_world(c.worlds[i], &c);
+        return bad ? 1 : 0;
+    }
     c.tcp_gbs = tcp_bandwidth();
     printf("# tether ring all-reduce, float32 sum, in place; loopback TCP stream %.2f GB/s\n",
            c.tcp_gbs);

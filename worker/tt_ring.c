@@ -6,7 +6,7 @@
  * without ROUTER_MANDATORY), and it queues before the peer has bound, so
  * ranks may start in any order. High-water marks are off because the
  * algorithms bound what is in flight (one unit sent per unit received, plus
- * one chunk up front; a broadcast root waits for a token that comes back
+ * RING_AHEAD segments up front; a broadcast root waits for a token that comes back
  * around the ring), and with no HWM a send never blocks, so full queues can
  * never deadlock the ring. ZMTP heartbeats are off: liveness inside a
  * collective is the deadline plus WAIT frames, and a killed peer shows at
@@ -17,21 +17,27 @@
  *
  * Messages: [56-byte tt_collseq header][payload]. DATA units are buffer
  * segments (large ones zero-copy; a collective returns only once ZeroMQ has
- * released every frame). WAIT: sent right while blocked, carrying the
- * sender's suspect, so a chain of waiting ranks blames the one silent rank,
- * not each its own left neighbour. ABORT: the failure text, forwarded around
- * the ring to its origin, so every rank fails with the original sentence.
- * Nothing here is global; all state hangs off the tt_ring_t. */
+ * released every frame; all-gather and broadcast pass a received frame on
+ * before copying it into place). WAIT: sent right while blocked, carrying
+ * the sender's suspect, so a chain of waiting ranks blames the one silent
+ * rank, not each its own left neighbour. ABORT: the failure text, forwarded
+ * around the ring to its origin, so every rank fails with the original
+ * sentence. All state hangs off the tt_ring_t; the one process-wide effect
+ * is pin_malloc_thresholds (documented at tt_ring_create). */
 #include "tt_ring.h"
 
 #include "tt_clock.h"
 #include "tt_flight.h"
 #include "tt_log.h"
+#include "tt_ring_reduce.h"
 #include "tt_ring_sched.h"
 #include "tt_status.h"
 #include "tt_zmq.h"
 
 #include <errno.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,7 +54,7 @@
 struct tt_ring {
     int rank, world, left, right;
     uint64_t gen, seq_counter;
-    int deadline_ms, wait_ivl_ms;
+    int deadline_ms, wait_ivl_ms, io_threads;
     size_t seg_bytes;
     int64_t step;
     void *zctx, *pull, *push, *mon_pull, *mon_push;
@@ -82,8 +88,12 @@ static int ring_socket(tt_ring_t *r, int type, const char *ep, int bind, int64_t
     void *s = zmq_socket(r->zctx, type);
     if (s == NULL)
         goto fail;
+    /* Two I/O threads: PULL on thread 0, PUSH on 1, so a step's two kernel
+     * copies overlap (ZeroMQ alone may put both on one thread). */
+    uint64_t affinity = r->io_threads < 2 ? 0 : type == ZMQ_PULL ? 1 : 2;
     if (set_int(s, ZMQ_LINGER, 0) || set_int(s, ZMQ_SNDHWM, 0) || set_int(s, ZMQ_RCVHWM, 0) ||
-        zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg)))
+        zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg)) ||
+        zmq_setsockopt(s, ZMQ_AFFINITY, &affinity, sizeof(affinity)))
         goto fail;
     if ((bind ? zmq_bind(s, ep) : zmq_connect(s, ep)) != 0)
         goto fail;
@@ -138,7 +148,8 @@ static int ring_connect(tt_ring_t *r, const tt_ring_opts_t *o, char *err, size_t
     r->zctx = zmq_ctx_new();
     if (r->zctx == NULL)
         return TT_ENOMEM;
-    zmq_ctx_set(r->zctx, ZMQ_IO_THREADS, o->io_threads > 0 ? o->io_threads : 1);
+    r->io_threads = o->io_threads > 0 ? o->io_threads : TT_RING_IO_THREADS_DEFAULT;
+    zmq_ctx_set(r->zctx, ZMQ_IO_THREADS, r->io_threads);
     zmq_ctx_set(r->zctx, ZMQ_BLOCKY, 0);
     TT_CHECK_GOTO(ring_socket(r, ZMQ_PULL, bind_ep, 1, maxmsg, &r->pull, err, errlen), rc, out);
     TT_CHECK_GOTO(
@@ -150,6 +161,16 @@ static int ring_connect(tt_ring_t *r, const tt_ring_opts_t *o, char *err, size_t
     rc = r->evfd < 0 ? TT_ESYS : TT_OK;
 out:
     return rc;
+}
+
+/* Why: tt_ring_create in the header. Idempotent, so every ring may do it. */
+static void pin_malloc_thresholds(const tt_ring_opts_t *o) {
+#ifdef __GLIBC__
+    if (!o->keep_malloc_settings && o->world > 1 &&
+        (!mallopt(M_MMAP_THRESHOLD, 32 << 20) || !mallopt(M_TRIM_THRESHOLD, 64 << 20)))
+        TT_DEBUG(SUBSYS, "mallopt refused the ring's malloc thresholds");
+#endif
+    (void)o;
 }
 
 int tt_ring_create(tt_ring_t **out, const tt_ring_opts_t *o, char *err, size_t errlen) {
@@ -175,6 +196,7 @@ int tt_ring_create(tt_ring_t **out, const tt_ring_opts_t *o, char *err, size_t e
     r->evfd = -1;
     atomic_init(&r->zc_pending, 0);
     TT_CHECK_GOTO(tt_flight_create(&r->flight, o->flight_capacity), rc, fail);
+    pin_malloc_thresholds(o);
     if (r->world > 1)
         TT_CHECK_GOTO(ring_connect(r, o, err, errlen), rc, fail);
     TT_INFO(SUBSYS, "ring gen=%llu rank %d/%d up (left %d, right %d)", (unsigned long long)r->gen,
@@ -236,8 +258,29 @@ static void fill_hdr(const coll_t *c, tt_collseq_hdr_t *h, int kind, uint32_t un
     h->fp = c->fp;
 }
 
+/* Payload: a received frame passed on (shared by reference count, never in
+ * the caller's buffer, so untracked), the caller's bytes, or a small copy. */
+static int make_body(tt_ring_t *r, zmq_msg_t *m, const void *data, size_t len, zmq_msg_t *fwd) {
+    if (fwd != NULL) {
+        zmq_msg_init(m);
+        if (zmq_msg_copy(m, fwd) == 0)
+            return TT_OK;
+        zmq_msg_close(m);
+        return TT_EUNREACHABLE;
+    }
+    void *copy = len >= ZC_MIN_BYTES ? NULL : malloc(len > 0 ? len : 1);
+    if (len < ZC_MIN_BYTES && copy == NULL)
+        return TT_ENOMEM;
+    if (copy != NULL && len > 0)
+        memcpy(copy, data, len);
+    atomic_fetch_add(&r->zc_pending, 1);
+    zmq_msg_init_data(m, copy ? copy : (void *)data, len, copy ? copy_release : zc_release, r);
+    return TT_OK;
+}
+
 /* Header frame then payload frame; neither send can block (no HWM). */
-static int send_frames(tt_ring_t *r, const tt_collseq_hdr_t *h, const void *data, size_t len) {
+static int send_frames(tt_ring_t *r, const tt_collseq_hdr_t *h, const void *data, size_t len,
+                       zmq_msg_t *fwd) {
     uint8_t hb[TT_COLLSEQ_HDR_SIZE];
     zmq_msg_t m;
     if (r->push == NULL)
@@ -245,37 +288,14 @@ static int send_frames(tt_ring_t *r, const tt_collseq_hdr_t *h, const void *data
     tt_collseq_encode(h, hb);
     if (zmq_send(r->push, hb, sizeof(hb), ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
         return TT_EUNREACHABLE;
-    if (len >= ZC_MIN_BYTES) {
-        atomic_fetch_add(&r->zc_pending, 1);
-        zmq_msg_init_data(&m, (void *)data, len, zc_release, r);
-    } else {
-        void *copy = malloc(len > 0 ? len : 1);
-        if (copy == NULL)
-            return TT_ENOMEM;
-        if (len > 0)
-            memcpy(copy, data, len);
-        atomic_fetch_add(&r->zc_pending, 1);
-        zmq_msg_init_data(&m, copy, len, copy_release, r);
-    }
+    int rc = make_body(r, &m, data, len, fwd);
+    if (rc != TT_OK)
+        return rc;
     if (zmq_msg_send(&m, r->push, ZMQ_DONTWAIT) < 0) {
         zmq_msg_close(&m); /* runs zc_release for a zero-copy frame */
         return TT_EUNREACHABLE;
     }
     return TT_OK;
-}
-
-static int ring_fail(coll_t *c, int status, int suspect, int origin, const char *text);
-
-static int send_unit(coll_t *c, uint32_t unit, const void *data, size_t len) {
-    tt_collseq_hdr_t h;
-    char text[ERRLEN];
-    fill_hdr(c, &h, TT_COLLSEQ_DATA, unit);
-    c->sends_left--;
-    if (send_frames(c->r, &h, data, len) == TT_OK)
-        return TT_OK;
-    snprintf(text, sizeof(text), "rank %d cannot queue data to rank %d: %s", c->r->rank,
-             c->r->right, zmq_strerror(zmq_errno()));
-    return ring_fail(c, TT_EUNREACHABLE, c->r->right, c->r->rank, text);
 }
 
 static void send_abort(tt_ring_t *r, const coll_t *c, int origin, int status, int suspect,
@@ -285,7 +305,7 @@ static void send_abort(tt_ring_t *r, const coll_t *c, int origin, int status, in
     h.src = origin;
     h.status = status;
     h.aux = suspect;
-    if (send_frames(r, &h, text, strlen(text)) != TT_OK)
+    if (send_frames(r, &h, text, strlen(text), NULL) != TT_OK)
         TT_DEBUG(SUBSYS, "rank %d could not forward abort to rank %d", r->rank, r->right);
 }
 
@@ -306,7 +326,7 @@ static void send_wait(coll_t *c, uint64_t now) {
     tt_collseq_hdr_t h;
     fill_hdr(c, &h, TT_COLLSEQ_WAIT, 0);
     h.aux = current_suspect(c, now);
-    if (send_frames(c->r, &h, NULL, 0) == TT_OK)
+    if (send_frames(c->r, &h, NULL, 0, NULL) == TT_OK)
         c->last_wait_sent = now;
 }
 
@@ -360,6 +380,20 @@ static int ring_fail(coll_t *c, int status, int suspect, int origin, const char 
         send_abort(r, c, origin, status, suspect, r->err);
     release_buffer(r);
     return status;
+}
+
+/* DATA unit from `data` or, if fwd is set, the received frame *fwd (borrowed). */
+static int send_unit(coll_t *c, uint32_t unit, const void *data, size_t len, zmq_msg_t *fwd) {
+    tt_collseq_hdr_t h;
+    char text[ERRLEN];
+    fill_hdr(c, &h, TT_COLLSEQ_DATA, unit);
+    c->sends_left--;
+    int rc = send_frames(c->r, &h, data, len, fwd);
+    if (rc == TT_OK)
+        return TT_OK;
+    snprintf(text, sizeof(text), "rank %d cannot queue data to rank %d: %s", c->r->rank,
+             c->r->right, zmq_strerror(zmq_errno()));
+    return ring_fail(c, TT_EUNREACHABLE, c->r->right, c->r->rank, text);
 }
 
 static void describe_op(const coll_t *c, char *buf, size_t len) {
@@ -579,94 +613,63 @@ static int wait_released(coll_t *c) {
     return TT_OK;
 }
 
-/* Plain loops over restrict pointers, blocked by 16 so that even GCC's -O2
- * "very cheap" vectoriser (no epilogue allowed) turns the inner loop into
- * SSE/AVX adds and min/max; the tail runs scalar. They outrun the TCP path
- * by an order of magnitude. */
-typedef void (*red_fn)(void *restrict d, const void *restrict s, size_t n);
+/* Step 0 is paced: own segments go out only RING_AHEAD ahead of those
+ * received, which are then reduced while in cache. Wire order = receive
+ * order, so step-1 units wait until the last step-0 unit is out. */
+#define RING_AHEAD 4
 
-#define RED_BLOCK 16
-#define DEF_RED(name, T, F)                                                                        \
-    static void name(void *restrict dv, const void *restrict sv, size_t n) {                       \
-        T *restrict d = dv;                                                                        \
-        const T *restrict s = sv;                                                                  \
-        size_t i = 0;                                                                              \
-        for (; i + RED_BLOCK <= n; i += RED_BLOCK)                                                 \
-            for (size_t k = 0; k < RED_BLOCK; k++)                                                 \
-                d[i + k] = F(d[i + k], s[i + k]);                                                  \
-        for (; i < n; i++)                                                                         \
-            d[i] = F(d[i], s[i]);                                                                  \
+typedef struct pace {
+    tt_ring_span_t send0, recv0; /* step-0 chunks */
+    size_t nseg, sent0, fwd;     /* units sent so far, step 0 and step 1 */
+} pace_t;
+
+/* Step-0 units below `upto`; once all are out, step-1 units below `done`. */
+static int pace(coll_t *c, pace_t *p, char *buf, size_t upto, size_t done) {
+    size_t es = c->esize;
+    int rc = TT_OK;
+    for (; rc == TT_OK && p->sent0 < p->nseg && p->sent0 < upto; p->sent0++) {
+        tt_ring_span_t s = tt_ring_sched_segment(p->send0, p->nseg, p->sent0);
+        rc = send_unit(c, (uint32_t)p->sent0, buf + s.off * es, s.count * es, NULL);
     }
-
-#define F_SUM(a, b)  ((a) + (b))
-#define F_MIN(a, b)  ((b) < (a) ? (b) : (a))
-#define F_MAX(a, b)  ((b) > (a) ? (b) : (a))
-#define F_ISUM(a, b) ((int64_t)((uint64_t)(a) + (uint64_t)(b))) /* wraps, no UB */
-
-DEF_RED(sum_f32, float, F_SUM)
-DEF_RED(min_f32, float, F_MIN)
-DEF_RED(max_f32, float, F_MAX)
-DEF_RED(sum_f64, double, F_SUM)
-DEF_RED(min_f64, double, F_MIN)
-DEF_RED(max_f64, double, F_MAX)
-DEF_RED(sum_i64, int64_t, F_ISUM)
-DEF_RED(min_i64, int64_t, F_MIN)
-DEF_RED(max_i64, int64_t, F_MAX)
-
-static red_fn red_lookup(int dtype, int op) {
-    static const red_fn table[3][3] = {
-        {sum_f32, min_f32, max_f32}, {sum_f64, min_f64, max_f64}, {sum_i64, min_i64, max_i64}};
-    if (dtype < TT_DT_FLOAT32 || dtype > TT_DT_INT64 || op < TT_RED_SUM || op > TT_RED_MAX)
-        return NULL;
-    return table[dtype - 1][op - 1];
-}
-
-/* Received frames are normally 8-byte aligned; a tiny one stored inside the
- * message struct may not be, so it goes through an aligned copy. */
-static void reduce_into(red_fn fn, void *dst, const void *src, size_t n, size_t esize) {
-    if (((uintptr_t)src % esize) == 0) {
-        fn(dst, src, n);
-        return;
+    for (; rc == TT_OK && p->sent0 == p->nseg && p->fwd < done; p->fwd++) {
+        tt_ring_span_t s = tt_ring_sched_segment(p->recv0, p->nseg, p->fwd);
+        rc = send_unit(c, (uint32_t)(p->nseg + p->fwd), buf + s.off * es, s.count * es, NULL);
     }
-    uint64_t tmp[64];
-    for (size_t done = 0; done < n;) {
-        size_t k = n - done < sizeof(tmp) / esize ? n - done : sizeof(tmp) / esize;
-        memcpy(tmp, (const char *)src + done * esize, k * esize);
-        fn((char *)dst + done * esize, tmp, k);
-        done += k;
-    }
+    return rc;
 }
 
 /* Reduce-scatter + all-gather, streamed segment by segment: a segment is
  * forwarded as soon as it has been reduced, so sending, receiving (on the
- * I/O thread) and reducing overlap. fn NULL: barrier (empty units). */
-static int allreduce_units(coll_t *c, char *buf, size_t count, red_fn fn) {
+ * I/O threads) and reducing overlap. fn NULL: barrier (empty units). */
+static int allreduce_units(coll_t *c, char *buf, size_t count, tt_ring_red_fn fn) {
     tt_ring_t *r = c->r;
     int w = r->world, nsteps = tt_ring_sched_nsteps(w), rc = TT_OK;
     size_t es = c->esize, nseg = tt_ring_sched_nseg(count, w, es, r->seg_bytes);
+    pace_t p = {tt_ring_sched_chunk(count, w, tt_ring_sched_send_chunk(r->rank, w, 0)),
+                tt_ring_sched_chunk(count, w, tt_ring_sched_recv_chunk(r->rank, w, 0)), nseg, 0, 0};
     c->sends_left = nsteps * (int)nseg;
-    tt_ring_span_t ch = tt_ring_sched_chunk(count, w, tt_ring_sched_send_chunk(r->rank, w, 0));
-    for (size_t j = 0; j < nseg && rc == TT_OK; j++) {
-        tt_ring_span_t s = tt_ring_sched_segment(ch, nseg, j);
-        rc = send_unit(c, (uint32_t)j, buf + s.off * es, s.count * es);
-    }
+    rc = pace(c, &p, buf, RING_AHEAD, 0);
     for (int g = 0; g < nsteps && rc == TT_OK; g++) {
         int red = tt_ring_sched_is_reduce(w, g);
-        ch = tt_ring_sched_chunk(count, w, tt_ring_sched_recv_chunk(r->rank, w, g));
+        tt_ring_span_t ch = tt_ring_sched_chunk(count, w, tt_ring_sched_recv_chunk(r->rank, w, g));
         for (size_t j = 0; j < nseg && rc == TT_OK; j++) {
             tt_ring_span_t s = tt_ring_sched_segment(ch, nseg, j);
             char *dst = buf + s.off * es;
             zmq_msg_t body;
-            rc = await_unit(c, (uint32_t)(g * nseg + j), s.count * es, &body);
-            if (rc != TT_OK)
+            uint32_t next = (uint32_t)((g + 1) * nseg + j);
+            if ((rc = await_unit(c, (uint32_t)(g * nseg + j), s.count * es, &body)) != TT_OK)
                 break;
             if (s.count > 0 && red)
-                reduce_into(fn, dst, zmq_msg_data(&body), s.count, es);
-            else if (s.count > 0)
+                tt_ring_reduce_into(fn, dst, zmq_msg_data(&body), s.count, es);
+            else if (!red && g + 1 < nsteps) /* all-gather: pass it on, then copy */
+                rc = send_unit(c, next, NULL, 0, &body);
+            if (s.count > 0 && !red)
                 memcpy(dst, zmq_msg_data(&body), s.count * es);
             zmq_msg_close(&body);
-            if (g + 1 < nsteps)
-                rc = send_unit(c, (uint32_t)((g + 1) * nseg + j), dst, s.count * es);
+            if (g == 0 && rc == TT_OK)
+                rc = pace(c, &p, buf, j + 1 + RING_AHEAD, j + 1);
+            else if (g + 1 < nsteps && red && rc == TT_OK)
+                rc = send_unit(c, next, dst, s.count * es, NULL);
         }
     }
     return rc == TT_OK ? wait_released(c) : rc;
@@ -685,7 +688,7 @@ static int bcast_units(coll_t *c, char *buf, size_t count, int root) {
         c->sends_left = (int)nseg;
         for (size_t j = 0; j < nseg && rc == TT_OK; j++) {
             tt_ring_span_t s = tt_ring_sched_segment(whole, nseg, j);
-            rc = send_unit(c, (uint32_t)j, buf + s.off * es, s.count * es);
+            rc = send_unit(c, (uint32_t)j, buf + s.off * es, s.count * es, NULL);
         }
         if (rc == TT_OK && (rc = await_unit(c, (uint32_t)nseg, 0, &body)) == TT_OK)
             zmq_msg_close(&body);
@@ -696,14 +699,14 @@ static int bcast_units(coll_t *c, char *buf, size_t count, int root) {
         tt_ring_span_t s = tt_ring_sched_segment(whole, nseg, j);
         if ((rc = await_unit(c, (uint32_t)j, s.count * es, &body)) != TT_OK)
             break;
+        if (!last) /* pass it on first: the copy overlaps the next hop */
+            rc = send_unit(c, (uint32_t)j, NULL, 0, &body);
         if (s.count > 0)
             memcpy(buf + s.off * es, zmq_msg_data(&body), s.count * es);
         zmq_msg_close(&body);
-        if (!last)
-            rc = send_unit(c, (uint32_t)j, buf + s.off * es, s.count * es);
     }
     if (rc == TT_OK && last)
-        rc = send_unit(c, (uint32_t)nseg, NULL, 0);
+        rc = send_unit(c, (uint32_t)nseg, NULL, 0, NULL);
     return rc == TT_OK ? wait_released(c) : rc;
 }
 
@@ -740,7 +743,7 @@ static int coll_end(coll_t *c, int rc) {
 }
 
 int tt_ring_allreduce(tt_ring_t *r, void *buf, size_t count, tt_dtype_t dtype, tt_redop_t op) {
-    red_fn fn = red_lookup((int)dtype, (int)op);
+    tt_ring_red_fn fn = tt_ring_reduce_fn((int)dtype, (int)op);
     if (r == NULL || fn == NULL || (buf == NULL && count > 0))
         return TT_EINVAL;
     if (r->failed)

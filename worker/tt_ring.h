@@ -27,6 +27,9 @@
 typedef struct tt_ring tt_ring_t;
 
 #define TT_RING_DEADLINE_DEFAULT_MS 60000
+/* Two: one receives, one sends, so a ring step's two kernel copies run in
+ * parallel (bench/README.md has the measurements against one). */
+#define TT_RING_IO_THREADS_DEFAULT 2
 
 typedef struct tt_ring_opts {
     int rank;  /* 0 <= rank < world */
@@ -40,11 +43,21 @@ typedef struct tt_ring_opts {
     int deadline_ms;        /* per collective; 0: 60000 */
     size_t segment_bytes;   /* pipelining unit, must match on all ranks; 0: 1 MiB */
     size_t flight_capacity; /* records kept; 0: 256 */
-    int io_threads;         /* ZeroMQ I/O threads of the ring's context; 0: 1 */
+    int io_threads;         /* ZeroMQ I/O threads of the ring's context; 0: 2 */
+    /* 0 (default): tt_ring_create pins glibc's malloc thresholds (see
+     * tt_ring_create); 1: leave the process's malloc settings alone. */
+    int keep_malloc_settings;
 } tt_ring_opts_t;
 
 /* Binds this rank's endpoint and connects to the right neighbour (it does
  * not wait for peers: the first collective does, under its deadline).
+ * Process-wide side effect, unless opts->keep_malloc_settings: with glibc it
+ * sets M_MMAP_THRESHOLD to 32 MiB and M_TRIM_THRESHOLD to 64 MiB, the values
+ * at the ceiling of glibc's own dynamic thresholds. ZeroMQ
+ * mallocs every received segment on its I/O thread and the ring frees it,
+ * and with the defaults the arena is trimmed (madvise) after each burst, so
+ * every received byte was page-faulted in again: 20% of the CPU at 16 MiB.
+ * The cost is up to 64 MiB of freed memory kept per malloc arena.
  * Returns 0 with *out owned by the caller (tt_ring_destroy), TT_EINVAL for
  * bad options, TT_ESYS when the endpoint cannot be bound (address in use),
  * TT_ENOMEM. `err` (may be NULL) gets a sentence. */
