@@ -89,6 +89,7 @@ TETHER_API void tether_destroy(tether_t **pt) {
     *pt = NULL;
     tt_tether_coll_fini(t); /* before the client its hooks call into */
     tt_client_destroy(&t->client);
+    pthread_mutex_destroy(&t->gen_mu); /* the client thread is gone now */
     if (t->owns_sink)
         tt_log_set_sink(NULL, NULL);
     free(t);

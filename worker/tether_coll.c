@@ -184,7 +184,8 @@ void tt_tether_coll_fini(tether_t *t) {
     t->notify = NULL; /* no notification reaches a destroyed layer */
     pthread_mutex_unlock(&t->gen_mu);
     tt_comm_destroy(&t->comm);
-    pthread_mutex_destroy(&t->gen_mu);
+    /* gen_mu outlives this: the client thread may still call on_generation
+     * until tt_client_destroy joins it (tether_destroy destroys the mutex). */
 }
 
 /* Every failing call leaves its sentence for tether_last_error. */

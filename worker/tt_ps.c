@@ -67,21 +67,7 @@ struct tt_ps {
 /* ZeroMQ runs zero-copy free callbacks on its I/O thread after a hand-off
  * TSan cannot see (tests/sanitizers/tsan.supp): the counter's address is
  * released before each such send and acquired in the callback. */
-#if defined(__SANITIZE_THREAD__)
-#define PS_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define PS_TSAN 1
-#endif
-#endif
-#ifdef PS_TSAN
-#include <sanitizer/tsan_interface.h>
-#define PS_TSAN_RELEASE(addr) __tsan_release(addr)
-#define PS_TSAN_ACQUIRE(addr) __tsan_acquire(addr)
-#else
-#define PS_TSAN_RELEASE(addr) ((void)(addr))
-#define PS_TSAN_ACQUIRE(addr) ((void)(addr))
-#endif
+#include "tt_tsan.h"
 
 #define PS_ERR(p, ...) snprintf((p)->err, sizeof((p)->err), __VA_ARGS__)
 
@@ -134,7 +120,7 @@ static const char *check_opts(const tt_ps_opts_t *o) {
 static void zc_release(void *data, void *hint) {
     tt_ps_t *p = hint;
     (void)data;
-    PS_TSAN_ACQUIRE((void *)&p->zc_out);
+    TT_TSAN_ACQUIRE((void *)&p->zc_out);
     atomic_fetch_sub(&p->zc_out, 1);
 }
 
@@ -161,7 +147,7 @@ static void payload_of(tt_ps_t *p, const void *data, size_t len, tt_zmq_payload_
     pl->hint = NULL;
     if (len >= ZC_MIN_BYTES) {
         atomic_fetch_add(&p->zc_out, 1);
-        PS_TSAN_RELEASE((void *)&p->zc_out);
+        TT_TSAN_RELEASE((void *)&p->zc_out);
         pl->free_fn = zc_release;
         pl->hint = p;
     }

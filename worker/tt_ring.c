@@ -25,6 +25,7 @@
  * sentence. All state hangs off the tt_ring_t; the one process-wide effect
  * is pin_malloc_thresholds (documented at tt_ring_create). */
 #include "tt_ring.h"
+#include "tt_tsan.h"
 
 #include "tt_clock.h"
 #include "tt_flight.h"
@@ -235,6 +236,7 @@ void tt_ring_destroy(tt_ring_t **rp) {
  * has taken everything it sent. */
 static void zc_release(void *data, void *hint) {
     tt_ring_t *r = hint;
+    TT_TSAN_ACQUIRE(r);
     if (atomic_fetch_sub(&r->zc_pending, 1) == 1) {
         uint64_t one = 1;
         ssize_t n = write(r->evfd, &one, sizeof(one));
@@ -243,6 +245,7 @@ static void zc_release(void *data, void *hint) {
 }
 
 static void copy_release(void *data, void *hint) {
+    TT_TSAN_ACQUIRE(data);
     free(data);
     zc_release(NULL, hint);
 }
@@ -274,6 +277,9 @@ static int make_body(tt_ring_t *r, zmq_msg_t *m, const void *data, size_t len, z
     if (copy != NULL && len > 0)
         memcpy(copy, data, len);
     atomic_fetch_add(&r->zc_pending, 1);
+    /* ZeroMQ's hand-over to its I/O thread is invisible to TSan. */
+    TT_TSAN_RELEASE(copy ? copy : (void *)data);
+    TT_TSAN_RELEASE(r);
     zmq_msg_init_data(m, copy ? copy : (void *)data, len, copy ? copy_release : zc_release, r);
     return TT_OK;
 }

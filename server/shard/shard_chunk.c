@@ -43,7 +43,7 @@ static void blob_unref(void *data, void *hint) {
     shard_blob_t *b = hint;
     (void)data;
     if (b != NULL)
-        SHARD_TSAN_ACQUIRE(b);
+        TT_TSAN_ACQUIRE(b);
     if (b != NULL && atomic_fetch_sub(&b->refs, 1) == 1)
         free(b);
 }
@@ -144,7 +144,7 @@ static void send_result(shard_chunk_t *ch, const uint8_t *peer, size_t peer_len,
     env.body_case = TETHER__ENVELOPE__BODY_CHUNK_RESULT;
     env.chunk_result = &r;
     atomic_fetch_add(&ch->result->refs, 1);
-    SHARD_TSAN_RELEASE(ch->result);
+    TT_TSAN_RELEASE(ch->result);
     tt_zmq_payload_t pl = {ch->result->data, ch->result->n * sizeof(float), blob_unref, ch->result};
     shard_send(ch->job->s, peer, peer_len, &env, &pl, 1);
 }

@@ -308,7 +308,7 @@ static void on_set_params(const shard_req_t *q) {
 
 static void free_buf(void *data, void *hint) {
     (void)hint;
-    SHARD_TSAN_ACQUIRE(data);
+    TT_TSAN_ACQUIRE(data);
     free(data);
 }
 
@@ -344,7 +344,7 @@ static void on_get_params(const shard_req_t *q) {
     env.body_case = TETHER__ENVELOPE__BODY_PARAMS_REPLY;
     env.params_reply = &r;
     tt_zmq_payload_t pl = {buf, n * sizeof(float), free_buf, NULL};
-    SHARD_TSAN_RELEASE(buf);
+    TT_TSAN_RELEASE(buf);
     shard_send(q->s, q->rx->peer, q->rx->peer_len, &env, &pl, 1);
 }
 

@@ -17,21 +17,7 @@
 /* ZeroMQ hands zero-copy frames to its I/O thread through lock-free pipes
  * TSan cannot see (tests/sanitizers/tsan.supp): release a frame's address
  * before sending it and acquire it in the free callback. */
-#if defined(__SANITIZE_THREAD__)
-#define SHARD_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define SHARD_TSAN 1
-#endif
-#endif
-#ifdef SHARD_TSAN
-#include <sanitizer/tsan_interface.h>
-#define SHARD_TSAN_RELEASE(addr) __tsan_release(addr)
-#define SHARD_TSAN_ACQUIRE(addr) __tsan_acquire(addr)
-#else
-#define SHARD_TSAN_RELEASE(addr) ((void)(addr))
-#define SHARD_TSAN_ACQUIRE(addr) ((void)(addr))
-#endif
+#include "tt_tsan.h"
 
 /* A final result, shared by every reply that sends it without a copy; the
  * last reference (the chunk's or a ZeroMQ frame's) frees it. */
