@@ -72,7 +72,8 @@ static int from_tensor(tt_mf_tensor_t *d, const Tether__CkptTensor *s) {
         s->n_states > TT_STATE_COUNT)
         return TT_ECORRUPT;
     d->ndim = (uint32_t)s->n_shape;
-    memcpy(d->shape, s->shape, s->n_shape * sizeof(uint64_t));
+    if (s->n_shape > 0) /* protobuf-c leaves an empty repeated field NULL */
+        memcpy(d->shape, s->shape, s->n_shape * sizeof(uint64_t));
     d->dtype = s->dtype;
     d->flat_offset = s->flat_offset;
     d->states = alloc_n(s->n_states, sizeof(*d->states));
