@@ -1,0 +1,626 @@
+/* tt_train_ckpt: the step-boundary hook, snapshot, background part writer
+ * and rank-0 commit of trainer-side checkpoints (see the header and
+ * docs/checkpoints.md). Resume lives in tt_train_ckpt_load.c.
+ *
+ * Why a control all-reduce instead of a coordinator announcement: ranks
+ * run in lockstep through the step's collectives, so a tiny reduce at the
+ * same boundary gives every rank the same inputs (rank 0's timer, how many
+ * writers are done) and every copy of tt_ckpt_sched takes the same
+ * decision at the same step. It runs only while a checkpoint is in flight
+ * or a timer schedule is set; a step schedule needs none. */
+#include "tt_train_ckpt_int.h"
+
+#include "tt_clock.h"
+#include "tt_fsutil.h"
+#include "tt_log.h"
+#include "tt_status.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TC_CHUNK (4u << 20)
+
+static int ensure_buffers(tt_train_ckpt_t *c, size_t snap_floats, size_t ctl_len);
+
+int tt_tc_fail(tt_train_ckpt_t *c, int rc, const char *fmt, ...) {
+    if (c->err[0] == '\0') {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(c->err, sizeof(c->err), fmt, ap);
+        va_end(ap);
+        TT_ERROR("ckpt", "%s", c->err);
+    }
+    return rc;
+}
+
+/* Which optimizer buffers exist decides the planes; their order follows
+ * the state kinds, as the part format requires. */
+static void pick_states(tt_train_ckpt_t *c, tt_opt_kind_t opt) {
+    size_t n;
+    c->planes[0] = tt_mlp_params(tt_trainer_model(c->t));
+    c->states[0] = TT_STATE_PARAMS;
+    c->nstates = 1;
+    float *s1 = tt_trainer_opt_state(c->t, 0, &n);
+    float *s2 = tt_trainer_opt_state(c->t, 1, &n);
+    if (s1 != NULL) {
+        c->planes[c->nstates] = s1;
+        c->states[c->nstates++] = opt == TT_OPT_ADAMW ? TT_STATE_ADAM_M : TT_STATE_MOMENTUM;
+    }
+    if (s2 != NULL && opt == TT_OPT_ADAMW) {
+        c->planes[c->nstates] = s2;
+        c->states[c->nstates++] = TT_STATE_ADAM_V;
+    }
+}
+
+static void rm_tree_flat(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return;
+    struct dirent *e;
+    char path[TT_CKPT_PATH_MAX + 256];
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        unlink(path);
+    }
+    closedir(d);
+    if (rmdir(dir) == 0)
+        TT_INFO("ckpt", "removed uncommitted checkpoint attempt %s", dir);
+}
+
+/* Directories without a MANIFEST are attempts that never committed (a
+ * writer died, the job stopped); their ids would collide with the steps
+ * this run reaches again. */
+static void clean_leftovers(const char *root) {
+    DIR *d = opendir(root);
+    if (d == NULL)
+        return;
+    struct dirent *e;
+    char path[TT_CKPT_PATH_MAX + 256];
+    struct stat sb;
+    while ((e = readdir(d)) != NULL) {
+        if (!tt_ckpt_name_ok(e->d_name) || strcmp(e->d_name, TT_CKPT_LATEST_FILE) == 0)
+            continue;
+        snprintf(path, sizeof(path), "%s/%s/%s", root, e->d_name, TT_MANIFEST_FILE);
+        if (stat(path, &sb) == 0)
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", root, e->d_name);
+        if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+            rm_tree_flat(path);
+    }
+    closedir(d);
+}
+
+static int copy_opts(tt_train_ckpt_t *c, const tt_train_ckpt_opts_t *o, char *err, size_t errlen) {
+    const char *root = o->root != NULL ? o->root : "";
+    const char *job = o->job_id != NULL ? o->job_id : "local";
+    if (o->topts == NULL || strlen(root) >= sizeof(c->root) || strlen(job) >= sizeof(c->job_id) ||
+        o->every_s < 0) {
+        snprintf(err, errlen,
+                 "checkpoint options: missing trainer options, root or job id too "
+                 "long, or negative period");
+        return TT_EINVAL;
+    }
+    memcpy(c->root, root, strlen(root) + 1);
+    memcpy(c->job_id, job, strlen(job) + 1);
+    for (char *p = c->job_id; *p != '\0'; p++) /* manifest ids are [A-Za-z0-9._-] */
+        if (!tt_ckpt_name_ok((char[2]){*p, '\0'}))
+            *p = '_';
+    c->keep = o->keep != 0 ? o->keep : 3;
+    c->nlayers = o->topts->nlayers;
+    memcpy(c->dims, o->topts->dims, sizeof(c->dims));
+    c->cfg[0] = o->topts->batch;
+    c->cfg[1] = o->topts->seed;
+    c->cfg[3] = (uint64_t)o->topts->opt;
+    const char *knob = getenv("TETHER_CKPT_TEST_STALL_STEP");
+    c->stall_knob = knob != NULL ? strtoull(knob, NULL, 10) : 0;
+    return TT_OK;
+}
+
+int tt_train_ckpt_create(tt_train_ckpt_t **out, const tt_train_ckpt_opts_t *opts, tt_trainer_t *t,
+                         const tt_train_coll_t *coll, char *err, size_t errlen) {
+    *out = NULL;
+    tt_train_ckpt_t *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return TT_ENOMEM;
+    c->t = t;
+    c->coll = *coll;
+    int rc = copy_opts(c, opts, err, errlen);
+    if (rc < 0) {
+        free(c);
+        return rc;
+    }
+    pthread_mutex_init(&c->job.mu, NULL);
+    pthread_cond_init(&c->job.cv, NULL);
+    c->sync_init = 1;
+    c->n = tt_mlp_param_count(tt_trainer_model(t));
+    c->cfg[2] = c->n;
+    c->cfg[4] = tt_trainer_steps_per_epoch(t);
+    pick_states(c, opts->topts->opt);
+    tt_ckpt_sched_opts_t so = {opts->every_steps, (uint64_t)(opts->every_s * 1000.0)};
+    tt_ckpt_sched_init(&c->sched, &so, tt_trainer_global_step(t), tt_clock_mono_ms());
+    int rank = 0, world = 1;
+    uint64_t gen = 0;
+    if ((rc = c->coll.membership(c->coll.ctx, &rank, &world, &gen)) < 0) {
+        snprintf(err, errlen, "checkpoints: membership: %s", tt_strerror(rc));
+        tt_train_ckpt_destroy(&c);
+        return rc;
+    }
+    if (rank == 0 && c->root[0] != '\0')
+        clean_leftovers(c->root);
+    /* Fault the snapshot buffer in now: first-touch page faults of tens of
+     * MB would otherwise land in the step loop at the first checkpoint. */
+    size_t slice = c->n / (size_t)world + 1;
+    if (c->root[0] != '\0' && ensure_buffers(c, c->nstates * slice + 1, 5 + 2 * (size_t)world) == 0)
+        memset(c->snap, 0, c->snap_cap * sizeof(float));
+    *out = c;
+    return TT_OK;
+}
+
+static void join_thread(tt_train_ckpt_t *c) {
+    if (!c->thr_live)
+        return;
+    pthread_join(c->thr, NULL);
+    c->thr_live = 0;
+    if (c->in_commit) {
+        tt_manifest_free(&c->commit);
+        c->in_commit = 0;
+    }
+}
+
+void tt_train_ckpt_destroy(tt_train_ckpt_t **cp) {
+    if (cp == NULL || *cp == NULL)
+        return;
+    tt_train_ckpt_t *c = *cp;
+    join_thread(c);
+    tt_manifest_free(&c->commit);
+    if (c->sync_init) {
+        pthread_mutex_destroy(&c->job.mu);
+        pthread_cond_destroy(&c->job.cv);
+    }
+    free(c->snap);
+    free(c->ctl);
+    free(c);
+    *cp = NULL;
+}
+
+const char *tt_train_ckpt_error(const tt_train_ckpt_t *c) {
+    return c->err;
+}
+
+void tt_train_ckpt_stats(const tt_train_ckpt_t *c, tt_train_ckpt_stats_t *st) {
+    *st = c->st;
+    st->started = c->sched.started;
+    st->committed = c->sched.committed;
+    st->aborted = c->sched.aborted;
+}
+
+void tt_train_ckpt_request(tt_train_ckpt_t *c) {
+    tt_ckpt_sched_request(&c->sched);
+}
+
+/* Test knob only (TETHER_CKPT_TEST_STALL_STEP=S): hang inside the part
+ * writer of every checkpoint at a step >= S (a deferred checkpoint may
+ * land after S), so a test can kill the process mid-write. */
+static void stall_for_test(const tt_tc_job_t *j) {
+    if (j->stall_at_step == 0 || j->step < j->stall_at_step)
+        return;
+    TT_WARN("ckpt", "test knob: rank %d stalls inside the part writer of step %llu", j->rank,
+            (unsigned long long)j->step);
+    for (int i = 0; i < 1200; i++) {
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static int write_part(tt_tc_job_t *j, const tt_ckpt_part_opts_t *po, const uint8_t *data,
+                      tt_ckpt_part_info_t *info) {
+    tt_ckpt_writer_t *w = NULL;
+    int rc = tt_ckpt_writer_create(&w, po, j->msg, sizeof(j->msg));
+    for (uint64_t off = 0; rc == TT_OK && off < po->payload_len; off += TC_CHUNK) {
+        uint64_t len = po->payload_len - off < TC_CHUNK ? po->payload_len - off : TC_CHUNK;
+        rc = tt_ckpt_writer_write(w, data + off, (size_t)len);
+        if (off == 0 && po->kind == TT_CKPT_KIND_SHARD)
+            stall_for_test(j);
+    }
+    if (rc == TT_OK)
+        rc = tt_ckpt_writer_finish(w, info);
+    if (rc < 0 && w != NULL)
+        snprintf(j->msg, sizeof(j->msg), "part %s in %s: %s", po->name, j->dir,
+                 tt_ckpt_writer_error(w));
+    tt_ckpt_writer_destroy(&w);
+    return rc;
+}
+
+/* Copies this rank's slice of every plane and publishes it: in gated
+ * mode the step loop waits on `copied` before the next optimizer update,
+ * the one write that could tear the snapshot. */
+static void snapshot(tt_tc_job_t *j, uint32_t nstates) {
+    uint64_t t0 = tt_clock_mono_ns();
+    size_t len = (size_t)(j->hi - j->lo);
+    for (uint32_t k = 0; k < nstates; k++)
+        memcpy(j->snap + k * len, j->src[k] + j->lo, len * sizeof(float));
+    j->copy_ns = tt_clock_mono_ns() - t0;
+    pthread_mutex_lock(&j->mu);
+    atomic_store_explicit(&j->copied, 1, memory_order_release);
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+static void *job_main(void *arg) {
+    tt_tc_job_t *j = arg;
+    uint64_t t0 = tt_clock_mono_ns();
+    if (j->copy_in_thread)
+        snapshot(j, j->nstates);
+    int rc = tt_fs_mkdirs(j->dir, j->msg, sizeof(j->msg));
+    if (rc == TT_OK && j->hi > j->lo) {
+        char name[TT_CKPT_NAME_MAX];
+        snprintf(name, sizeof(name), "shard-%d.bin", j->rank);
+        tt_ckpt_range_t r = {j->lo * sizeof(float), (j->hi - j->lo) * sizeof(float)};
+        tt_ckpt_part_opts_t po = {j->dir, name,       TT_CKPT_KIND_SHARD,    &r,
+                                  1,      j->nstates, j->nstates * r.length, 0};
+        rc = write_part(j, &po, (const uint8_t *)j->snap, &j->shard);
+    }
+    if (rc == TT_OK && j->rank == 0) {
+        tt_ckpt_part_opts_t po = {
+            j->dir, "trainer.bin", TT_CKPT_KIND_TRAINER, NULL, 0, 0, TT_TRAIN_CKPT_STATE_BYTES, 0};
+        rc = write_part(j, &po, j->tstate, &j->trainer);
+    }
+    j->write_ns = tt_clock_mono_ns() - t0;
+    if (rc < 0)
+        TT_ERROR("ckpt", "rank %d: checkpoint %s not written: %s", j->rank, j->id, j->msg);
+    atomic_store_explicit(&j->status, rc < 0 ? -1 : 1, memory_order_release);
+    return NULL;
+}
+
+static int ensure_buffers(tt_train_ckpt_t *c, size_t snap_floats, size_t ctl_len) {
+    if (snap_floats > c->snap_cap) {
+        float *p = realloc(c->snap, snap_floats * sizeof(float));
+        if (p == NULL)
+            return TT_ENOMEM;
+        c->snap = p;
+        c->snap_cap = snap_floats;
+    }
+    if (ctl_len > c->ctl_cap) {
+        double *p = realloc(c->ctl, ctl_len * sizeof(double));
+        if (p == NULL)
+            return TT_ENOMEM;
+        c->ctl = p;
+        c->ctl_cap = ctl_len;
+    }
+    return TT_OK;
+}
+
+/* The snapshot is the only part of a checkpoint the step loop waits for:
+ * a memcpy of this rank's slice of each plane (and the trainer state). */
+static int start(tt_train_ckpt_t *c, uint64_t step, int rank, int world) {
+    join_thread(c);
+    tt_tc_job_t *j = &c->job;
+    j->lo = (uint64_t)c->n * (uint64_t)rank / (uint64_t)world;
+    j->hi = (uint64_t)c->n * (uint64_t)(rank + 1) / (uint64_t)world;
+    size_t len = (size_t)(j->hi - j->lo);
+    if (ensure_buffers(c, c->nstates * len + 1, 5 + 2 * (size_t)world) < 0)
+        return tt_tc_fail(c, TT_ENOMEM, "checkpoint at step %llu: no memory for the snapshot",
+                          (unsigned long long)step);
+    j->snap = c->snap;
+    for (uint32_t k = 0; k < c->nstates; k++)
+        j->src[k] = c->planes[k];
+    j->copy_in_thread = c->gated;
+    atomic_store_explicit(&j->copied, 0, memory_order_relaxed);
+    if (!c->gated)
+        snapshot(j, c->nstates);
+    tt_trainer_state_t ts;
+    tt_trainer_get_state(c->t, &ts);
+    tt_train_ckpt_state_encode(&ts, c->cfg, j->tstate);
+    j->nstates = c->nstates;
+    j->rank = rank;
+    j->world = world;
+    j->step = step;
+    j->epoch = ts.epoch;
+    j->stall_at_step = c->stall_knob;
+    j->start_unix_ms = tt_clock_wall_ms();
+    j->msg[0] = '\0';
+    snprintf(j->id, sizeof(j->id), "step-%09llu", (unsigned long long)step);
+    snprintf(j->dir, sizeof(j->dir), "%s/%s", c->root, j->id);
+    atomic_store_explicit(&j->status, 0, memory_order_relaxed);
+    c->world_at_start = world;
+    if (pthread_create(&c->thr, NULL, job_main, j) != 0)
+        return tt_tc_fail(c, TT_ESYS, "checkpoint at step %llu: cannot start the writer thread",
+                          (unsigned long long)step);
+    c->thr_live = 1;
+    c->in_commit = 0;
+    return TT_OK;
+}
+
+static int add_shard_part(tt_manifest_t *m, const char *file, uint64_t off, uint64_t len,
+                          uint32_t planes, double size, double crc) {
+    tt_mf_part_t *p = &m->parts[m->nparts++];
+    snprintf(p->file, sizeof(p->file), "%s", file);
+    p->kind = TT_CKPT_KIND_SHARD;
+    p->size = (uint64_t)size;
+    p->crc32c = (uint32_t)crc;
+    p->planes = planes;
+    p->nranges = 1;
+    p->ranges = malloc(sizeof(*p->ranges));
+    if (p->ranges == NULL)
+        return TT_ENOMEM;
+    p->ranges[0] = (tt_ckpt_range_t){off, len};
+    return TT_OK;
+}
+
+/* The parts' reports arrive through the control reduce: slot 3+2r holds
+ * rank r's shard part (size, CRC), slot 3+2W the trainer part. */
+static int build_manifest(tt_train_ckpt_t *c, const double *v, int world, tt_manifest_t *m) {
+    const tt_tc_job_t *j = &c->job;
+    memset(m, 0, sizeof(*m));
+    m->version = TT_MANIFEST_VERSION;
+    snprintf(m->id, sizeof(m->id), "%s", j->id);
+    snprintf(m->job_id, sizeof(m->job_id), "%s", c->job_id);
+    m->step = j->step;
+    m->epoch = j->epoch;
+    m->created_unix_ms = j->start_unix_ms;
+    m->duration_ms = tt_clock_wall_ms() - j->start_unix_ms;
+    m->parts = calloc((size_t)world + 1, sizeof(*m->parts));
+    if (m->parts == NULL)
+        return TT_ENOMEM;
+    int rc = TT_OK;
+    for (int r = 0; r < world && rc == TT_OK; r++) {
+        uint64_t lo = (uint64_t)c->n * (uint64_t)r / (uint64_t)world;
+        uint64_t hi = (uint64_t)c->n * (uint64_t)(r + 1) / (uint64_t)world;
+        char file[TT_CKPT_NAME_MAX];
+        snprintf(file, sizeof(file), "shard-%d.bin", r);
+        if (hi > lo)
+            rc = add_shard_part(m, file, lo * sizeof(float), (hi - lo) * sizeof(float), c->nstates,
+                                v[3 + 2 * r], v[4 + 2 * r]);
+    }
+    tt_mf_part_t *tp = &m->parts[m->nparts++];
+    snprintf(tp->file, sizeof(tp->file), "trainer.bin");
+    tp->kind = TT_CKPT_KIND_TRAINER;
+    tp->size = (uint64_t)v[3 + 2 * world];
+    tp->crc32c = (uint32_t)v[4 + 2 * world];
+    if (rc == TT_OK)
+        rc = tt_tc_tensors(c, m);
+    char err[512] = "";
+    if (rc == TT_OK &&
+        (rc = tt_manifest_fill_extents(m, c->states, c->nstates, err, sizeof(err))) < 0)
+        TT_ERROR("ckpt", "checkpoint %s: cannot build the manifest: %s", j->id, err);
+    return rc;
+}
+
+/* Rank 0's commit, off the step loop: the manifest rename is the commit
+ * point; `latest` and retention follow (docs/checkpoint-format.md). */
+static void *commit_main(void *arg) {
+    tt_train_ckpt_t *c = arg;
+    char err[512] = "";
+    size_t removed = 0;
+    int rc = tt_manifest_store(c->job.dir, &c->commit, err, sizeof(err));
+    if (rc == TT_OK)
+        rc = tt_ckpt_latest_write(c->root, c->commit.id, err, sizeof(err));
+    if (rc == TT_OK)
+        rc = tt_ckpt_retain(c->root, c->keep, &removed, err, sizeof(err));
+    if (rc < 0)
+        TT_ERROR("ckpt", "commit of checkpoint %s failed: %s", c->commit.id, err);
+    else
+        TT_INFO("ckpt", "committed checkpoint %s (step %llu, %llu ms, %zu old removed)",
+                c->commit.id, (unsigned long long)c->commit.step,
+                (unsigned long long)(tt_clock_wall_ms() - c->commit.created_unix_ms), removed);
+    return NULL;
+}
+
+static int commit(tt_train_ckpt_t *c, const double *v) {
+    join_thread(c);
+    int rc = build_manifest(c, v, c->world_at_start, &c->commit);
+    if (rc < 0) {
+        tt_manifest_free(&c->commit);
+        TT_ERROR("ckpt", "checkpoint %s not committed: %s", c->job.id, tt_strerror(rc));
+        return TT_OK; /* the previous checkpoint stays valid; training goes on */
+    }
+    if (pthread_create(&c->thr, NULL, commit_main, c) != 0) {
+        tt_manifest_free(&c->commit);
+        return tt_tc_fail(c, TT_ESYS, "cannot start the commit thread");
+    }
+    c->thr_live = 1;
+    c->in_commit = 1;
+    return TT_OK;
+}
+
+/* Fills and runs the control reduce; the agreed sums become the tick. */
+static int control_reduce(tt_train_ckpt_t *c, int rank, int world, int time_due,
+                          tt_ckpt_tick_t *tick) {
+    size_t len = 5 + 2 * (size_t)world;
+    if (ensure_buffers(c, 1, len) < 0)
+        return TT_ENOMEM;
+    double *v = c->ctl;
+    memset(v, 0, len * sizeof(double));
+    v[0] = rank == 0 && time_due ? 1.0 : 0.0;
+    const tt_tc_job_t *j = &c->job;
+    int writing = c->sched.phase == TT_CKPT_PHASE_WRITING && !c->in_commit;
+    int st = writing ? atomic_load_explicit(&j->status, memory_order_acquire) : 0;
+    if (st != 0 && world == c->world_at_start) {
+        v[1 + (st < 0)] = 1.0;
+        v[3 + 2 * rank] = (double)j->shard.size;
+        v[4 + 2 * rank] = (double)j->shard.crc32c;
+        if (rank == 0) {
+            v[3 + 2 * world] = (double)j->trainer.size;
+            v[4 + 2 * world] = (double)j->trainer.crc32c;
+        }
+    } else if (st != 0) {
+        v[2] = 1.0; /* the world changed under the checkpoint: it cannot commit */
+    }
+    int rc = c->coll.reduce_sum(c->coll.ctx, v, len);
+    if (rc < 0)
+        return rc;
+    tick->time_due = v[0] > 0.5;
+    tick->done = (uint32_t)(v[1] + 0.5);
+    tick->failed = (uint32_t)(v[2] + 0.5);
+    tick->writers = (uint32_t)c->world_at_start;
+    return TT_OK;
+}
+
+static int apply(tt_train_ckpt_t *c, int act, int rank, int world) {
+    if ((act & TT_CKPT_ACT_ABORT) != 0)
+        TT_WARN("ckpt",
+                "checkpoint %s aborted (a writer failed or the membership changed); the "
+                "previous one stays valid",
+                c->job.id);
+    int rc = TT_OK;
+    if ((act & TT_CKPT_ACT_COMMIT) != 0) {
+        c->st.last_bytes = c->job.shard.size + c->job.trainer.size;
+        c->st.last_write_ns = c->job.write_ns;
+        if (c->job.copy_ns > c->st.snapshot_ns_max)
+            c->st.snapshot_ns_max = c->job.copy_ns;
+        if (rank == 0)
+            rc = commit(c, c->ctl);
+    }
+    if (rc == TT_OK && (act & TT_CKPT_ACT_START) != 0)
+        rc = start(c, c->sched.inflight, rank, world);
+    return rc;
+}
+
+/* The stall of the checkpoint in flight: its boundaries plus the gate's
+ * waits; the worst one is reported. */
+static void add_stall(tt_train_ckpt_t *c, uint64_t ns) {
+    c->ck_stall_ns += ns;
+    if (c->ck_stall_ns > c->st.stall_ns_max)
+        c->st.stall_ns_max = c->ck_stall_ns;
+}
+
+static void wait_snapshot(tt_train_ckpt_t *c) {
+    tt_tc_job_t *j = &c->job;
+    if (!c->thr_live || c->in_commit || !j->copy_in_thread ||
+        atomic_load_explicit(&j->copied, memory_order_acquire))
+        return;
+    uint64_t t0 = tt_clock_mono_ns();
+    pthread_mutex_lock(&j->mu);
+    while (!atomic_load_explicit(&j->copied, memory_order_acquire))
+        pthread_cond_wait(&j->cv, &j->mu);
+    pthread_mutex_unlock(&j->mu);
+    uint64_t dt = tt_clock_mono_ns() - t0;
+    c->st.stall_ns_total += dt;
+    add_stall(c, dt);
+}
+
+static int gate_membership(void *ctx, int *rank, int *world, uint64_t *gen) {
+    tt_train_ckpt_gate_t *g = ctx;
+    return g->inner.membership(g->inner.ctx, rank, world, gen);
+}
+
+static int gate_grad_ready(void *ctx, int tensor) {
+    tt_train_ckpt_gate_t *g = ctx;
+    return g->inner.grad_ready(g->inner.ctx, tensor);
+}
+
+/* The optimizer update follows finish(): the snapshot must be complete. */
+static int gate_finish(void *ctx, float *grads, size_t n, double local, double *global) {
+    tt_train_ckpt_gate_t *g = ctx;
+    int rc = g->inner.finish(g->inner.ctx, grads, n, local, global);
+    if (g->ck != NULL)
+        wait_snapshot(g->ck);
+    return rc;
+}
+
+static int gate_reduce(void *ctx, double *vals, size_t n) {
+    tt_train_ckpt_gate_t *g = ctx;
+    return g->inner.reduce_sum(g->inner.ctx, vals, n);
+}
+
+void tt_train_ckpt_gate_init(tt_train_ckpt_gate_t *g, const tt_train_coll_t *inner) {
+    g->inner = *inner;
+    g->ck = NULL;
+    g->coll = (tt_train_coll_t){g,
+                                inner->name,
+                                gate_membership,
+                                inner->grad_ready != NULL ? gate_grad_ready : NULL,
+                                gate_finish,
+                                gate_reduce};
+}
+
+void tt_train_ckpt_gate_attach(tt_train_ckpt_gate_t *g, tt_train_ckpt_t *ck) {
+    if (g->ck != NULL)
+        wait_snapshot(g->ck);
+    g->ck = ck;
+    if (ck != NULL)
+        ck->gated = 1;
+}
+
+int tt_train_ckpt_boundary(tt_train_ckpt_t *c, uint64_t now_ms) {
+    if (c->failed || c->root[0] == '\0')
+        return TT_OK;
+    uint64_t t0 = tt_clock_mono_ns();
+    int rank = 0, world = 1;
+    tt_ckpt_tick_t tick = {0};
+    tick.step = tt_trainer_global_step(c->t);
+    uint64_t started = c->sched.started;
+    int rc = c->coll.membership(c->coll.ctx, &rank, &world, &tick.generation);
+    int act = rc == TT_OK ? tt_ckpt_sched_generation(&c->sched, tick.generation) : 0;
+    if (rc == TT_OK && tt_ckpt_sched_needs_reduce(&c->sched))
+        rc = control_reduce(c, rank, world, tt_ckpt_sched_time_due(&c->sched, now_ms), &tick);
+    if (rc == TT_OK)
+        rc = apply(c, act | tt_ckpt_sched_boundary(&c->sched, &tick, now_ms), rank, world);
+    uint64_t dt = tt_clock_mono_ns() - t0;
+    c->st.boundaries++;
+    c->st.stall_ns_total += dt;
+    if (c->sched.started != started)
+        c->ck_stall_ns = 0; /* a new checkpoint: its stall starts here */
+    add_stall(c, dt);
+    if (rc < 0) {
+        c->failed = 1;
+        return tt_tc_fail(c, rc, "checkpoint hook at step %llu: %s", (unsigned long long)tick.step,
+                          tt_strerror(rc));
+    }
+    return TT_OK;
+}
+
+/* Waits for this rank's writer, then one control reduce resolves the
+ * checkpoint in flight (every rank has joined its writer, so all report). */
+static int finish_inflight(tt_train_ckpt_t *c, int rank, int world, const tt_ckpt_tick_t *t0) {
+    tt_ckpt_tick_t tick = *t0;
+    join_thread(c);
+    int rc = control_reduce(c, rank, world, 0, &tick);
+    int act = rc == TT_OK ? tt_ckpt_sched_resolve(&c->sched, &tick) : 0;
+    if (rc == TT_OK && act == 0)
+        rc = TT_EINTERNAL;
+    if (rc == TT_OK)
+        rc = apply(c, act, rank, world);
+    join_thread(c);
+    return rc;
+}
+
+int tt_train_ckpt_finish(tt_train_ckpt_t *c) {
+    int rank = 0, world = 1, rc = TT_OK;
+    tt_ckpt_tick_t tick = {0};
+    tick.step = tt_trainer_global_step(c->t);
+    if (!c->failed && c->root[0] != '\0')
+        rc = c->coll.membership(c->coll.ctx, &rank, &world, &tick.generation);
+    if (rc == TT_OK && tt_ckpt_sched_generation(&c->sched, tick.generation) != 0)
+        TT_WARN("ckpt", "checkpoint %s aborted: the membership changed", c->job.id);
+    /* A checkpoint deferred behind the one in flight is taken now, so the
+     * run's last due checkpoint is not lost; both decisions use agreed
+     * state only, so every rank loops the same number of times. */
+    for (int round = 0; rc == TT_OK && !c->failed && c->root[0] != '\0' && round < 2; round++) {
+        if (c->sched.phase == TT_CKPT_PHASE_WRITING)
+            rc = finish_inflight(c, rank, world, &tick);
+        if (rc == TT_OK && c->sched.pending && tick.step != c->sched.last_step)
+            rc =
+                apply(c, tt_ckpt_sched_boundary(&c->sched, &tick, tt_clock_mono_ms()), rank, world);
+        else
+            break;
+    }
+    if (rc == TT_OK && c->sched.phase == TT_CKPT_PHASE_WRITING)
+        rc = finish_inflight(c, rank, world, &tick);
+    join_thread(c);
+    if (rc < 0) {
+        c->failed = 1;
+        return tt_tc_fail(c, rc, "final checkpoint of step %llu: %s", (unsigned long long)tick.step,
+                          tt_strerror(rc));
+    }
+    return c->failed ? TT_EINTERNAL : TT_OK;
+}

@@ -1,0 +1,80 @@
+/* tt_train_ckpt_int: the object shared by tt_train_ckpt.c (boundary hook,
+ * snapshot, writer thread, commit) and tt_train_ckpt_load.c (resume). Not
+ * an API: nothing outside these two files includes it. */
+#ifndef TT_TRAIN_CKPT_INT_H
+#define TT_TRAIN_CKPT_INT_H
+
+#include "tt_ckpt.h"
+#include "tt_ckpt_dir.h"
+#include "tt_train_ckpt.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#define TT_TC_MAX_STATES 3
+
+/* One checkpoint attempt of this rank; the thread owns it while running
+ * and publishes `status` (release) when done. */
+typedef struct {
+    char dir[TT_CKPT_PATH_MAX];
+    char id[TT_MF_ID_MAX];
+    uint64_t step, epoch, start_unix_ms;
+    int rank, world;
+    uint64_t lo, hi; /* this rank's element range */
+    uint32_t nstates;
+    float *snap;                        /* nstates planes of hi - lo floats */
+    const float *src[TT_TC_MAX_STATES]; /* live planes, when the thread copies */
+    int copy_in_thread;                 /* gated: the thread takes the snapshot */
+    uint64_t copy_ns;
+    atomic_int copied; /* the snapshot is complete */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint8_t tstate[TT_TRAIN_CKPT_STATE_BYTES];
+    uint64_t stall_at_step; /* test knob: hang inside the part writer */
+    tt_ckpt_part_info_t shard, trainer;
+    uint64_t write_ns;
+    char msg[512];
+    atomic_int status; /* 0 running, 1 done, -1 failed */
+} tt_tc_job_t;
+
+struct tt_train_ckpt {
+    char root[TT_CKPT_PATH_MAX];
+    char job_id[TT_MF_ID_MAX];
+    size_t keep;
+    uint64_t cfg[5]; /* batch, seed, param count, optimizer, steps/epoch */
+    int dims[TT_MLP_MAX_LAYERS + 1];
+    int nlayers;
+    tt_trainer_t *t;
+    tt_train_coll_t coll;
+    tt_ckpt_sched_t sched;
+    uint32_t nstates;
+    uint32_t states[TT_TC_MAX_STATES]; /* tt_state_kind_t of each plane */
+    float *planes[TT_TC_MAX_STATES];   /* live buffers (borrowed) */
+    size_t n;                          /* floats per plane */
+    float *snap;
+    size_t snap_cap;
+    double *ctl;
+    size_t ctl_cap;
+    tt_tc_job_t job;
+    pthread_t thr;
+    int thr_live;
+    tt_manifest_t commit; /* rank 0: the manifest the commit thread stores */
+    int in_commit;        /* the thread runs a commit, not a write */
+    int world_at_start;
+    int failed;
+    int gated;     /* a tt_train_ckpt_gate is attached: copy off the step loop */
+    int sync_init; /* job.mu / job.cv initialised */
+    uint64_t stall_knob;
+    uint64_t ck_stall_ns; /* stall of the checkpoint in flight so far */
+    tt_train_ckpt_stats_t st;
+    char err[512];
+};
+
+/* Sets the object's first error and logs it; returns rc. */
+int tt_tc_fail(tt_train_ckpt_t *c, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Fills m->tensors (names, shapes, flat offsets) from the model. */
+int tt_tc_tensors(const tt_train_ckpt_t *c, tt_manifest_t *m);
+
+#endif
