@@ -10,6 +10,7 @@
  * tt_coll.h for what it does not do. */
 #include "tt_coll.h"
 
+#include "tt_coll_nccl.h"
 #include "tt_log.h"
 #include "tt_ps.h"
 #include "tt_ring.h"
@@ -362,8 +363,8 @@ const tt_coll_ops_t *tt_coll_ops(tt_coll_kind_t kind) {
         return &ring_ops;
     case TT_COLL_PS:
         return &ps_ops;
-    case TT_COLL_NCCL:
-        return &nccl_ops;
+    case TT_COLL_NCCL: /* tt_coll_nccl.c where NCCL is built, else the stub row */
+        return tt_coll_nccl_compiled() ? tt_coll_nccl_ops() : &nccl_ops;
     default:
         return NULL;
     }

@@ -9,6 +9,7 @@
 #include "tt_log.h"
 #include "tt_sampler.h"
 #include "tt_status.h"
+#include "tt_train_dev.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@ struct tt_trainer {
     const tt_idx_set_t *train, *test;
     tt_train_coll_t coll;
     tt_mlp_t *mlp;
+    tt_train_dev_t *dev; /* CUDA twin of mlp (--device cuda), else NULL */
     tt_sampler_t *sampler;
     size_t n_train, in_dim, micro;
     float *xbuf;    /* micro x in_dim gathered rows */
@@ -131,6 +133,14 @@ int tt_trainer_create(tt_trainer_t **out, const tt_trainer_opts_t *opts, const t
         tt_trainer_destroy(&t);
         return rc;
     }
+    if (opts->device) {
+        tt_mlp_opts_t mo = {.nlayers = t->o.nlayers, .max_batch = t->micro};
+        memcpy(mo.dims, t->o.dims, sizeof(mo.dims));
+        if ((rc = tt_train_dev_create(&t->dev, t->mlp, &mo, 0, err, errlen)) < 0) {
+            tt_trainer_destroy(&t);
+            return rc;
+        }
+    }
     *out = t;
     return TT_OK;
 }
@@ -139,6 +149,7 @@ void tt_trainer_destroy(tt_trainer_t **tp) {
     if (tp == NULL || *tp == NULL)
         return;
     tt_trainer_t *t = *tp;
+    tt_train_dev_destroy(&t->dev);
     tt_mlp_destroy(&t->mlp);
     tt_sampler_destroy(&t->sampler);
     free(t->xbuf);
@@ -161,16 +172,20 @@ static void trainer_gather(tt_trainer_t *t, tt_range_t r) {
     }
 }
 
-static void trainer_update(tt_trainer_t *t, double global_count) {
+static int trainer_update(tt_trainer_t *t, double global_count) {
     float *p = tt_mlp_params(t->mlp);
     const float *g = tt_mlp_grads(t->mlp);
     size_t n = tt_mlp_param_count(t->mlp);
     float lr = (float)tt_lr_at(&t->o.sched, t->global_step);
     float scale = (float)(1.0 / global_count);
+    if (t->dev != NULL)
+        return tt_train_dev_update(t->dev, t->o.opt == TT_OPT_ADAMW, lr, scale, t->global_step + 1,
+                                   &t->o.sgd, &t->o.adamw);
     if (t->o.opt == TT_OPT_ADAMW)
         tt_optim_adamw_step(p, g, t->s1, t->s2, n, lr, scale, t->global_step + 1, &t->o.adamw);
     else
         tt_optim_sgd_step(p, g, t->s1, n, lr, scale, &t->o.sgd);
+    return TT_OK;
 }
 
 /* Forward+backward over this rank's slice, micro-batch by micro-batch. */
@@ -178,20 +193,25 @@ static int trainer_compute(tt_trainer_t *t, tt_range_t slice, double *loss) {
     uint64_t nm = tt_sampler_micro_count(slice, t->micro);
     memset(tt_mlp_grads(t->mlp), 0, tt_mlp_param_count(t->mlp) * sizeof(float));
     *loss = 0.0;
-    for (uint64_t i = 0; i < nm; i++) {
+    int rc = t->dev != NULL ? tt_train_dev_begin(t->dev, t->s1, t->s2) : TT_OK;
+    for (uint64_t i = 0; rc == TT_OK && i < nm; i++) {
         tt_range_t mb = tt_sampler_micro(slice, t->micro, i);
         trainer_gather(t, mb);
         double ls = 0.0;
         /* Gradients accumulate over micro-batches: they are final, and may
          * leave the rank, only during the last one's backward pass. */
         int last = i + 1 == nm;
-        int rc = tt_mlp_train_batch(t->mlp, t->xbuf, t->ybuf, mb.end - mb.begin,
+        if (t->dev != NULL)
+            rc = tt_train_dev_batch(t->dev, t->xbuf, t->ybuf, mb.end - mb.begin, &ls);
+        else
+            rc = tt_mlp_train_batch(t->mlp, t->xbuf, t->ybuf, mb.end - mb.begin,
                                     last ? t->coll.grad_ready : NULL, t->coll.ctx, &ls, NULL);
-        if (rc < 0)
-            return rc;
         *loss += ls;
     }
-    return TT_OK;
+    /* The device's sums leave through the host buffer (device staging). */
+    if (rc == TT_OK && t->dev != NULL)
+        rc = tt_train_dev_grads_out(t->dev, t->coll.grad_ready, t->coll.ctx);
+    return rc;
 }
 
 int tt_trainer_step(tt_trainer_t *t, double *loss) {
@@ -221,7 +241,8 @@ int tt_trainer_step(tt_trainer_t *t, double *loss) {
                  (unsigned long long)t->global_step, global);
         return TT_EINTERNAL;
     }
-    trainer_update(t, global);
+    if ((rc = trainer_update(t, global)) < 0)
+        return rc;
     t->compute_s += (double)(t1 - t0 + tt_clock_mono_ns() - t2) * 1e-9;
     t->comm_s += (double)(t2 - t1) * 1e-9;
     t->loss_sum += ls;
@@ -246,8 +267,10 @@ int tt_trainer_evaluate(tt_trainer_t *t, double *loss, double *accuracy) {
     double v[3] = {0.0, 0.0, (double)(hi - lo)};
     size_t correct = 0;
     if (hi > lo) {
-        rc = tt_mlp_evaluate(t->mlp, t->test->images + lo * t->in_dim, t->test->labels + lo,
-                             hi - lo, &v[0], &correct);
+        const float *x = t->test->images + lo * t->in_dim;
+        rc = t->dev != NULL
+                 ? tt_train_dev_evaluate(t->dev, x, t->test->labels + lo, hi - lo, &v[0], &correct)
+                 : tt_mlp_evaluate(t->mlp, x, t->test->labels + lo, hi - lo, &v[0], &correct);
         if (rc < 0)
             return rc;
     }
@@ -375,10 +398,17 @@ int tt_trainer_set_state(tt_trainer_t *t, const tt_trainer_state_t *s) {
 
 float *tt_trainer_opt_state(tt_trainer_t *t, int which, size_t *n) {
     *n = tt_mlp_param_count(t->mlp);
+    if (t->dev != NULL) { /* the device holds the current state: hand out a fresh copy */
+        if (tt_train_dev_pull_opt_state(t->dev, t->s1, t->s2) < 0)
+            TT_ERROR("train", "optimizer state: %s", tt_train_dev_last_error(t->dev));
+        tt_train_dev_mark_dirty(t->dev, 1);
+    }
     return which == 0 ? t->s1 : which == 1 ? t->s2 : NULL;
 }
 
 tt_mlp_t *tt_trainer_model(tt_trainer_t *t) {
+    if (t->dev != NULL) /* the caller may write the parameters */
+        tt_train_dev_mark_dirty(t->dev, 0);
     return t->mlp;
 }
 

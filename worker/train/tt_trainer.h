@@ -57,6 +57,7 @@ typedef struct {
     tt_optim_sgd_hp_t sgd;
     tt_optim_adamw_hp_t adamw;
     tt_lr_sched_t sched; /* total_steps is filled in by the trainer */
+    int device;          /* 0: CPU (BLAS); 1: CUDA device 0 (tt_train_dev) */
 } tt_trainer_opts_t;
 
 /* Progress of one finished step, for display. */

@@ -1,0 +1,90 @@
+#!/bin/bash
+# Device check: the GPU tests and a short benchmark in one run, on a machine
+# with a GPU and CUDA but possibly none of the Debian libraries tether links
+# (ZeroMQ, protobuf-c, libuv, OpenBLAS, CUnit...). Give it a build made
+# elsewhere (--build) and a folder of those shared libraries (--libs, e.g.
+# made by shared/tools/pack-runtime-libs.sh DEST BUILD/tests/gpu/gpu_* ...);
+# without --build it configures and builds build-device/ here (needs the
+# -dev packages). NCCL, cuBLAS and the CUDA runtime come from the machine:
+# /usr/local/cuda and, when present, the pip "nvidia" wheels next to
+# PyTorch. Prints a table at the end; exit status 1 when anything failed
+# (skips are not failures, but the table shows them as SKIP).
+# Usage: tests/gpu/device-check.sh [--build DIR] [--libs DIR] [--steps N]
+set -u
+top=$(cd "$(dirname "$0")/../.." && pwd)
+build="" libs="" steps=200
+while [ $# -gt 0 ]; do
+    case $1 in
+    --build) build=$2; shift 2 ;;
+    --libs) libs=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    *) echo "usage: $0 [--build DIR] [--libs DIR] [--steps N]" >&2; exit 2 ;;
+    esac
+done
+if [ -z "$build" ]; then
+    build=$top/build-device
+    cmake -S "$top" -B "$build" -DTETHER_WITH_CUDA=ON >/dev/null &&
+        cmake --build "$build" -j"$(nproc)" >/dev/null || { echo "build failed" >&2; exit 1; }
+fi
+build=$(cd "$build" && pwd)
+
+# Shared libraries: the given folder, the CUDA toolkit, PyTorch's wheels.
+paths=${libs:+$(cd "$libs" && pwd)}
+for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
+    [ -d "$d" ] && paths=$paths:$d
+done
+wheels=$(python3 - 2>/dev/null <<'PY'
+import glob, os
+try:
+    import nvidia
+    root = os.path.dirname(list(nvidia.__path__)[0])
+    print(":".join(sorted({os.path.dirname(p) for p in
+                           glob.glob(os.path.join(root, "nvidia", "*", "lib", "*.so*"))})))
+except Exception:
+    pass
+PY
+)
+[ -n "$wheels" ] && paths=$paths:$wheels
+export LD_LIBRARY_PATH=${paths#:}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export TETHER_BUILD_DIR=$build
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total \
+    --format=csv,noheader
+
+rows=() fails=0
+record() { # name rc seconds log
+    local st=FAIL
+    [ "$2" -eq 0 ] && st=PASS
+    [ "$2" -eq 77 ] && st=SKIP
+    [ "$st" = FAIL ] && fails=$((fails + 1))
+    local note
+    note=$(grep -E '^(SKIPPED|FAILED|PASSED)|FAIL' "$4" | head -1 | cut -c1-70)
+    rows+=("$(printf '| %-22s | %-4s | %6.1f | %s' "$1" "$st" "$3" "$note")")
+}
+run() { # name command...
+    local name=$1; shift
+    local log=$build/device-check-$name.log t0 rc
+    t0=$(date +%s.%N)
+    timeout 600 "$@" >"$log" 2>&1
+    rc=$?
+    echo "== $name (exit $rc)"; tail -n 25 "$log"
+    record "$name" $rc "$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{print b - a}')" "$log"
+}
+
+for t in gpu_cuda_smoke gpu_mlp_cuda gpu_nccl_one_rank gpu_watchdog; do
+    run "$t" "$build/tests/gpu/$t"
+done
+run gpu_two_workers python3 -u "$top/tests/gpu/gpu_two_workers.py"
+run unit_nccl_watchdog "$build/tests/unit/test_nccl_watchdog"
+run bench_gpu_train "$build/bench/bench_gpu_train" --steps "$steps"
+run bench_gpu_torch python3 "$top/bench/bench_gpu_train.py" --steps "$steps"
+
+echo
+echo "== benchmark (batch 256; ms per training step, examples/s)"
+grep -h '^|' "$build/device-check-bench_gpu_train.log" "$build/device-check-bench_gpu_torch.log" \
+    2>/dev/null
+echo
+echo "| check                  | st   |      s | note"
+echo "|------------------------|------|--------|-----"
+printf '%s\n' "${rows[@]}"
+echo "device-check: $fails failed"
+[ $fails -eq 0 ]

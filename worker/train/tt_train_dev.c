@@ -1,0 +1,114 @@
+/* tt_train_dev: host model <-> CUDA twin for the trainer. Keeping the host
+ * model authoritative costs one parameter download per step (and an upload
+ * after anyone else wrote it) but lets every CPU-side feature - ring and
+ * PS collectives, checkpoints, failover - work unchanged on the GPU path.
+ * Compiled in every build; without CUDA the twin cannot be created and
+ * create returns the stub's TT_ENODEV sentence. */
+#include "tt_train_dev.h"
+
+#include "tt_mlp_cuda.h"
+#include "tt_status.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+struct tt_train_dev {
+    tt_mlp_t *host;
+    tt_mlp_cuda_t *gpu;
+    size_t n;
+    int dirty[2]; /* host params / optimizer state newer than the device's */
+};
+
+int tt_train_dev_create(tt_train_dev_t **out, tt_mlp_t *host, const tt_mlp_opts_t *mo, int device,
+                        char *err, size_t errlen) {
+    tt_train_dev_t *d = calloc(1, sizeof(*d));
+    if (d == NULL)
+        return TT_ENOMEM;
+    int rc = tt_mlp_cuda_create(&d->gpu, mo, device, err, errlen);
+    if (rc != TT_OK) {
+        free(d);
+        return rc;
+    }
+    d->host = host;
+    d->n = tt_mlp_param_count(host);
+    d->dirty[0] = d->dirty[1] = 1;
+    *out = d;
+    return TT_OK;
+}
+
+void tt_train_dev_destroy(tt_train_dev_t **dp) {
+    if (dp == NULL || *dp == NULL)
+        return;
+    tt_mlp_cuda_destroy(&(*dp)->gpu);
+    free(*dp);
+    *dp = NULL;
+}
+
+void tt_train_dev_mark_dirty(tt_train_dev_t *d, int which) {
+    d->dirty[which ? 1 : 0] = 1;
+}
+
+static int upload_state(tt_train_dev_t *d, const float *s1, const float *s2) {
+    int rc = s1 != NULL ? tt_mlp_cuda_set_opt_state(d->gpu, 0, s1, d->n) : TT_OK;
+    if (rc == TT_OK && s2 != NULL)
+        rc = tt_mlp_cuda_set_opt_state(d->gpu, 1, s2, d->n);
+    if (rc == TT_OK)
+        d->dirty[1] = 0;
+    return rc;
+}
+
+int tt_train_dev_begin(tt_train_dev_t *d, const float *s1, const float *s2) {
+    int rc = TT_OK;
+    if (d->dirty[0] && (rc = tt_mlp_cuda_set_params(d->gpu, tt_mlp_params(d->host), d->n)) == 0)
+        d->dirty[0] = 0;
+    if (rc == TT_OK && d->dirty[1])
+        rc = upload_state(d, s1, s2);
+    return rc == TT_OK ? tt_mlp_cuda_zero_grads(d->gpu) : rc;
+}
+
+int tt_train_dev_batch(tt_train_dev_t *d, const float *x, const uint8_t *y, size_t rows,
+                       double *loss) {
+    return tt_mlp_cuda_train_batch(d->gpu, x, y, rows, NULL, NULL, loss, NULL);
+}
+
+int tt_train_dev_grads_out(tt_train_dev_t *d, int (*ready)(void *ctx, int tensor), void *ctx) {
+    int rc = tt_mlp_cuda_get_grads(d->gpu, tt_mlp_grads(d->host), d->n);
+    /* Backward order, as tt_mlp's hook: last layer first, weight then bias. */
+    for (int l = tt_mlp_tensor_count(d->host) / 2 - 1; rc >= 0 && ready != NULL && l >= 0; l--) {
+        rc = ready(ctx, 2 * l);
+        if (rc >= 0)
+            rc = ready(ctx, 2 * l + 1);
+    }
+    return rc < 0 ? rc : TT_OK;
+}
+
+int tt_train_dev_update(tt_train_dev_t *d, int adamw, float lr, float scale, uint64_t t,
+                        const tt_optim_sgd_hp_t *sgd, const tt_optim_adamw_hp_t *aw) {
+    int rc = tt_mlp_cuda_set_grads(d->gpu, tt_mlp_grads(d->host), d->n);
+    if (rc == TT_OK)
+        rc = adamw ? tt_mlp_cuda_adamw_step(d->gpu, lr, scale, t, aw)
+                   : tt_mlp_cuda_sgd_step(d->gpu, lr, scale, sgd);
+    if (rc == TT_OK)
+        rc = tt_mlp_cuda_get_params(d->gpu, tt_mlp_params(d->host), d->n);
+    return rc;
+}
+
+int tt_train_dev_pull_opt_state(tt_train_dev_t *d, float *s1, float *s2) {
+    int rc = s1 != NULL ? tt_mlp_cuda_get_opt_state(d->gpu, 0, s1, d->n) : TT_OK;
+    if (rc == TT_OK && s2 != NULL)
+        rc = tt_mlp_cuda_get_opt_state(d->gpu, 1, s2, d->n);
+    return rc;
+}
+
+int tt_train_dev_evaluate(tt_train_dev_t *d, const float *x, const uint8_t *y, size_t rows,
+                          double *loss, size_t *correct) {
+    /* Parameters only: evaluation never reads the optimizer state. */
+    int rc = TT_OK;
+    if (d->dirty[0] && (rc = tt_mlp_cuda_set_params(d->gpu, tt_mlp_params(d->host), d->n)) == 0)
+        d->dirty[0] = 0;
+    return rc == TT_OK ? tt_mlp_cuda_evaluate(d->gpu, x, y, rows, loss, correct) : rc;
+}
+
+const char *tt_train_dev_last_error(const tt_train_dev_t *d) {
+    return tt_mlp_cuda_last_error(d->gpu);
+}

@@ -1,0 +1,69 @@
+/* tt_train_dev: the trainer's CUDA path (tether-train --device cuda). It
+ * pairs the trainer's host model (tt_mlp, which stays the source of truth
+ * that checkpoints, failover broadcasts and audits read and write) with a
+ * tt_mlp_cuda twin that does the work: forward/backward and the optimizer
+ * update run on the GPU; the step's gradient sums are staged to the host
+ * buffer for whatever collective the job uses (local, ring, ps: device
+ * staging), and the updated parameters come back into the host model after
+ * every step. Anything that may have written the host copies marks the
+ * twin dirty and the next step uploads them first. It does not own the
+ * host model, the optimizer buffers or the step loop (tt_trainer).
+ * Threads: the trainer's thread only. */
+#ifndef TT_TRAIN_DEV_H
+#define TT_TRAIN_DEV_H
+
+#include "tt_mlp.h"
+#include "tt_optim.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct tt_train_dev tt_train_dev_t;
+
+/* Builds the twin of `host` (borrowed, must outlive it) on CUDA device
+ * `device` with the same dims and max_batch, and marks both dirty. Returns
+ * 0, TT_ENODEV (no CUDA build or device) or TT_ECUDA/TT_ENOMEM with a
+ * sentence in err. */
+int tt_train_dev_create(tt_train_dev_t **out, tt_mlp_t *host, const tt_mlp_opts_t *mo, int device,
+                        char *err, size_t errlen);
+
+/* Accepts NULL; sets *d = NULL. */
+void tt_train_dev_destroy(tt_train_dev_t **d);
+
+/* The host parameters (which 0) or the host optimizer state (which 1) may
+ * have been written. Mark the state only after pulling it (below): the
+ * device's copy is the current one between steps. */
+void tt_train_dev_mark_dirty(tt_train_dev_t *d, int which);
+
+/* Step start: uploads the host parameters and optimizer state (s1, s2:
+ * host buffers of param_count floats, either may be NULL) where marked
+ * dirty, and zeroes the device gradients. 0 or TT_ECUDA. */
+int tt_train_dev_begin(tt_train_dev_t *d, const float *s1, const float *s2);
+
+/* One micro-batch on the device (accumulating gradient sums); *loss gets
+ * its summed loss. 0, TT_EINVAL, TT_ECUDA. */
+int tt_train_dev_batch(tt_train_dev_t *d, const float *x, const uint8_t *y, size_t rows,
+                       double *loss);
+
+/* Copies the gradient sums into the host model's gradient buffer, then
+ * calls `ready` (may be NULL) for every tensor in backward order, as the
+ * CPU model's hook would. 0, TT_ECUDA or ready's negative status. */
+int tt_train_dev_grads_out(tt_train_dev_t *d, int (*ready)(void *ctx, int tensor), void *ctx);
+
+/* Uploads the (reduced) host gradients, runs the optimizer on the device
+ * and copies the parameters back into the host model. adamw selects the
+ * rule; t is AdamW's 1-based step. 0 or TT_ECUDA. */
+int tt_train_dev_update(tt_train_dev_t *d, int adamw, float lr, float scale, uint64_t t,
+                        const tt_optim_sgd_hp_t *sgd, const tt_optim_adamw_hp_t *aw);
+
+/* Copies the device optimizer state into s1 / s2 (may be NULL). */
+int tt_train_dev_pull_opt_state(tt_train_dev_t *d, float *s1, float *s2);
+
+/* Forward-only evaluation on the device (uploads first when dirty). */
+int tt_train_dev_evaluate(tt_train_dev_t *d, const float *x, const uint8_t *y, size_t rows,
+                          double *loss, size_t *correct);
+
+/* The last CUDA failure's sentence. */
+const char *tt_train_dev_last_error(const tt_train_dev_t *d);
+
+#endif

@@ -1,0 +1,88 @@
+/* tt_coll_nccl: the NCCL collective backend behind tt_coll's ops table,
+ * plus the device-side entry points a GPU trainer uses directly.
+ *
+ * One instance serves one generation with its own communicator, created
+ * non-blocking (ncclCommInitRankConfig, blocking = 0) from a unique id that
+ * rank 0 draws and relays to the others over a short-lived TCP ring of that
+ * generation's members (the ring broadcast carries the id and the
+ * generation, so no protocol message is needed and an id can never leak
+ * into another generation). A communicator is never reused: the next
+ * generation builds a fresh one from a fresh id.
+ *
+ * Collectives run on the instance's communication stream; device ones wait
+ * on the caller's event (recorded on the compute stream after the bucket's
+ * gradient) so buckets overlap the rest of backward. Host-buffer
+ * collectives (the ops table) are staged through a device scratch buffer.
+ * Every collective is tracked by a tt_nccl_watchdog: on an asynchronous
+ * NCCL error or an expired deadline it records the error, calls the
+ * reporter, and aborts the communicator (ncclCommAbort, never destroy); if
+ * the abort hangs, the monitor logs why and ends the process (exit 70),
+ * unless TETHER_NCCL_ABORT_HANG=log.
+ *
+ * Builds without CUDA/NCCL compile tt_nccl_stub.c instead: create fails
+ * with TT_ENODEV and a sentence, so `auto` falls through.
+ *
+ * Threads: one thread drives an instance's collectives; `abort` (ops
+ * table), `last_error`, `suspect` and `dump` may be called from any thread
+ * while it is alive. */
+#ifndef TT_COLL_NCCL_H
+#define TT_COLL_NCCL_H
+
+#include "tt_coll.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The ops table row ("nccl"). Static; NULL in a build without NCCL (tt_coll
+ * then keeps its own stub row). */
+const tt_coll_ops_t *tt_coll_nccl_ops(void);
+
+/* 1 when this build has the NCCL backend compiled in. */
+int tt_coll_nccl_compiled(void);
+
+/* Called once per instance when the watchdog or a collective reaches a
+ * verdict: `suspect` is the blamed rank or -1 (NCCL does not say which
+ * peer failed), `status` TT_ETIMEDOUT / TT_ENCCL / TT_ECUDA, `why` a
+ * sentence. Runs on the watchdog thread: it must not block for long. */
+typedef void (*tt_coll_nccl_report_fn)(void *ctx, int suspect, int status, const char *why);
+
+/* Sets the reporter of an instance made by the ops table's create.
+ * Any thread, before the first collective. */
+void tt_coll_nccl_set_reporter(void *inst, tt_coll_nccl_report_fn fn, void *ctx);
+
+/* Enqueues an all-reduce of `count` elements of device memory `dbuf` in
+ * place on the communication stream, after `after` (a cudaEvent_t, may be
+ * NULL) completes; returns without waiting. 0, TT_EINVAL, TT_ECLOSED
+ * (aborted), TT_ENCCL / TT_ECUDA (instance poisoned). */
+int tt_coll_nccl_allreduce_device(void *inst, void *dbuf, size_t count, tt_dtype_t dt,
+                                  tt_redop_t op, void *after);
+
+/* The step's last reduction on the device: sums `count` floats of `dgrads`
+ * and the example count (a double, in the same NCCL group, so the count
+ * travels with the gradients), after `after`; then waits for every
+ * enqueued collective and sets *global_count. Same codes as above, plus
+ * TT_ETIMEDOUT from the watchdog. */
+int tt_coll_nccl_reduce_step_device(void *inst, float *dgrads, size_t count, double local_count,
+                                    double *global_count, void *after);
+
+/* Waits until every enqueued collective finished or the watchdog failed
+ * them. 0 or the verdict's status. */
+int tt_coll_nccl_wait(void *inst);
+
+/* Derives generation `generation`'s instance from `inst` (still alive, not
+ * aborted) by ncclCommShrink, excluding the old ranks exclude[0..n) (the
+ * list is copied and sorted privately; NCCL sorts in place), non-blocking
+ * and with the old communicator's operations terminated first. Only for a
+ * generation that is the old one minus those ranks, survivors in order
+ * (tt_nccl_shrink_applies); every survivor must call it, an excluded rank
+ * must not (TT_EMEMBERSHIP). The caller still destroys `inst`. 0 with *out
+ * set, TT_EINVAL, TT_EMEMBERSHIP, TT_ECLOSED (old one aborted: build a
+ * fresh communicator instead), TT_ENCCL, TT_ETIMEDOUT. */
+int tt_coll_nccl_shrink(void *inst, const int *exclude, int n, uint64_t generation, void **out,
+                        char *err, size_t errlen);
+
+/* The communication stream (cudaStream_t) for callers that order their
+ * own work after it. Valid until destroy. */
+void *tt_coll_nccl_stream(void *inst);
+
+#endif

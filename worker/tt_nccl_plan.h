@@ -1,0 +1,34 @@
+/* tt_nccl_plan: the pure decisions of NCCL membership changes, compiled in
+ * every build so they are unit-tested without a GPU. When a generation
+ * differs from the previous one only by ranks that left (no joiners, the
+ * survivors in the same order), the survivors may derive the new
+ * communicator from the old one with ncclCommShrink instead of a fresh
+ * unique id; these functions say whether that holds, which ranks to exclude
+ * and where each survivor lands. NCCL sorts the exclude list in place and
+ * an excluded rank must not call ncclCommShrink: the plan hands out a
+ * private sorted copy and refuses an excluded caller. It owns no state.
+ * Thread safety: reentrant. */
+#ifndef TT_NCCL_PLAN_H
+#define TT_NCCL_PLAN_H
+
+#include <stddef.h>
+
+/* Checks `exclude[0..n)` against a communicator of `world` ranks and
+ * writes a sorted copy into sorted[0..n) (the caller's list is never
+ * touched), this rank's rank in the shrunk communicator into *new_rank and
+ * its size into *new_world. Returns 0, TT_EINVAL (a rank out of range or
+ * listed twice, n < 1, or nobody left) or TT_EMEMBERSHIP (`rank` itself is
+ * excluded: it must not call ncclCommShrink). */
+int tt_nccl_shrink_plan(int rank, int world, const int *exclude, int n, int *sorted, int *new_rank,
+                        int *new_world);
+
+/* Whether generation `next` (member ids in rank order) is generation
+ * `prev` minus some members, with the survivors in their old relative
+ * order and nobody new: then returns 1 and writes the old ranks of the
+ * members that left into exclude[0..*n) (exclude has room for
+ * prev_world entries). Otherwise (a joiner, a reorder, nothing left or
+ * nobody gone) returns 0: build a fresh communicator. */
+int tt_nccl_shrink_applies(const char *const *prev, int prev_world, const char *const *next,
+                           int next_world, int *exclude, int *n);
+
+#endif

@@ -1,0 +1,48 @@
+/* tt_nccl_stub: the NCCL backend in a build without CUDA/NCCL. It reports
+ * itself as not compiled; tt_coll keeps its own "built without NCCL" table
+ * row for that case, so only the device entry points below need bodies,
+ * and each says TT_ENODEV (no instance can exist to call them with). */
+#include "tt_coll_nccl.h"
+#include "tt_status.h"
+
+#include <stddef.h>
+
+int tt_coll_nccl_compiled(void) {
+    return 0;
+}
+
+const tt_coll_ops_t *tt_coll_nccl_ops(void) {
+    return NULL;
+}
+
+void tt_coll_nccl_set_reporter(void *inst, tt_coll_nccl_report_fn fn, void *ctx) {
+    (void)inst, (void)fn, (void)ctx;
+}
+
+int tt_coll_nccl_allreduce_device(void *inst, void *dbuf, size_t count, tt_dtype_t dt,
+                                  tt_redop_t op, void *after) {
+    (void)inst, (void)dbuf, (void)count, (void)dt, (void)op, (void)after;
+    return TT_ENODEV;
+}
+
+int tt_coll_nccl_reduce_step_device(void *inst, float *dgrads, size_t count, double local_count,
+                                    double *global_count, void *after) {
+    (void)inst, (void)dgrads, (void)count, (void)local_count, (void)global_count, (void)after;
+    return TT_ENODEV;
+}
+
+int tt_coll_nccl_wait(void *inst) {
+    (void)inst;
+    return TT_ENODEV;
+}
+
+void *tt_coll_nccl_stream(void *inst) {
+    (void)inst;
+    return NULL;
+}
+
+int tt_coll_nccl_shrink(void *inst, const int *exclude, int n, uint64_t generation, void **out,
+                        char *err, size_t errlen) {
+    (void)inst, (void)exclude, (void)n, (void)generation, (void)out, (void)err, (void)errlen;
+    return TT_ENODEV;
+}
