@@ -546,6 +546,49 @@ static int cmd_checkpoint_verify(ctl_t *ctl, char **args) {
     return rc == TT_OK ? CTL_EXIT_OK : CTL_EXIT_FAIL;
 }
 
+/* ---- checkpoints DIR (offline): committed checkpoints under a root ---- */
+
+static void checkpoints_print(ctl_t *ctl, const tt_ckpt_entry_t *v, size_t n, const char *latest) {
+    if (ctl->cfg.json)
+        printf("[");
+    else
+        printf("%-20s %10s %12s %15s %11s %s\n", "id", "step", "bytes", "created_unix_ms",
+               "duration_ms", "latest");
+    for (size_t i = 0; i < n; i++) {
+        int is_latest = strcmp(v[i].id, latest) == 0;
+        if (!ctl->cfg.json) {
+            printf("%-20s %10" PRIu64 " %12" PRIu64 " %15" PRIu64 " %11" PRIu64 " %s\n", v[i].id,
+                   v[i].step, v[i].bytes, v[i].created_unix_ms, v[i].duration_ms,
+                   is_latest ? "*" : "");
+            continue;
+        }
+        printf("%s{\"id\":", i ? "," : "");
+        json_str(stdout, v[i].id);
+        printf(",\"step\":%" PRIu64 ",\"epoch\":%" PRIu64 ",\"bytes\":%" PRIu64
+               ",\"created_unix_ms\":%" PRIu64 ",\"duration_ms\":%" PRIu64 ",\"latest\":%s}",
+               v[i].step, v[i].epoch, v[i].bytes, v[i].created_unix_ms, v[i].duration_ms,
+               is_latest ? "true" : "false");
+    }
+    if (ctl->cfg.json)
+        printf("]\n");
+}
+
+static int cmd_checkpoints(ctl_t *ctl, char **args) {
+    tt_ckpt_entry_t *v = NULL;
+    size_t n = 0;
+    char err[512] = "", latest[TT_MF_ID_MAX] = "";
+    int rc = tt_ckpt_list(args[0], &v, &n, err, sizeof(err));
+    if (rc != TT_OK) {
+        fprintf(stderr, "tetherctl: %s\n", err);
+        return CTL_EXIT_FAIL;
+    }
+    if (tt_ckpt_latest_read(args[0], latest, NULL, 0) != TT_OK)
+        latest[0] = '\0';
+    checkpoints_print(ctl, v, n, latest);
+    free(v);
+    return CTL_EXIT_OK;
+}
+
 /* ---- dispatch ---- */
 
 static const ctl_cmd_t ctl_cmds[] = {
@@ -560,6 +603,9 @@ static const ctl_cmd_t ctl_cmds[] = {
     {"checkpoint", 2, "checkpoint verify DIR",
      "offline: re-read every part DIR's manifest lists, check sizes and CRCs",
      cmd_checkpoint_verify, 1},
+    {"checkpoints", 1, "checkpoints DIR",
+     "offline: committed checkpoints under the root DIR: id, step, bytes, time, duration",
+     cmd_checkpoints, 1},
 };
 #define CTL_NCMDS (sizeof(ctl_cmds) / sizeof(ctl_cmds[0]))
 

@@ -203,6 +203,11 @@ static long prepare_round(tt_client_t *c) {
 /* Reports what a message changed: wakes the waiter, logs a resumed link and
  * runs the generation callback without the lock. Holds mu on entry/exit. */
 static void after_message(tt_client_t *c, int ev) {
+    /* A failure report names a rank of the generation that just ended: the
+     * coordinator drops it as stale without answering, and a waiter on the
+     * communication thread would hold the old backend open meanwhile. */
+    if ((ev & TT_CLIENT_EV_GENERATION) && c->sm.op == TT_CLIENT_OP_REPORT)
+        fail_op(c, TT_ESTALE);
     if (ev & TT_CLIENT_EV_OP_DONE)
         pthread_cond_broadcast(&c->cv);
     if (ev & TT_CLIENT_EV_RESUMED)

@@ -8,9 +8,12 @@
  * that tether-launch, systemd or Kubernetes provide. Rank 0 prints the
  * progress and writes the metrics; the other ranks only report errors. */
 #include "tt_idx.h"
+#include "tt_clock.h"
 #include "tt_log.h"
 #include "tt_progress.h"
 #include "tt_status.h"
+#include "tt_train_ckpt.h"
+#include "tt_train_ft.h"
 #include "tt_train_tether.h"
 #include "tt_trainer.h"
 
@@ -29,8 +32,11 @@ typedef struct {
     uint64_t epochs, batch, micro, warmup, seed, train_limit, max_steps, log_every, threads;
     double lr, min_lr, momentum, weight_decay, beta1, beta2, eps;
     int nesterov, scale_lr, help;
-    char optimizer[16], schedule[16], backend[16];
+    char optimizer[16], schedule[16], backend[16], device[16];
     char data[1024], metrics[1024], dump[1024];
+    char ckpt_dir[1024], resume[1024]; /* checkpoints: tt_train_ckpt */
+    uint64_t ckpt_every, ckpt_keep;
+    double ckpt_every_s;
 } cli_t;
 
 typedef enum { K_U64, K_F64, K_FLAG, K_STR } kind_t;
@@ -77,8 +83,14 @@ static const opt_t OPTS[] = {
     STR("metrics-json", metrics, "append one JSON object per epoch to FILE"),
     U64("log-every", log_every, 0, 1e9, "log line every N steps when not a terminal (50)"),
     STR("backend", backend,
-        "local | ring | ps | auto (auto: ring, local when TETHER_COORDINATOR is unset)"),
+        "local | ring | ps | nccl | auto (auto: ring, local when TETHER_COORDINATOR is unset)"),
     U64("threads", threads, 1, 256, "BLAS threads (1)"),
+    STR("device", device, "cpu | cuda: where forward/backward/update run (cpu)"),
+    STR("checkpoint-dir", ckpt_dir, "checkpoint root shared by all ranks (none)"),
+    U64("checkpoint-every-steps", ckpt_every, 0, 1e12, "checkpoint every N global steps (0)"),
+    F64("checkpoint-every-s", ckpt_every_s, 0, 1e9, "checkpoint every T seconds of rank 0 (0)"),
+    U64("checkpoint-keep", ckpt_keep, 1, 1e6, "committed checkpoints kept (3)"),
+    STR("resume", resume, "auto | latest-valid | none | DIR (none)"),
     FLAG("help", help, "this text"),
 };
 #define NOPTS (sizeof(OPTS) / sizeof(OPTS[0]))
@@ -98,9 +110,12 @@ static void cli_defaults(cli_t *c) {
     c->warmup = 100;
     c->log_every = 50;
     c->threads = 1;
+    c->ckpt_keep = 3;
+    snprintf(c->resume, sizeof(c->resume), "none");
     snprintf(c->optimizer, sizeof(c->optimizer), "sgd");
     snprintf(c->schedule, sizeof(c->schedule), "cosine");
     snprintf(c->backend, sizeof(c->backend), "auto");
+    snprintf(c->device, sizeof(c->device), "cpu");
     snprintf(c->data, sizeof(c->data), "/usr/share/datasets/fashion-mnist");
 }
 
@@ -228,6 +243,11 @@ static int build_opts(const cli_t *c, tt_trainer_opts_t *o) {
     if (c->scale_lr)
         lr = tt_lr_scale_for_batch(lr, c->batch);
     o->sched = (tt_lr_sched_t){cosine ? TT_LR_COSINE : TT_LR_CONST, lr, c->min_lr, c->warmup, 0};
+    o->device = strcmp(c->device, "cuda") == 0;
+    if (!o->device && strcmp(c->device, "cpu") != 0) {
+        fprintf(stderr, "tether-train: bad --device '%s': cpu or cuda\n", c->device);
+        return -1;
+    }
     return 0;
 }
 
@@ -237,9 +257,9 @@ static int check_backend(cli_t *c) {
     if (strcmp(b, "auto") == 0 && getenv("TETHER_COORDINATOR") == NULL)
         snprintf(c->backend, sizeof(c->backend), "local");
     if (strcmp(b, "local") == 0 || strcmp(b, "ring") == 0 || strcmp(b, "ps") == 0 ||
-        strcmp(b, "auto") == 0)
+        strcmp(b, "auto") == 0 || strcmp(b, "nccl") == 0)
         return 0;
-    fprintf(stderr, "tether-train: bad --backend '%s': local, ring, ps or auto\n", b);
+    fprintf(stderr, "tether-train: bad --backend '%s': local, ring, ps, nccl or auto\n", b);
     return -1;
 }
 
@@ -272,15 +292,49 @@ static int dump_params(const char *path, tt_trainer_t *t) {
     return 0;
 }
 
-/* Runs all epochs; returns 0 or 1 (runtime failure, already reported).
- * `quiet` ranks print nothing but errors. */
-static int train(const cli_t *c, tt_trainer_t *t, uint64_t epochs, int quiet) {
+/* The step callback: progress on rank 0, the checkpoint hook on every
+ * rank (it may run a collective, so all ranks must call it). */
+typedef struct {
+    tt_progress_t *prog;
+    int quiet;
+    tt_train_ckpt_t *ck;
+} step_ctx_t;
+
+static void on_step(void *ctx, const tt_step_report_t *r) {
+    step_ctx_t *sc = ctx;
+    if (!sc->quiet)
+        tt_progress_step(sc->prog, r);
+    if (sc->ck != NULL)
+        tt_train_ckpt_boundary(sc->ck, tt_clock_mono_ms());
+}
+
+/* Runs all epochs (from the resumed one); returns 0 or 1 (runtime failure,
+ * already reported). `quiet` ranks print nothing but errors. */
+static int train(const cli_t *c, tt_trainer_t *t, tt_train_ckpt_t *ck, tt_train_ft_t *ft,
+                 uint64_t epochs, int quiet) {
     tt_progress_t prog = {.out = stderr, .tty = isatty(STDERR_FILENO), .log_every = c->log_every};
     tt_epoch_stats_t st = {0};
     double t0 = now_s(), train_s = 0.0, examples = 0.0;
     char err[512];
-    for (uint64_t e = 0; e < epochs; e++) {
-        int rc = tt_trainer_run_epoch(t, quiet ? NULL : tt_progress_step, &prog, &st);
+    step_ctx_t sc = {&prog, quiet, ck};
+    tt_trainer_state_t s0;
+    tt_trainer_get_state(t, &s0);
+    for (uint64_t e = s0.epoch; e < epochs; e++) {
+        if (ft != NULL) /* a failover may hand rank 0 to another worker */
+            sc.quiet = quiet = tt_train_ft_rank(ft) != 0;
+        int rc = ft != NULL ? tt_train_ft_run_epoch(ft, on_step, &sc, &st)
+                            : tt_trainer_run_epoch(t, on_step, &sc, &st);
+        if (rc > 0) { /* the agreed state closed this epoch: its reporter was another rank */
+            tt_trainer_get_state(t, &s0);
+            e = s0.epoch - 1;
+            if (c->max_steps != 0 && tt_trainer_global_step(t) >= c->max_steps)
+                break;
+            continue;
+        }
+        if (ft != NULL)
+            quiet = sc.quiet = tt_train_ft_rank(ft) != 0;
+        if (rc == TT_OK && ck != NULL && tt_train_ckpt_error(ck)[0] != '\0')
+            rc = TT_EIO;
         if (rc < 0) {
             fprintf(stderr, "tether-train: epoch %llu failed: %s\n", (unsigned long long)e + 1,
                     tt_strerror(rc));
@@ -300,6 +354,12 @@ static int train(const cli_t *c, tt_trainer_t *t, uint64_t epochs, int quiet) {
         if (last)
             break;
     }
+    if (ck != NULL && tt_train_ckpt_finish(ck) < 0) {
+        fprintf(stderr, "tether-train: %s\n", tt_train_ckpt_error(ck));
+        return 1;
+    }
+    if (ft != NULL)
+        quiet = tt_train_ft_rank(ft) != 0;
     if (!quiet && c->dump[0] != '\0' && dump_params(c->dump, t) < 0)
         return 1;
     if (!quiet)
@@ -312,7 +372,8 @@ static int train(const cli_t *c, tt_trainer_t *t, uint64_t epochs, int quiet) {
 
 /* Joins the job (non-local backends) and builds the trainer on top. */
 static int setup(cli_t *c, const tt_trainer_opts_t *o, const tt_idx_set_t *train_set,
-                 const tt_idx_set_t *test_set, tt_train_tether_t **tt, tt_trainer_t **t) {
+                 const tt_idx_set_t *test_set, tt_train_ckpt_gate_t *gate, tt_train_tether_t **tt,
+                 tt_trainer_t **t) {
     char err[512] = "";
     tt_train_coll_t coll;
     tt_train_coll_local(&coll);
@@ -324,7 +385,9 @@ static int setup(cli_t *c, const tt_trainer_opts_t *o, const tt_idx_set_t *train
         }
         tt_train_tether_coll(*tt, &coll);
     }
-    int rc = tt_trainer_create(t, o, train_set, test_set, &coll, err, sizeof(err));
+    /* The gate lets a checkpoint's snapshot overlap the next step. */
+    tt_train_ckpt_gate_init(gate, &coll);
+    int rc = tt_trainer_create(t, o, train_set, test_set, &gate->coll, err, sizeof(err));
     if (rc == TT_OK && *tt != NULL)
         rc = tt_train_tether_register(*tt, tt_trainer_model(*t), err, sizeof(err));
     if (rc < 0) {
@@ -332,6 +395,44 @@ static int setup(cli_t *c, const tt_trainer_opts_t *o, const tt_idx_set_t *train
         return rc == TT_EINVAL ? 2 : 1;
     }
     return 0;
+}
+
+/* The failover loop of a libtether run. The first generation agrees on
+ * the state too, so a worker joining a running job pulls it here. */
+static int failover_start(tt_train_tether_t *tt, tt_trainer_t *t, tt_train_ft_t **ft) {
+    char err[256] = "";
+    tt_train_ft_opts_t fo;
+    int rc = tt_train_ft_opts_from_env(&fo, err, sizeof(err));
+    if (rc == TT_OK)
+        rc = tt_train_ft_create(ft, &fo, tt, t);
+    if (rc == TT_OK && (rc = tt_train_ft_agree(*ft)) != TT_OK)
+        snprintf(err, sizeof(err), "agreeing on the state with the job's members: %s",
+                 tt_strerror(rc));
+    if (rc != TT_OK)
+        fprintf(stderr, "tether-train: %s\n", err);
+    return rc == TT_OK ? 0 : rc == TT_EINVAL ? 2 : 1;
+}
+
+/* Checkpoints and resume (tt_train_ckpt), after setup joined the job. */
+static int ckpt_setup(const cli_t *c, const tt_trainer_opts_t *o, tt_train_ckpt_gate_t *gate,
+                      tt_trainer_t *t, tt_train_ckpt_t **ck) {
+    if (c->ckpt_dir[0] == '\0' && strcmp(c->resume, "none") == 0)
+        return 0;
+    tt_train_ckpt_opts_t co = {.root = c->ckpt_dir,
+                               .every_steps = c->ckpt_every,
+                               .every_s = c->ckpt_every_s,
+                               .keep = (size_t)c->ckpt_keep,
+                               .job_id = getenv("TETHER_JOB"),
+                               .topts = o};
+    char err[1024] = "";
+    int rc = tt_train_ckpt_create(ck, &co, t, &gate->inner, err, sizeof(err));
+    if (rc == TT_OK)
+        rc = tt_train_ckpt_resume(*ck, c->resume, NULL, err, sizeof(err));
+    if (rc >= 0)
+        tt_train_ckpt_gate_attach(gate, *ck);
+    if (rc < 0)
+        fprintf(stderr, "tether-train: %s\n", err);
+    return rc < 0 ? (rc == TT_EINVAL ? 2 : 1) : 0;
 }
 
 int main(int argc, char **argv) {
@@ -355,9 +456,19 @@ int main(int argc, char **argv) {
     }
     tt_train_tether_t *tt = NULL;
     tt_trainer_t *t = NULL;
-    int code = setup(&c, &o, &train_set, &test_set, &tt, &t);
+    tt_train_ckpt_t *ck = NULL;
+    tt_train_ft_t *ft = NULL;
+    tt_train_ckpt_gate_t gate = {0}; /* attach(NULL) at the end must be safe */
+    int code = setup(&c, &o, &train_set, &test_set, &gate, &tt, &t);
     if (code == 0)
-        code = train(&c, t, c.epochs, tt != NULL && tt_train_tether_rank(tt) != 0);
+        code = ckpt_setup(&c, &o, &gate, t, &ck);
+    if (code == 0 && tt != NULL)
+        code = failover_start(tt, t, &ft);
+    if (code == 0)
+        code = train(&c, t, ck, ft, c.epochs, tt != NULL && tt_train_tether_rank(tt) != 0);
+    tt_train_ft_destroy(&ft);
+    tt_train_ckpt_gate_attach(&gate, NULL);
+    tt_train_ckpt_destroy(&ck);
     tt_trainer_destroy(&t);
     tt_train_tether_destroy(&tt);
     tt_idx_free(&train_set);

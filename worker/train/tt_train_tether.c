@@ -163,6 +163,12 @@ int tt_train_tether_register(tt_train_tether_t *tt, tt_mlp_t *mlp, char *err, si
             return rc != TETHER_OK ? rc : TT_EINTERNAL;
         }
     }
+    /* Fix the layout now: the failover agreement runs collectives before
+     * the first step, and the PS backend is built from the tensor table. */
+    if (tether_grad_buffer(tt->t, 0) == NULL) {
+        snprintf(err, errlen, "fixing the gradient layout: %s", tether_last_error(tt->t));
+        return TT_ENOMEM;
+    }
     tether_audit_params(tt->t, tt_mlp_params(mlp), tt_mlp_param_count(mlp));
     return TT_OK;
 }

@@ -1,0 +1,373 @@
+/* tt_train_ft: recovery after a failed step. Why the pieces are shaped so:
+ * - A rank whose collective failed never applied that step (tt_trainer
+ *   returns before its update), but a ring can complete on some ranks and
+ *   fail on others, so survivors may be one step apart. The agreement
+ *   therefore asks every member for its completed step instead of trusting
+ *   heartbeats that may be a beat late.
+ * - The state travels by a broadcast in the new generation (the ring, or
+ *   whatever backend the generation runs), not through the shard servers:
+ *   it works in jobs without shards, and the ring is built by the very
+ *   first collective of the agreement anyway.
+ * - Per-rank loss accumulators are not part of the transferred state: they
+ *   are this rank's own sums, and copying the root's would count its
+ *   examples twice in the epoch's train loss.
+ * It does not own the trainer, the library object or the collectives. */
+#include "tt_train_ft.h"
+
+#include "tt_clock.h"
+#include "tt_log.h"
+#include "tt_status.h"
+
+#include <tether/tether.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define SUBSYS  "failover"
+#define HDR_N   6 /* epoch, step_in_epoch, global_step, in_epoch, examples, params */
+#define POLL_MS 5
+
+struct tt_train_ft {
+    tt_train_ft_opts_t o;
+    tt_train_tether_t *tt;
+    tt_trainer_t *t;
+    tt_train_ft_stats_t st;
+    int first_pending;     /* the first step after a recovery is not done */
+    tt_trainer_step_fn cb; /* the caller's step callback, wrapped */
+    void *cbctx;
+};
+
+static int env_u32(const char *name, uint32_t lo, uint32_t *out, char *err, size_t errlen) {
+    const char *v = getenv(name);
+    if (v == NULL)
+        return TT_OK;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (errno != 0 || end == v || *end != '\0' || v[0] == '-' || x < lo || x > UINT32_MAX) {
+        snprintf(err, errlen, "%s='%s' must be an integer in [%u, %u]", name, v, lo, UINT32_MAX);
+        return TT_EINVAL;
+    }
+    *out = (uint32_t)x;
+    return TT_OK;
+}
+
+int tt_train_ft_opts_from_env(tt_train_ft_opts_t *o, char *err, size_t errlen) {
+    o->regroup_deadline_ms = 60000;
+    o->max_regroups = 100;
+    int rc = env_u32("TETHER_REGROUP_DEADLINE_MS", 1, &o->regroup_deadline_ms, err, errlen);
+    if (rc == TT_OK)
+        rc = env_u32("TETHER_MAX_REGROUPS", 0, &o->max_regroups, err, errlen);
+    return rc;
+}
+
+int tt_train_ft_create(tt_train_ft_t **out, const tt_train_ft_opts_t *opts, tt_train_tether_t *tt,
+                       tt_trainer_t *t) {
+    *out = NULL;
+    tt_train_ft_t *ft = calloc(1, sizeof(*ft));
+    if (ft == NULL)
+        return TT_ENOMEM;
+    ft->o = *opts;
+    ft->tt = tt;
+    ft->t = t;
+    ft->st.root = -1;
+    *out = ft;
+    return TT_OK;
+}
+
+void tt_train_ft_destroy(tt_train_ft_t **ft) {
+    if (ft == NULL || *ft == NULL)
+        return;
+    free(*ft);
+    *ft = NULL;
+}
+
+int tt_train_ft_recoverable(int rc) {
+    return rc == TT_EMEMBERSHIP || rc == TT_ETIMEDOUT || rc == TT_EUNREACHABLE || rc == TT_EFENCED;
+}
+
+int tt_train_ft_rank(const tt_train_ft_t *ft) {
+    return tt_train_tether_rank(ft->tt);
+}
+
+void tt_train_ft_stats(const tt_train_ft_t *ft, tt_train_ft_stats_t *out) {
+    *out = ft->st;
+}
+
+/* FNV-1a over the bytes: a bitwise fingerprint, 62 bits so that its
+ * negation fits an int64 (min and max travel in one MAX reduction). */
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+static int64_t state_checksum(tt_trainer_t *t) {
+    tt_mlp_t *m = tt_trainer_model(t);
+    uint64_t h =
+        fnv(1469598103934665603ULL, tt_mlp_params(m), tt_mlp_param_count(m) * sizeof(float));
+    for (int w = 0; w < 2; w++) {
+        size_t n = 0;
+        const float *s = tt_trainer_opt_state(t, w, &n);
+        if (s != NULL)
+            h = fnv(h, s, n * sizeof(float));
+    }
+    return (int64_t)(h >> 2);
+}
+
+static int coll(tt_train_ft_t *ft, const char *what, int rc) {
+    if (rc != TETHER_OK)
+        TT_WARN(SUBSYS, "state agreement (%s) failed: %s (%s)", what,
+                tether_last_error(tt_train_tether_handle(ft->tt)), tether_status_name(rc));
+    return rc;
+}
+
+/* One MAX reduction gives the highest and lowest completed step and
+ * epoch counter and the highest and lowest checksum over the members. The
+ * epoch counter matters at an epoch's end: ranks at the same step may or
+ * may not have closed the epoch, and must not run different collectives. */
+typedef struct {
+    int64_t c, lo; /* highest and lowest global step */
+    int64_t ep;    /* highest epoch counter among ranks at c */
+    int same;      /* every member has the same step, epoch and checksum */
+} survey_t;
+
+static int survey(tt_train_ft_t *ft, survey_t *out) {
+    tether_t *h = tt_train_tether_handle(ft->tt);
+    tt_trainer_state_t s;
+    tt_trainer_get_state(ft->t, &s);
+    int64_t gs = (int64_t)s.global_step, ep = (int64_t)s.epoch * 2 + (s.in_epoch != 0);
+    int64_t ck = state_checksum(ft->t);
+    int64_t v[6] = {gs, -gs, ep, -ep, ck, -ck};
+    int rc = coll(ft, "survey", tether_allreduce(h, v, 6, TETHER_INT64, TETHER_MAX));
+    out->c = v[0];
+    out->lo = -v[1];
+    out->ep = v[2];
+    out->same = v[0] == -v[1] && v[2] == -v[3] && v[4] == -v[5];
+    return rc;
+}
+
+static void pack_header(tt_trainer_t *t, int64_t *hdr) {
+    tt_trainer_state_t s;
+    tt_trainer_get_state(t, &s);
+    hdr[0] = (int64_t)s.epoch;
+    hdr[1] = (int64_t)s.step_in_epoch;
+    hdr[2] = (int64_t)s.global_step;
+    hdr[3] = s.in_epoch;
+    hdr[4] = (int64_t)s.examples;
+    hdr[5] = (int64_t)tt_mlp_param_count(tt_trainer_model(t));
+}
+
+/* Installs the root's scalar state, keeping this rank's own loss sums
+ * when it is in the same epoch (they are per rank, see above). */
+static int unpack_header(tt_trainer_t *t, const int64_t *hdr) {
+    if (hdr[5] != (int64_t)tt_mlp_param_count(tt_trainer_model(t)))
+        return TT_EINVAL;
+    tt_trainer_state_t mine, s;
+    tt_trainer_get_state(t, &mine);
+    memset(&s, 0, sizeof(s));
+    s.epoch = (uint64_t)hdr[0];
+    s.step_in_epoch = (uint64_t)hdr[1];
+    s.global_step = (uint64_t)hdr[2];
+    s.in_epoch = (int)hdr[3];
+    s.examples = (double)hdr[4];
+    if (mine.epoch == s.epoch && mine.in_epoch) {
+        s.loss_sum = mine.loss_sum;
+        s.count = mine.count;
+    }
+    return tt_trainer_set_state(t, &s);
+}
+
+/* The root broadcasts header, parameters and optimizer buffers. */
+static int transfer(tt_train_ft_t *ft, int root) {
+    tether_t *h = tt_train_tether_handle(ft->tt);
+    int64_t hdr[HDR_N];
+    int me = tether_rank(h);
+    pack_header(ft->t, hdr);
+    int rc = coll(ft, "header", tether_broadcast(h, hdr, HDR_N, TETHER_INT64, root));
+    if (rc == TETHER_OK && me != root && (rc = unpack_header(ft->t, hdr)) != TT_OK)
+        TT_ERROR(SUBSYS,
+                 "state of rank %d (step %" PRId64 ", %" PRId64 " parameters) does not fit "
+                 "this trainer: ranks run different models or datasets",
+                 root, hdr[2], hdr[5]);
+    tt_mlp_t *m = tt_trainer_model(ft->t);
+    size_t n = tt_mlp_param_count(m);
+    if (rc == TETHER_OK)
+        rc = coll(ft, "parameters", tether_broadcast(h, tt_mlp_params(m), n, TETHER_FLOAT32, root));
+    ft->st.bytes = sizeof(hdr) + n * sizeof(float);
+    for (int w = 0; w < 2 && rc == TETHER_OK; w++) {
+        size_t k = 0;
+        float *s = tt_trainer_opt_state(ft->t, w, &k);
+        if (s != NULL) {
+            rc = coll(ft, "optimizer", tether_broadcast(h, s, k, TETHER_FLOAT32, root));
+            ft->st.bytes += k * sizeof(float);
+        }
+    }
+    return rc;
+}
+
+/* The lowest rank at step c whose epoch counter is the highest (the step
+ * and the counter grow together, so such a rank exists). */
+static int pick_root(tt_train_ft_t *ft, const survey_t *sv, int *root) {
+    tether_t *h = tt_train_tether_handle(ft->tt);
+    tt_trainer_state_t s;
+    tt_trainer_get_state(ft->t, &s);
+    int ahead =
+        (int64_t)s.global_step == sv->c && (int64_t)s.epoch * 2 + (s.in_epoch != 0) == sv->ep;
+    int64_t v = ahead ? tether_rank(h) : INT64_MAX;
+    int rc = coll(ft, "root", tether_allreduce(h, &v, 1, TETHER_INT64, TETHER_MIN));
+    *root = (int)v;
+    return rc;
+}
+
+int tt_train_ft_agree(tt_train_ft_t *ft) {
+    tether_t *h = tt_train_tether_handle(ft->tt);
+    survey_t sv = {0};
+    int root = -1;
+    uint64_t t0 = tt_clock_mono_ns();
+    int rc = survey(ft, &sv);
+    ft->st.bytes = 0;
+    if (rc == TETHER_OK && !sv.same) {
+        TT_CHECK_GOTO(pick_root(ft, &sv, &root), rc, out);
+        if (root < 0 || (uint32_t)root >= tether_world_size(h)) {
+            rc = TT_EINTERNAL;
+            goto out;
+        }
+        TT_CHECK_GOTO(transfer(ft, root), rc, out);
+        TT_CHECK_GOTO(survey(ft, &sv), rc, out);
+        if (!sv.same) {
+            TT_ERROR(SUBSYS,
+                     "replicas still differ after the transfer from rank %d (steps %" PRId64
+                     "..%" PRId64 ")",
+                     root, sv.lo, sv.c);
+            rc = TT_EDIVERGED;
+        }
+    }
+out:
+    if (rc == TETHER_OK) {
+        tt_train_tether_resync(ft->tt, sv.c);
+        ft->st.generation = tether_generation(h);
+        ft->st.world = (int)tether_world_size(h);
+        ft->st.resume_step = sv.c;
+        ft->st.root = root;
+        ft->st.agree_s = (double)(tt_clock_mono_ns() - t0) * 1e-9;
+        ft->st.resumed_at_ns = tt_clock_mono_ns();
+    }
+    return rc;
+}
+
+static void pause_ms(uint32_t ms) {
+    struct timespec ts = {0, (long)ms * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Polls tether_step_done until the next generation is acknowledged; a
+ * fenced worker joins again as a new member. */
+static int await_generation(tt_train_ft_t *ft) {
+    tether_t *h = tt_train_tether_handle(ft->tt);
+    if (tt_train_tether_take_regrouped(ft->tt))
+        return TT_OK;
+    uint64_t deadline = tt_clock_mono_ms() + ft->o.regroup_deadline_ms;
+    int64_t last = (int64_t)tt_trainer_global_step(ft->t) - 1;
+    for (;;) {
+        int rc = tether_step_done(h, last);
+        if (rc == TETHER_REGROUPED)
+            return TT_OK;
+        if (rc == TETHER_EFENCED) {
+            TT_WARN(SUBSYS, "this worker was fenced (%s): joining again", tether_last_error(h));
+            rc = tether_join(h, ft->o.regroup_deadline_ms);
+            if (rc != TETHER_OK)
+                TT_ERROR(SUBSYS, "joining again after being fenced: %s (%s)", tether_last_error(h),
+                         tether_status_name(rc));
+            return rc;
+        }
+        if (rc != TETHER_OK) {
+            TT_ERROR(SUBSYS, "waiting for the next generation: %s (%s)", tether_last_error(h),
+                     tether_status_name(rc));
+            return rc;
+        }
+        if (tt_clock_mono_ms() >= deadline) {
+            TT_ERROR(SUBSYS,
+                     "no new generation within the regroup deadline of %u ms "
+                     "(TETHER_REGROUP_DEADLINE_MS)",
+                     ft->o.regroup_deadline_ms);
+            return TT_ETIMEDOUT;
+        }
+        pause_ms(POLL_MS);
+    }
+}
+
+int tt_train_ft_recover(tt_train_ft_t *ft, int step_rc) {
+    ft->st.failed_at_ns = tt_clock_mono_ns();
+    int rc = step_rc;
+    /* A member may fail during the agreement itself: regroup again. */
+    do {
+        if (ft->st.regroups >= ft->o.max_regroups) {
+            TT_ERROR(SUBSYS,
+                     "step failed (%s) but the bound of %u regroups per run "
+                     "(TETHER_MAX_REGROUPS) is spent: giving up",
+                     tt_status_name(rc), ft->o.max_regroups);
+            return TT_EAGAIN;
+        }
+        ft->st.regroups++;
+        rc = await_generation(ft);
+        if (rc != TT_OK)
+            return rc; /* deadline, job failed, closed: no second try */
+        ft->st.regroup_s = (double)(tt_clock_mono_ns() - ft->st.failed_at_ns) * 1e-9;
+        rc = tt_train_ft_agree(ft);
+    } while (tt_train_ft_recoverable(rc));
+    if (rc != TT_OK)
+        return rc;
+    TT_WARN(SUBSYS,
+            "step failed (%s); generation %" PRIu64 " with %d ranks resumes at step %" PRId64
+            ": regroup %.1f ms, agreement %.1f ms (%s, %zu bytes)",
+            tt_status_name(step_rc), ft->st.generation, ft->st.world, ft->st.resume_step,
+            ft->st.regroup_s * 1e3, ft->st.agree_s * 1e3,
+            ft->st.root >= 0 ? "state broadcast" : "no transfer", ft->st.bytes);
+    return TT_OK;
+}
+
+/* Wraps the caller's step callback to time the first step after a
+ * recovery: kill-to-next-step is the figure failover is judged by. */
+static void on_step(void *ctx, const tt_step_report_t *r) {
+    tt_train_ft_t *ft = ctx;
+    if (ft->first_pending) {
+        ft->first_pending = 0;
+        uint64_t now = tt_clock_mono_ns();
+        ft->st.redo_s = (double)(now - ft->st.resumed_at_ns) * 1e-9;
+        TT_WARN(SUBSYS,
+                "first step after the regroup (global step %" PRIu64 ") done %.1f ms "
+                "after the failed step (redo %.1f ms)",
+                r->global_step, (double)(now - ft->st.failed_at_ns) * 1e-6, ft->st.redo_s * 1e3);
+    }
+    if (ft->cb != NULL)
+        ft->cb(ft->cbctx, r);
+}
+
+int tt_train_ft_run_epoch(tt_train_ft_t *ft, tt_trainer_step_fn cb, void *cbctx,
+                          tt_epoch_stats_t *stats) {
+    tt_trainer_state_t s;
+    tt_trainer_get_state(ft->t, &s);
+    uint64_t epoch = s.epoch;
+    ft->cb = cb;
+    ft->cbctx = cbctx;
+    for (;;) {
+        int rc = tt_trainer_run_epoch(ft->t, on_step, ft, stats);
+        if (rc >= 0 || !tt_train_ft_recoverable(rc))
+            return rc;
+        rc = tt_train_ft_recover(ft, rc);
+        if (rc != TT_OK)
+            return rc;
+        ft->first_pending = 1;
+        tt_trainer_get_state(ft->t, &s);
+        if (s.epoch != epoch)
+            return 1; /* the agreed state closed this epoch already */
+    }
+}
