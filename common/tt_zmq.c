@@ -61,8 +61,10 @@ int tt_zmq_router(void *zctx, const char *endpoint, const tt_zmq_opts_t *o, void
         ZSET_ERR(err, errlen, "zmq_socket(ROUTER): %s", zmq_strerror(errno));
         return TT_ESYS;
     }
+    /* ZeroMQ's listen backlog defaults to 100: thousands of workers
+     * connecting at once then see dropped SYNs and seconds of retries. */
     if (apply_common(s, o) != TT_OK || set_int(s, ZMQ_ROUTER_MANDATORY, 1) != 0 ||
-        set_int(s, ZMQ_ROUTER_HANDOVER, 1) != 0) {
+        set_int(s, ZMQ_ROUTER_HANDOVER, 1) != 0 || set_int(s, ZMQ_BACKLOG, 4096) != 0) {
         ZSET_ERR(err, errlen, "setting ROUTER options: %s", zmq_strerror(errno));
         zmq_close(s);
         return TT_ESYS;
