@@ -154,7 +154,11 @@ def test_kill_and_restart(h):
     seed = SEEDS[0] + 100
     # Short epochs (an evaluation each) stretch the run so that the
     # restarted worker, which loads the dataset first, joins before the end.
-    rows, text = run_with_kill(h, f"restart-{seed}", seed, restarts=1, spe=4, epochs=10)
+    # A budget of 3 restarts: under a sanitizer's slowdown the joiner's
+    # first state agreement can lose a frame to the ring-rebuild race
+    # (docs/failover.md) and exit; the launcher then restarts it again,
+    # which is the elastic behaviour under test. The checks are unchanged.
+    rows, text = run_with_kill(h, f"restart-{seed}", seed, restarts=3, spe=4, epochs=10)
     assert "restart 1" in text, text[-3000:]
     worlds = [r["world_size"] for r in rows]
     print(f"  world size per epoch: {worlds}")
