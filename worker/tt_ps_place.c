@@ -118,6 +118,31 @@ static int await_reply(void *sock, int timeout_ms, tt_zmq_rx_t *rx, char *err, s
     return rc;
 }
 
+/* Shard servers and workers start independently (systemd, Kubernetes, the
+ * launcher): a job may form before any shard has registered. "No live
+ * shard" is therefore waited out, asking again with a growing pause, until
+ * the fetch's own timeout; every other answer is final. */
+static int request_until_placed(void *sock, const tt_ps_fetch_opts_t *o, tt_zmq_rx_t *rx,
+                                char *err, size_t errlen) {
+    int timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 10000;
+    uint64_t end = tt_clock_mono_ms() + (uint64_t)timeout_ms;
+    int pause_ms = 20;
+    for (;;) {
+        int rc = send_request(sock, o);
+        if (rc != TT_OK)
+            return rc;
+        uint64_t now = tt_clock_mono_ms();
+        rc = await_reply(sock, now < end ? (int)(end - now) : 0, rx, err, errlen);
+        if (rc != TT_ENOTFOUND || err == NULL || strstr(err, "no live shard") == NULL)
+            return rc;
+        now = tt_clock_mono_ms();
+        if (now + (uint64_t)pause_ms >= end)
+            return rc;
+        zmq_poll(NULL, 0, pause_ms); /* a portable sleep that needs no extra header */
+        pause_ms = pause_ms < 400 ? pause_ms * 2 : 500;
+    }
+}
+
 int tt_ps_layout_fetch(const tt_ps_fetch_opts_t *o, tt_ps_layout_t *out, char *err, size_t errlen) {
     memset(out, 0, sizeof(*out));
     if (o == NULL || o->coordinator == NULL || o->job_id == NULL || o->job_id[0] == '\0') {
@@ -133,9 +158,7 @@ int tt_ps_layout_fetch(const tt_ps_fetch_opts_t *o, tt_ps_layout_t *out, char *e
     tt_zmq_rx_t rx;
     int rc;
     TT_CHECK_GOTO(tt_zmq_dealer(zctx, o->coordinator, &zo, &sock, err, errlen), rc, out);
-    TT_CHECK_GOTO(send_request(sock, o), rc, out);
-    TT_CHECK_GOTO(await_reply(sock, o->timeout_ms > 0 ? o->timeout_ms : 10000, &rx, err, errlen),
-                  rc, out);
+    TT_CHECK_GOTO(request_until_placed(sock, o, &rx, err, errlen), rc, out);
     rc = check_uniform(rx.env->placement_reply, err, errlen);
     if (rc == TT_OK && (rc = to_layout(rx.env->placement_reply, out)) != TT_OK)
         tt_ps_layout_free(out);

@@ -162,7 +162,21 @@ def test_steps_on_ps_backend(h):
     print(f"  {line[0][3:]}")
 
 
+def test_ps_waits_for_a_late_shard(h):
+    """Workers that form a ps job before any shard server has registered
+    (systemd or Kubernetes start them in any order) wait for one instead of
+    failing the generation."""
+    coord = h.coordinator()
+    procs = start_ranks(h, coord, "late", 2, ["--scenario", "steps"],
+                        env={"TETHER_BACKEND": "ps"})
+    time.sleep(1.0)
+    shard(h, coord, "s-late")
+    for r, p in enumerate(procs):
+        assert p.wait(60) == 0, f"rank {r}: " + " | ".join(p.lines()[-6:])
+        assert any(l.startswith("OK buckets") for l in p.lines()), p.lines()
+
+
 if __name__ == "__main__":
     run_tests([test_correctness_w1_to_w4, test_desync_names_both_sides,
                test_sigstop_times_out_naming_rank, test_kill_then_rebuild_on_new_generation,
-               test_steps_on_ps_backend])
+               test_steps_on_ps_backend, test_ps_waits_for_a_late_shard])
