@@ -109,22 +109,8 @@ fail:
     return TT_ESYS;
 }
 
-/* A PAIR that receives DISCONNECTED/CONNECTED/ACCEPTED events of `s`. */
-static int ring_monitor(tt_ring_t *r, void *s, const char *tag, void **out) {
-    char ep[96];
-    snprintf(ep, sizeof(ep), "inproc://tt-ring-%p-%s", (void *)r, tag);
-    int ev = ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED | ZMQ_EVENT_ACCEPTED;
-    if (zmq_socket_monitor(s, ep, ev) != 0)
-        return TT_ESYS;
-    void *m = zmq_socket(r->zctx, ZMQ_PAIR);
-    if (m == NULL || set_int(m, ZMQ_LINGER, 0) || zmq_connect(m, ep) != 0) {
-        if (m != NULL)
-            zmq_close(m);
-        return TT_ESYS;
-    }
-    *out = m;
-    return TT_OK;
-}
+/* Connection events a ring socket's monitor PAIR reports. */
+#define RING_MON_EVENTS (ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED | ZMQ_EVENT_ACCEPTED)
 
 static int check_opts(const tt_ring_opts_t *o, char *err, size_t errlen) {
     const char *why = NULL;
@@ -156,8 +142,10 @@ static int ring_connect(tt_ring_t *r, const tt_ring_opts_t *o, char *err, size_t
     TT_CHECK_GOTO(
         ring_socket(r, ZMQ_PUSH, o->endpoints[r->right], 0, maxmsg, &r->push, err, errlen), rc,
         out);
-    TT_CHECK_GOTO(ring_monitor(r, r->pull, "pull", &r->mon_pull), rc, out);
-    TT_CHECK_GOTO(ring_monitor(r, r->push, "push", &r->mon_push), rc, out);
+    TT_CHECK_GOTO(tt_zmq_monitor_open(r->zctx, r->pull, RING_MON_EVENTS, &r->mon_pull, err, errlen),
+                  rc, out);
+    TT_CHECK_GOTO(tt_zmq_monitor_open(r->zctx, r->push, RING_MON_EVENTS, &r->mon_push, err, errlen),
+                  rc, out);
     r->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     rc = r->evfd < 0 ? TT_ESYS : TT_OK;
 out:

@@ -268,7 +268,13 @@ static void launch_free_port_is_bindable(void) {
     char err[128] = "";
     CU_ASSERT_EQUAL(tt_launch_free_port("127.0.0.1", &port, err, sizeof(err)), TT_OK);
     CU_ASSERT(port > 0 && port < 65536);
-    CU_ASSERT_EQUAL(tt_launch_free_port("not-an-ip", &port, err, sizeof(err)), TT_ESYS);
+    int lo = 0, hi = 0; /* below the kernel's auto-assigned range, which starts >= 10000 here */
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f != NULL && fscanf(f, "%d %d", &lo, &hi) == 2 && lo > 11000)
+        CU_ASSERT(port < lo);
+    if (f != NULL)
+        fclose(f);
+    CU_ASSERT_EQUAL(tt_launch_free_port("not-an-ip", &port, err, sizeof(err)), TT_EINVAL);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "not-an-ip"));
 }
 

@@ -1,5 +1,7 @@
 /* launch_env: environment blocks, executable lookup, free ports, rmtree. */
 #include "launch_env.h"
+#include "tt_clock.h"
+#include "tt_rng.h"
 #include "tt_status.h"
 
 #include <arpa/inet.h>
@@ -109,15 +111,50 @@ void tt_launch_dirname(char *out, size_t n, const char *path) {
         snprintf(out, n, "%.*s", (int)(slash - path), path);
 }
 
+/* Low end of the kernel's ephemeral (auto-bound) port range. */
+static int ephemeral_low(void) {
+    int lo = 32768, hi = 0;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "re");
+    if (f != NULL) {
+        if (fscanf(f, "%d %d", &lo, &hi) != 2 || lo < 1024)
+            lo = 32768;
+        fclose(f);
+    }
+    return lo;
+}
+
+static int try_bind(int fd, struct sockaddr_in *sa, int port) {
+    sa->sin_port = htons((uint16_t)port);
+    return bind(fd, (struct sockaddr *)sa, sizeof(*sa));
+}
+
+/* Why below the ephemeral range: a worker binds its ring port again at
+ * every generation, and between two binds the kernel may hand a port of
+ * that range to any process's outgoing connection (a ZeroMQ reconnect, a
+ * tetherctl query), after which the bind fails with EADDRINUSE. Ports
+ * below the range are never auto-assigned. Falls back to port 0. */
 int tt_launch_free_port(const char *host, int *port, char *err, size_t errlen) {
     struct sockaddr_in sa = {.sin_family = AF_INET};
     socklen_t len = sizeof(sa);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     int rc = TT_ESYS;
     if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) {
         snprintf(err, errlen, "host '%s' is not an IPv4 address", host);
-        errno = EINVAL;
-    } else if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+        return TT_EINVAL;
+    }
+    int hi = ephemeral_low() - 1, lo = hi - 8191 < 10000 ? 10000 : hi - 8191, found = 0;
+    uint64_t st = tt_rng_derive((uint64_t)getpid(), tt_clock_mono_ns());
+    for (int i = 0; i < 64 && hi > lo && !found; i++) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int p = lo + (int)(tt_rng_next(&st) % (uint64_t)(hi - lo + 1));
+        found = fd >= 0 && try_bind(fd, &sa, p) == 0 ? p : 0;
+        if (fd >= 0)
+            close(fd);
+    }
+    int fd = found ? -1 : socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (found) {
+        *port = found;
+        rc = TT_OK;
+    } else if (fd >= 0 && try_bind(fd, &sa, 0) == 0 &&
                getsockname(fd, (struct sockaddr *)&sa, &len) == 0) {
         *port = ntohs(sa.sin_port);
         rc = TT_OK;

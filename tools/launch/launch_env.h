@@ -30,8 +30,9 @@ int tt_launch_find_exe(char *out, size_t n, const char *name, const char *const 
 /* The directory part of `path` ("." when it has none) into out. */
 void tt_launch_dirname(char *out, size_t n, const char *path);
 
-/* Binds port 0 on `host` (an IPv4 address), reads the port the kernel
- * chose and closes the socket again. Another process may take the port
+/* Finds a port on `host` (an IPv4 address) that binds now, preferring
+ * ports below the kernel's ephemeral range (launch_env.c says why), and
+ * closes the socket again. Another process may take the port
  * before the child binds it; callers pass it on at once. Returns TT_OK or
  * TT_ESYS (err says why). */
 int tt_launch_free_port(const char *host, int *port, char *err, size_t errlen);
