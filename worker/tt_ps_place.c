@@ -122,8 +122,8 @@ static int await_reply(void *sock, int timeout_ms, tt_zmq_rx_t *rx, char *err, s
  * launcher): a job may form before any shard has registered. "No live
  * shard" is therefore waited out, asking again with a growing pause, until
  * the fetch's own timeout; every other answer is final. */
-static int request_until_placed(void *sock, const tt_ps_fetch_opts_t *o, tt_zmq_rx_t *rx,
-                                char *err, size_t errlen) {
+static int request_until_placed(void *sock, const tt_ps_fetch_opts_t *o, tt_zmq_rx_t *rx, char *err,
+                                size_t errlen) {
     int timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 10000;
     uint64_t end = tt_clock_mono_ms() + (uint64_t)timeout_ms;
     int pause_ms = 20;
