@@ -219,6 +219,12 @@ static int on_error(tt_client_sm_t *sm, const Tether__Error *e, uint64_t rid) {
         TT_DEBUG("client", "coordinator: stale generation %" PRIu64 ": %s", sm->generation, msg);
         return 0;
     }
+    if (e->code == TT_EFENCED && sm->state == TT_CLIENT_JOINING && rid != sm->op_rid) {
+        /* The answer to a heartbeat sent before this join (a fenced worker
+         * joining again): only the join's own answer decides. */
+        TT_DEBUG("client", "fence answer to request %" PRIu64 " ignored while joining", rid);
+        return 0;
+    }
     snprintf(sm->last_error, sizeof(sm->last_error), "coordinator: %s (%s)", msg,
              tt_status_name(e->code));
     if (e->code == TT_EFENCED)

@@ -414,6 +414,10 @@ static void client_sm_fenced_until_rejoin(void) {
     /* Only an explicit join does. */
     CU_ASSERT_EQUAL(tt_client_sm_begin(&sm, TT_CLIENT_OP_JOIN, 20), TT_OK);
     CU_ASSERT_EQUAL(sm.generation, 0);
+    /* The fence answer to a heartbeat sent before the join is not the
+     * join's answer. */
+    CU_ASSERT_EQUAL(tt_client_sm_on_message(&sm, error_msg(&m, TT_EFENCED, "dead", 13), 1250), 0);
+    CU_ASSERT_EQUAL(sm.state, TT_CLIENT_JOINING);
     tt_client_sm_on_message(&sm, join_reply(&m, 6, 1, 3, 20), 1300);
     CU_ASSERT_EQUAL(tt_client_sm_finish(&sm, 0), TT_OK);
     CU_ASSERT_EQUAL(sm.state, TT_CLIENT_MEMBER);
