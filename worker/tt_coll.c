@@ -86,6 +86,7 @@ static int ring_barrier(void *inst) {
 static void ring_abort(void *inst) {
     ring_inst_t *ri = inst;
     atomic_store(&ri->aborted, 1);
+    tt_ring_interrupt(ri->ring); /* ends a collective in flight too */
 }
 
 static void ring_destroy(void **inst) {

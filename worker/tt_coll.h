@@ -60,8 +60,9 @@ typedef struct tt_coll_ops {
     int (*broadcast)(void *inst, void *buf, size_t count, tt_dtype_t dt, int root);
     int (*barrier)(void *inst);
     /* Makes the instance refuse further collectives with TT_ECLOSED.
-     * Backends without a cross-thread wake-up (the ring) let a collective
-     * already in flight run to its deadline; any thread may call it. */
+     * The ring also ends a collective in flight (TT_EMEMBERSHIP); the ps
+     * backend's shard exchange runs to its deadline. Any thread may call
+     * it. */
     void (*abort)(void *inst);
     void (*destroy)(void **inst); /* accepts NULL; sets *inst = NULL */
     /* Details of the last failure ("" when none), the rank it blames (-1:

@@ -101,7 +101,7 @@ int tt_collseq_decode(const void *buf, size_t len, tt_collseq_hdr_t *out, char *
         return reject(err, errlen, TT_EPROTO, "magic", get32(p));
     if (p[4] != TT_COLLSEQ_VERSION)
         return reject(err, errlen, TT_EVERSION, "version", p[4]);
-    if (p[5] < TT_COLLSEQ_DATA || p[5] > TT_COLLSEQ_ABORT)
+    if (p[5] < TT_COLLSEQ_DATA || p[5] > TT_COLLSEQ_READY)
         return reject(err, errlen, TT_EPROTO, "kind", p[5]);
     if (p[6] < TT_COLL_ALLREDUCE || p[6] > TT_COLL_BARRIER)
         return reject(err, errlen, TT_EPROTO, "op", p[6]);

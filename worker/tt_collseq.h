@@ -48,6 +48,8 @@ typedef enum {
     TT_COLLSEQ_DATA = 1,  /* one unit (segment) of a collective */
     TT_COLLSEQ_WAIT = 2,  /* "I am blocked in seq, my suspect is `aux`" */
     TT_COLLSEQ_ABORT = 3, /* failure; a text frame follows; aux = suspect */
+    TT_COLLSEQ_HELLO = 4, /* handshake probe, rank 0 around the ring (tt_ring.c) */
+    TT_COLLSEQ_READY = 5, /* handshake done: DATA may follow */
 } tt_collseq_kind_t;
 
 #define TT_COLLSEQ_MAGIC    0x47525454u /* "TTRG" */

@@ -110,27 +110,6 @@ static void drop_backend(tt_comm_t *c) {
     if (ops != NULL) {
         TT_INFO(SUBSYS, "closing the %s backend of generation %" PRIu64, ops->name, c->inst_gen);
         ops->destroy(&inst);
-        c->dropped_ms = tt_clock_mono_ms();
-    }
-}
-
-/* Gives the other ranks time to close their previous backend (see
- * tt_comm_generation_changed): counted from the later of the notification
- * and this rank's own close, since peers stuck in the same failed
- * collective close theirs at about the same time as this one. A first
- * generation has no predecessor. */
-static void settle(tt_comm_t *c, const tt_comm_view_t *v) {
-    pthread_mutex_lock(&c->mu);
-    uint64_t since = c->notified_gen == v->generation ? c->notified_ms : 0;
-    pthread_mutex_unlock(&c->mu);
-    if (since != 0 && c->dropped_ms > since)
-        since = c->dropped_ms;
-    uint64_t now = tt_clock_mono_ms();
-    if (v->generation <= 1 || v->world <= 1 || since == 0 || now >= since + TT_COMM_SETTLE_MS)
-        return;
-    uint64_t ms = since + TT_COMM_SETTLE_MS - now;
-    struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0) {
     }
 }
 
@@ -155,7 +134,6 @@ static int open_backend(tt_comm_t *c, const tt_comm_view_t *v) {
     const char **ptrs = calloc((size_t)v->world, sizeof(*ptrs));
     if (ptrs == NULL)
         return TT_ENOMEM;
-    settle(c, v);
     int rc = gather_endpoints(c, v, eps, ptrs);
     pthread_mutex_lock(&c->mu);
     const size_t *tcounts = c->tcounts; /* set once, freed only at destroy */
@@ -178,7 +156,9 @@ static int open_backend(tt_comm_t *c, const tt_comm_view_t *v) {
     if (rc == TT_OK)
         rc = tt_coll_open(c->opts.backend, &cfg, &ops, &inst, err, sizeof(err));
     free(ptrs);
+    pthread_mutex_lock(&c->mu); /* tt_comm_generation_changed reads it */
     c->inst_gen = v->generation;
+    pthread_mutex_unlock(&c->mu);
     c->open_rc = rc;
     if (rc != TT_OK) {
         snprintf(c->open_err, sizeof(c->open_err),
@@ -190,6 +170,8 @@ static int open_backend(tt_comm_t *c, const tt_comm_view_t *v) {
     pthread_mutex_lock(&c->mu);
     c->ops = ops;
     c->inst = inst;
+    if (c->notified_gen > c->inst_gen)
+        ops->abort(inst); /* outdated while it was being built */
     pthread_mutex_unlock(&c->mu);
     return TT_OK;
 }
@@ -423,7 +405,10 @@ void tt_comm_generation_changed(tt_comm_t *c, uint64_t gen) {
     pthread_mutex_lock(&c->mu);
     if (gen > c->notified_gen) {
         c->notified_gen = gen;
-        c->notified_ms = tt_clock_mono_ms();
+        /* A collective of an older generation can no longer complete as
+         * such: end it now rather than at its deadline (DESIGN §4). */
+        if (c->ops != NULL && c->inst_gen < gen)
+            c->ops->abort(c->inst);
         pthread_cond_broadcast(&c->cv);
     }
     pthread_mutex_unlock(&c->mu);

@@ -158,13 +158,11 @@ int tt_comm_opts_validate(const tt_comm_opts_t *o, char *err, size_t errlen);
 void tt_comm_destroy(tt_comm_t **c);
 
 /* The membership client installed generation `gen` (any thread, cheap):
- * the communication thread closes the previous generation's backend as
- * soon as it is idle, so that the endpoint is free for the next ring, and
- * the first backend of `gen` is opened no earlier than TT_COMM_SETTLE_MS
- * after this call or after this rank closed its old backend, whichever is
- * later, giving every other rank time to close its old one (a message sent
- * to a peer's old socket would be lost). */
-#define TT_COMM_SETTLE_MS 500
+ * a collective of an older generation in flight is aborted (the ring ends
+ * it at once with TT_EMEMBERSHIP), and the communication thread closes the
+ * previous generation's backend as soon as it is idle, so that the endpoint
+ * is free for the next ring. No wait is needed before the new ring: its
+ * handshake (tt_ring.c) tolerates peers that still hold their old one. */
 void tt_comm_generation_changed(tt_comm_t *c, uint64_t gen);
 
 /* Synchronous collectives on the current generation (see tether.h for

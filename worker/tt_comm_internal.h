@@ -63,8 +63,7 @@ struct tt_comm {
     int open_rc;
     char open_err[600];
     int logged_failure;
-    uint64_t notified_gen, notified_ms; /* under mu: last tt_comm_generation_changed */
-    uint64_t dropped_ms;                /* when the last backend was closed */
+    uint64_t notified_gen; /* under mu: last tt_comm_generation_changed */
     uint64_t reported_gen;
     int reported_rank;
     tt_flight_t *flight;

@@ -59,7 +59,10 @@ struct tt_ring {
     size_t seg_bytes;
     int64_t step;
     void *zctx, *pull, *push, *mon_pull, *mon_push;
-    int evfd;
+    int evfd;   /* zero-copy releases */
+    int wakefd; /* tt_ring_interrupt */
+    atomic_int interrupted;
+    int ready;              /* handshake done: every link ends in this generation */
     atomic_long zc_pending; /* zero-copy frames ZeroMQ still references */
     uint64_t left_gone_ms, right_gone_ms;
     tt_flight_t *flight;
@@ -147,7 +150,8 @@ static int ring_connect(tt_ring_t *r, const tt_ring_opts_t *o, char *err, size_t
     TT_CHECK_GOTO(tt_zmq_monitor_open(r->zctx, r->push, RING_MON_EVENTS, &r->mon_push, err, errlen),
                   rc, out);
     r->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    rc = r->evfd < 0 ? TT_ESYS : TT_OK;
+    r->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    rc = r->evfd < 0 || r->wakefd < 0 ? TT_ESYS : TT_OK;
 out:
     return rc;
 }
@@ -183,7 +187,9 @@ int tt_ring_create(tt_ring_t **out, const tt_ring_opts_t *o, char *err, size_t e
     r->step = -1;
     r->suspect = -1;
     r->evfd = -1;
+    r->wakefd = -1;
     atomic_init(&r->zc_pending, 0);
+    atomic_init(&r->interrupted, 0);
     TT_CHECK_GOTO(tt_flight_create(&r->flight, o->flight_capacity), rc, fail);
     pin_malloc_thresholds(o);
     if (r->world > 1)
@@ -212,6 +218,8 @@ void tt_ring_destroy(tt_ring_t **rp) {
         zmq_ctx_term(r->zctx); /* returns once every zero-copy frame is freed */
     if (r->evfd >= 0)
         close(r->evfd);
+    if (r->wakefd >= 0)
+        close(r->wakefd);
     tt_flight_destroy(&r->flight);
     free(r);
     *rp = NULL;
@@ -415,23 +423,12 @@ static int fail_gone(coll_t *c, int who) {
 /* Socket monitor events: a TCP reset from a killed peer arrives as
  * DISCONNECTED; a (re)connection clears it. */
 static void drain_monitor(void *mon, uint64_t *gone_ms) {
-    for (;;) {
-        zmq_msg_t ev, addr;
-        zmq_msg_init(&ev);
-        if (zmq_msg_recv(&ev, mon, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close(&ev);
-            return;
-        }
-        uint16_t id = 0;
-        if (zmq_msg_size(&ev) >= 2)
-            memcpy(&id, zmq_msg_data(&ev), sizeof(id));
-        int more = zmq_msg_more(&ev);
-        zmq_msg_close(&ev);
-        if (more) {
-            zmq_msg_init(&addr);
-            zmq_msg_recv(&addr, mon, 0);
-            zmq_msg_close(&addr);
-        }
+    uint16_t id;
+    int32_t fd;
+    int rc;
+    while ((rc = tt_zmq_monitor_read(mon, &id, &fd)) != TT_EAGAIN) {
+        if (rc != TT_OK)
+            continue;
         if (id == ZMQ_EVENT_DISCONNECTED && *gone_ms == 0)
             *gone_ms = tt_clock_mono_ms();
         else if (id == ZMQ_EVENT_CONNECTED || id == ZMQ_EVENT_ACCEPTED)
@@ -439,11 +436,38 @@ static void drain_monitor(void *mon, uint64_t *gone_ms) {
     }
 }
 
+/* Sleeps until input, a monitor event, an interrupt or `tmo` ms; notes
+ * disconnects and re-connections. */
+static void poll_ring(tt_ring_t *r, int64_t tmo) {
+    zmq_pollitem_t it[4] = {{r->pull, 0, ZMQ_POLLIN, 0},
+                            {r->mon_pull, 0, ZMQ_POLLIN, 0},
+                            {r->mon_push, 0, ZMQ_POLLIN, 0},
+                            {NULL, r->wakefd, ZMQ_POLLIN, 0}};
+    if (zmq_poll(it, 4, (long)tmo) < 0)
+        return; /* EINTR: the caller just tries again */
+    if (it[1].revents)
+        drain_monitor(r->mon_pull, &r->left_gone_ms);
+    if (it[2].revents)
+        drain_monitor(r->mon_push, &r->right_gone_ms);
+}
+
+/* tt_ring_interrupt was called: the generation has ended, so nothing more
+ * can complete on this ring; the ABORT tells the neighbours at once. */
+static int fail_interrupted(coll_t *c) {
+    char op[96], text[ERRLEN];
+    describe_op(c, op, sizeof(op));
+    snprintf(text, sizeof(text), "generation %llu ended while rank %d was in %s",
+             (unsigned long long)c->r->gen, c->r->rank, op);
+    return ring_fail(c, TT_EMEMBERSHIP, -1, c->r->rank, text);
+}
+
 /* Blocks until input may be ready, a deadline or a grace period expires;
  * sends WAIT frames while blocked. 0 to try reading again, <0 failed. */
 static int wait_input(coll_t *c) {
     tt_ring_t *r = c->r;
     uint64_t now = tt_clock_mono_ms();
+    if (atomic_load(&r->interrupted))
+        return fail_interrupted(c);
     if (now >= c->deadline_at)
         return fail_timeout(c, current_suspect(c, now), "");
     if (r->left_gone_ms != 0 && since(r->left_gone_ms, now) > GONE_GRACE_MS)
@@ -457,15 +481,7 @@ static int wait_input(coll_t *c) {
         tmo = r->wait_ivl_ms;
     if ((r->left_gone_ms || r->right_gone_ms) && tmo > 50)
         tmo = 50;
-    zmq_pollitem_t it[3] = {{r->pull, 0, ZMQ_POLLIN, 0},
-                            {r->mon_pull, 0, ZMQ_POLLIN, 0},
-                            {r->mon_push, 0, ZMQ_POLLIN, 0}};
-    if (zmq_poll(it, 3, (long)tmo) < 0)
-        return TT_OK; /* EINTR: the caller just tries again */
-    if (it[1].revents)
-        drain_monitor(r->mon_pull, &r->left_gone_ms);
-    if (it[2].revents)
-        drain_monitor(r->mon_push, &r->right_gone_ms);
+    poll_ring(r, tmo);
     return TT_OK;
 }
 
@@ -548,6 +564,10 @@ static int take(coll_t *c, rx_t *m, uint32_t unit, size_t bytes) {
         return take_abort(c, m);
     if (m->h.kind == TT_COLLSEQ_WAIT)
         return take_wait(c, m);
+    if (m->h.kind == TT_COLLSEQ_HELLO || m->h.kind == TT_COLLSEQ_READY) {
+        zmq_msg_close(&m->body); /* late copies of the handshake */
+        return 0;
+    }
     if (tt_collseq_check(&m->h, c->r->rank, c->seq, &c->fp, text, sizeof(text)) != TT_OK) {
         zmq_msg_close(&m->body);
         return ring_fail(c, TT_EDESYNC, -1, c->r->rank, text);
@@ -561,6 +581,76 @@ static int take(coll_t *c, rx_t *m, uint32_t unit, size_t bytes) {
         return ring_fail(c, TT_ESIZE, -1, c->r->rank, text);
     }
     return 1;
+}
+
+/* ---- handshake: proof that every link reaches this generation's ring ----
+ *
+ * Why: a rank's endpoint is the same in every generation, so a new PUSH may
+ * connect to the neighbour's previous PULL while that rank still finishes
+ * its failed collective; what it writes there is lost when that socket
+ * closes, and ZeroMQ does not resend. Rank 0 therefore sends HELLO every
+ * HELLO_IVL_MS until one comes back around (every other rank forwards each
+ * HELLO it gets), then READY, which every rank awaits and forwards before
+ * its first DATA. A healthy ring pays one round trip. While it waits a
+ * disconnect is not a failure (the old socket closing looks like one); the
+ * deadline and tt_ring_interrupt are. */
+#define HELLO_IVL_MS 20
+
+static int send_ctl(coll_t *c, int kind) {
+    tt_collseq_hdr_t h;
+    fill_hdr(c, &h, kind, 0);
+    return send_frames(c->r, &h, NULL, 0, NULL);
+}
+
+/* One message during the handshake: 1 done, 0 go on, <0 failed. */
+static int take_hello(coll_t *c, rx_t *m) {
+    tt_ring_t *r = c->r;
+    int kind = m->h.kind, same_gen = m->h.generation == r->gen;
+    if (same_gen && kind == TT_COLLSEQ_ABORT)
+        return take_abort(c, m);
+    zmq_msg_close(&m->body);
+    if (!same_gen) {
+        r->dropped_stale++;
+        return 0;
+    }
+    if (kind == TT_COLLSEQ_DATA)
+        return fail_proto(c, TT_EPROTO, "data before the ring of this generation was ready");
+    if (kind == TT_COLLSEQ_HELLO && r->rank == 0)
+        return 1;
+    if (kind == TT_COLLSEQ_HELLO || (kind == TT_COLLSEQ_READY && r->right != 0))
+        send_ctl(c, kind); /* a lost copy is resent by rank 0 */
+    return kind == TT_COLLSEQ_READY && r->rank != 0;
+}
+
+static int handshake(coll_t *c) {
+    tt_ring_t *r = c->r;
+    uint64_t last_hello = 0;
+    for (;;) {
+        uint64_t now = tt_clock_mono_ms();
+        if (atomic_load(&r->interrupted))
+            return fail_interrupted(c);
+        if (now >= c->deadline_at)
+            return fail_timeout(c, r->left, " to join the ring of this generation");
+        if (r->rank == 0 && since(last_hello, now) >= HELLO_IVL_MS) {
+            send_ctl(c, TT_COLLSEQ_HELLO);
+            last_hello = now;
+        }
+        rx_t m;
+        int rc = read_msg(c, &m);
+        if (rc == 1 && (rc = take_hello(c, &m)) == 1)
+            break;
+        if (rc < 0)
+            return rc;
+        if (rc == 0) {
+            int64_t tmo = (int64_t)(c->deadline_at - now);
+            poll_ring(r, tmo < HELLO_IVL_MS ? tmo : HELLO_IVL_MS);
+        }
+    }
+    r->ready = 1;
+    r->left_gone_ms = r->right_gone_ms = 0; /* the old sockets' closes */
+    if (r->rank == 0 && send_ctl(c, TT_COLLSEQ_READY) != TT_OK)
+        return ring_fail(c, TT_EUNREACHABLE, r->right, r->rank, "cannot queue READY");
+    return TT_OK;
 }
 
 /* Waits for DATA unit `unit` from the left; on success *body holds it. */
@@ -596,9 +686,13 @@ static int wait_released(coll_t *c) {
             return fail_timeout(c, r->right, " to take its data");
         if (r->right_gone_ms != 0 && since(r->right_gone_ms, now) > GONE_GRACE_MS)
             return fail_gone(c, r->right);
-        zmq_pollitem_t it[2] = {{NULL, r->evfd, ZMQ_POLLIN, 0}, {r->mon_push, 0, ZMQ_POLLIN, 0}};
+        if (atomic_load(&r->interrupted))
+            return fail_interrupted(c);
+        zmq_pollitem_t it[3] = {{NULL, r->evfd, ZMQ_POLLIN, 0},
+                                {r->mon_push, 0, ZMQ_POLLIN, 0},
+                                {NULL, r->wakefd, ZMQ_POLLIN, 0}};
         int64_t tmo = (int64_t)(c->deadline_at - now);
-        zmq_poll(it, 2, (long)(tmo < 50 ? tmo : 50));
+        zmq_poll(it, 3, (long)(tmo < 50 ? tmo : 50));
         if (it[0].revents && read(r->evfd, &v, sizeof(v)) < 0)
             v = 0; /* EAGAIN: another wake-up raced us; the loop re-checks */
         if (it[1].revents)
@@ -744,7 +838,8 @@ int tt_ring_allreduce(tt_ring_t *r, void *buf, size_t count, tt_dtype_t dtype, t
         return r->failed;
     coll_t c;
     coll_begin(&c, r, (tt_coll_fp_t){TT_COLL_ALLREDUCE, (uint8_t)dtype, (uint8_t)op, -1, count});
-    return coll_end(&c, r->world == 1 ? TT_OK : allreduce_units(&c, buf, count, fn));
+    int rc = r->world == 1 ? TT_OK : r->ready ? TT_OK : handshake(&c);
+    return coll_end(&c, rc != TT_OK || r->world == 1 ? rc : allreduce_units(&c, buf, count, fn));
 }
 
 int tt_ring_broadcast(tt_ring_t *r, void *buf, size_t count, tt_dtype_t dtype, int root) {
@@ -755,7 +850,8 @@ int tt_ring_broadcast(tt_ring_t *r, void *buf, size_t count, tt_dtype_t dtype, i
         return r->failed;
     coll_t c;
     coll_begin(&c, r, (tt_coll_fp_t){TT_COLL_BROADCAST, (uint8_t)dtype, TT_RED_NONE, root, count});
-    return coll_end(&c, r->world == 1 ? TT_OK : bcast_units(&c, buf, count, root));
+    int rc = r->world == 1 ? TT_OK : r->ready ? TT_OK : handshake(&c);
+    return coll_end(&c, rc != TT_OK || r->world == 1 ? rc : bcast_units(&c, buf, count, root));
 }
 
 int tt_ring_barrier(tt_ring_t *r) {
@@ -766,7 +862,17 @@ int tt_ring_barrier(tt_ring_t *r) {
     coll_t c;
     coll_begin(&c, r, (tt_coll_fp_t){TT_COLL_BARRIER, 0, TT_RED_NONE, -1, 0});
     char token = 0; /* a barrier is an all-reduce of nothing */
-    return coll_end(&c, r->world == 1 ? TT_OK : allreduce_units(&c, &token, 0, NULL));
+    int rc = r->world == 1 ? TT_OK : r->ready ? TT_OK : handshake(&c);
+    return coll_end(&c, rc != TT_OK || r->world == 1 ? rc : allreduce_units(&c, &token, 0, NULL));
+}
+
+void tt_ring_interrupt(tt_ring_t *r) {
+    if (r == NULL)
+        return;
+    atomic_store(&r->interrupted, 1);
+    uint64_t one = 1;
+    if (r->wakefd >= 0 && write(r->wakefd, &one, sizeof(one)) < 0)
+        TT_DEBUG(SUBSYS, "rank %d: interrupt wake-up not written", r->rank);
 }
 
 void tt_ring_set_step(tt_ring_t *r, int64_t step) {

@@ -91,6 +91,11 @@ int tt_ring_broadcast(tt_ring_t *r, void *buf, size_t count, tt_dtype_t dtype, i
  * codes. */
 int tt_ring_barrier(tt_ring_t *r);
 
+/* Ends the collective in flight (and every later one) with TT_EMEMBERSHIP
+ * and an ABORT to the neighbours: the generation is over. The only
+ * function another thread may call while a collective runs. */
+void tt_ring_interrupt(tt_ring_t *r);
+
 /* The training step named in timeout messages (-1: none, the default). */
 void tt_ring_set_step(tt_ring_t *r, int64_t step);
 

@@ -8,7 +8,10 @@
  * others all-reduce: every rank fails with TT_EDESYNC in < 5 s naming both),
  * a SIGSTOPped rank (the others time out naming it) and a SIGKILLed rank
  * (the others fail fast), and a rank on an older generation (its messages
- * are dropped, never mixed in). Usage: ring_check [all|sum|desync|stale|stop|kill]. */
+ * are dropped, never mixed in). A regroup
+ * where one rank keeps its old ring a while (the new ring's handshake
+ * keeps the first frames from being lost) and an interrupted ring. Usage:
+ * ring_check [all|sum|desync|stale|regroup|stop|kill]. */
 #include "tt_clock.h"
 #include "tt_log.h"
 #include "tt_ring.h"
@@ -266,8 +269,7 @@ static int scen_stale(tt_ring_t *r, int rank, const world_t *wd) {
     return 0;
 }
 
-static int child(int rank, const world_t *wd, scenario_fn fn) {
-    uint64_t gen = fn == scen_stale && rank == 0 ? 8 : 7;
+static tt_ring_t *make_ring(int rank, const world_t *wd, uint64_t gen) {
     tt_ring_opts_t o = {.rank = rank,
                         .world = wd->w,
                         .generation = gen,
@@ -275,10 +277,46 @@ static int child(int rank, const world_t *wd, scenario_fn fn) {
                         .deadline_ms = wd->deadline_ms};
     tt_ring_t *r = NULL;
     char err[256] = "";
-    if (tt_ring_create(&r, &o, err, sizeof(err)) != 0) {
-        fprintf(stderr, "ring_check rank %d: create: %s\n", rank, err);
+    if (tt_ring_create(&r, &o, err, sizeof(err)) != 0)
+        fprintf(stderr, "ring_check rank %d: create gen %llu: %s\n", rank, (unsigned long long)gen,
+                err);
+    return r;
+}
+
+/* A regroup where the last rank keeps its generation-7 ring (bound to the
+ * same endpoint) for 400 ms after the others built generation 8 and
+ * started their first all-reduce: their first frames reach its old socket.
+ * Every rank must still get the right sum on generation 8, and an
+ * interrupted collective must end with TT_EMEMBERSHIP, not its deadline. */
+static int scen_regroup(tt_ring_t *r, int rank, const world_t *wd) {
+    int bad = check_f32(r, rank, wd->w, 1000003); /* links of gen 7 up */
+    if (rank == wd->w - 1)
+        usleep(400 * 1000);
+    tt_ring_destroy(&r);
+    tt_ring_t *r8 = make_ring(rank, wd, 8);
+    if (r8 == NULL)
         return 1;
-    }
+    uint64_t t0 = tt_clock_mono_ms();
+    bad += check_f32(r8, rank, wd->w, 1000003);
+    bad += check_barrier(r8, rank, wd->w);
+    uint64_t took = tt_clock_mono_ms() - t0;
+    if (took > 3000)
+        FAIL("regroup: generation 8's first all-reduce took %llu ms", (unsigned long long)took);
+    tt_ring_interrupt(r8); /* as the comm layer does on generation 9 */
+    float x = 1;
+    int rc = tt_ring_allreduce(r8, &x, 1, TT_DT_FLOAT32, TT_RED_SUM);
+    if (rc != TT_EMEMBERSHIP && rc != TT_EREMOTE)
+        FAIL("regroup: an interrupted ring answered %s", tt_status_name(rc));
+    tt_ring_destroy(&r8);
+    return bad;
+}
+
+static int child(int rank, const world_t *wd, scenario_fn fn) {
+    tt_ring_t *r = make_ring(rank, wd, fn == scen_stale && rank == 0 ? 8 : 7);
+    if (r == NULL)
+        return 1;
+    if (fn == scen_regroup)
+        return fn(r, rank, wd); /* destroys r itself */
     int bad = fn(r, rank, wd);
     tt_ring_destroy(&r);
     return bad;
@@ -332,6 +370,8 @@ int main(int argc, char **argv) {
         bad += run_world(w, 60000, scen_desync, 0, "desync");
     if (all || !strcmp(which, "stale"))
         bad += run_world(2, 1000, scen_stale, 0, "stale");
+    if (all || !strcmp(which, "regroup"))
+        bad += run_world(3, 10000, scen_regroup, 0, "regroup");
     if (all || !strcmp(which, "stop"))
         bad += run_world(3, 2000, scen_stop, SIGSTOP, "sigstop");
     if (all || !strcmp(which, "kill"))
