@@ -110,7 +110,8 @@ def worker_pid(p, index):
     raise AssertionError(f"no pid for worker {index}")
 
 
-def run_with_kill(h, name, seed, restarts, shards=1, spe=STEPS_PER_EPOCH, epochs=EPOCHS):
+def run_with_kill(h, name, seed, restarts, shards=1, spe=STEPS_PER_EPOCH, epochs=EPOCHS,
+                  pace_ms=0):
     rng = random.Random(seed)
     victim = rng.randrange(4)
     at = rng.randrange(2, spe * epochs // 5 if restarts else spe * epochs // 2)
@@ -119,7 +120,7 @@ def run_with_kill(h, name, seed, restarts, shards=1, spe=STEPS_PER_EPOCH, epochs
     argv = [binary("tether-launch"), "--workers", "4", "--shards", str(shards),
             "--min-workers", "3", "--max-restarts", str(restarts), "--", "tether-train",
             "--data", DATA, "--backend", "ring", *train_args(seed, spe, epochs), "--dump-params", out,
-            "--metrics-json", metrics]
+            "--metrics-json", metrics, "--pace-ms", str(pace_ms)]
     p = h.spawn(name, argv, env=FAST)
     p.wait_line(lambda l: global_step(l) >= at, 90, f"step {at}", stream="log")
     pid = worker_pid(p, victim)
@@ -152,13 +153,11 @@ def test_kill_random_worker(h):
 
 def test_kill_and_restart(h):
     seed = SEEDS[0] + 100
-    # Short epochs (an evaluation each) stretch the run so that the
-    # restarted worker, which loads the dataset first, joins before the end.
-    # A budget of 3 restarts: under a sanitizer's slowdown the joiner's
-    # first state agreement can lose a frame to the ring-rebuild race
-    # (docs/failover.md) and exit; the launcher then restarts it again,
-    # which is the elastic behaviour under test. The checks are unchanged.
-    rows, text = run_with_kill(h, f"restart-{seed}", seed, restarts=3, spe=4, epochs=10)
+    # Paced steps (--pace-ms) stretch the 40 steps so that the restarted
+    # worker, which loads the dataset first, joins well before the end even
+    # on a loaded 2-core machine; more steps would not do, see the top.
+    rows, text = run_with_kill(h, f"restart-{seed}", seed, restarts=1, spe=4, epochs=10,
+                               pace_ms=100)
     assert "restart 1" in text, text[-3000:]
     worlds = [r["world_size"] for r in rows]
     print(f"  world size per epoch: {worlds}")
@@ -177,7 +176,8 @@ def test_sigstop_fenced_and_rejoins(h):
     metrics = os.path.join(h.dir, "stop.json")
     argv = [binary("tether-launch"), "--workers", "4", "--shards", "1", "--min-workers", "3",
             "--max-restarts", "0", "--", "tether-train", "--data", DATA, "--backend", "ring",
-            *train_args(seed, spe, epochs), "--dump-params", out, "--metrics-json", metrics]
+            *train_args(seed, spe, epochs), "--dump-params", out, "--metrics-json", metrics,
+            "--pace-ms", "100"]  # time for the re-join, as in test_kill_and_restart
     p = h.spawn("stop", argv, env=FAST)
     p.wait_line(lambda l: global_step(l) >= 4, 90, "step 4", stream="log")
     pid = worker_pid(p, 2)

@@ -7,6 +7,7 @@ Binaries come from the build tree given by TETHER_BUILD_DIR (ctest sets it).
 """
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -29,6 +30,24 @@ def binary(name):
 
 
 def free_port():
+    """A port that binds now, below the kernel's ephemeral range (as
+    tether-launch picks them): a worker binds its ring port again at every
+    generation, and a port of that range may meanwhile become the source
+    port of any outgoing connection."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    hi, lo = low - 1, max(10000, low - 8192)
+    for _ in range(64 if hi > lo else 0):
+        port = random.randint(lo, hi)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -147,6 +166,8 @@ class Harness:
                         tail = f.read().splitlines()[-25:]
                     print(f"--- tail of {os.path.basename(path)} (pid {p.pid}):")
                     print("\n".join(tail))
+        elif os.environ.get("TETHER_KEEP_LOGS"):
+            print(f"--- logs kept in {self.dir} (TETHER_KEEP_LOGS)")
         else:
             shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -174,7 +195,10 @@ def run_tests(tests):
     """Runs each test(h) with a fresh harness; prints a summary line that
     ctest's log shows; exit status 1 when any failed."""
     passed = failed = 0
+    only = [n for n in os.environ.get("TETHER_TESTS", "").split(",") if n]
     for t in tests:
+        if only and t.__name__ not in only:
+            continue  # TETHER_TESTS=name,...: run just those
         h = Harness(t.__name__)
         start = time.monotonic()
         ok = False

@@ -37,6 +37,7 @@ typedef struct {
     char ckpt_dir[1024], resume[1024]; /* checkpoints: tt_train_ckpt */
     uint64_t ckpt_every, ckpt_keep;
     double ckpt_every_s;
+    uint64_t pace_ms;
 } cli_t;
 
 typedef enum { K_U64, K_F64, K_FLAG, K_STR } kind_t;
@@ -82,6 +83,8 @@ static const opt_t OPTS[] = {
     STR("dump-params", dump, "rank 0 writes the final parameters (raw float32) to FILE"),
     STR("metrics-json", metrics, "append one JSON object per epoch to FILE"),
     U64("log-every", log_every, 0, 1e9, "log line every N steps when not a terminal (50)"),
+    U64("pace-ms", pace_ms, 0, 600000,
+        "stretch every step to at least N ms: a slower model for failover drills (0)"),
     STR("backend", backend,
         "local | ring | ps | nccl | auto (auto: ring, local when TETHER_COORDINATOR is unset)"),
     U64("threads", threads, 1, 256, "BLAS threads (1)"),
@@ -298,7 +301,21 @@ typedef struct {
     tt_progress_t *prog;
     int quiet;
     tt_train_ckpt_t *ck;
+    uint64_t pace_ms, last_ms;
 } step_ctx_t;
+
+/* --pace-ms: sleeps the rest of the step's time budget. Every rank does,
+ * so the ranks stay in step; the training itself is unchanged. */
+static void pace(step_ctx_t *sc) {
+    uint64_t now = tt_clock_mono_ms();
+    if (sc->last_ms != 0 && now < sc->last_ms + sc->pace_ms) {
+        uint64_t ms = sc->last_ms + sc->pace_ms - now;
+        struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) != 0) {
+        }
+    }
+    sc->last_ms = tt_clock_mono_ms();
+}
 
 static void on_step(void *ctx, const tt_step_report_t *r) {
     step_ctx_t *sc = ctx;
@@ -306,6 +323,8 @@ static void on_step(void *ctx, const tt_step_report_t *r) {
         tt_progress_step(sc->prog, r);
     if (sc->ck != NULL)
         tt_train_ckpt_boundary(sc->ck, tt_clock_mono_ms());
+    if (sc->pace_ms > 0)
+        pace(sc);
 }
 
 /* Runs all epochs (from the resumed one); returns 0 or 1 (runtime failure,
@@ -316,7 +335,7 @@ static int train(const cli_t *c, tt_trainer_t *t, tt_train_ckpt_t *ck, tt_train_
     tt_epoch_stats_t st = {0};
     double t0 = now_s(), train_s = 0.0, examples = 0.0;
     char err[512];
-    step_ctx_t sc = {&prog, quiet, ck};
+    step_ctx_t sc = {&prog, quiet, ck, c->pace_ms, 0};
     tt_trainer_state_t s0;
     tt_trainer_get_state(t, &s0);
     for (uint64_t e = s0.epoch; e < epochs; e++) {
