@@ -3,14 +3,10 @@
  * keeps every byte written exactly once and in order. Why a separate
  * header CRC: a damaged length field would otherwise be reported as a
  * truncated payload; with it the message says the header itself is bad.
- * Why sync_file_range: a streaming writer that only fsyncs at the end piles
- * up gigabytes of dirty page cache and then stalls on one huge flush;
- * starting write-back every window and dropping the window before keeps
- * the disk busy all along and the page cache use bounded. */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* sync_file_range */
-#endif
+ * The bytes go out through tt_ckpt_sink (O_DIRECT, double-buffered, an I/O
+ * thread), so computing the CRC overlaps writing the previous buffer. */
 #include "tt_ckpt.h"
+#include "tt_ckpt_sink.h"
 #include "tt_crc32c.h"
 #include "tt_status.h"
 
@@ -30,9 +26,8 @@
 
 #define CKPT_MAGIC         "TTPART\r\n"
 #define CKPT_TRAILER_MAGIC "TTPE"
-#define CKPT_BUF_DEFAULT   ((size_t)1 << 20)
-#define CKPT_WINDOW        ((uint64_t)8 << 20)
 #define CKPT_PATH_MAX      4096
+#define CKPT_READ_BUF      ((size_t)1 << 20)
 
 static void put32(uint8_t *p, uint32_t v) {
     for (int i = 0; i < 4; i++)
@@ -189,12 +184,8 @@ static int decode_ranges(const uint8_t *p, const tt_ckpt_part_info_t *info, cons
 /* ---- writer ---- */
 
 struct tt_ckpt_writer {
-    int fd;
+    tt_ckpt_sink_t *sink;
     int state; /* 0 open, 1 finished, -1 dead */
-    uint8_t *buf;
-    size_t cap, used;
-    uint64_t file_off; /* bytes handed to the kernel */
-    uint64_t synced;   /* write-back started up to here */
     uint64_t payload_written;
     uint32_t crc;
     tt_ckpt_part_info_t info;
@@ -204,79 +195,22 @@ struct tt_ckpt_writer {
     char err[512];
 };
 
-static int write_all(int fd, const uint8_t *p, size_t len) {
-    while (len > 0) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return -1;
-        p += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
 static int fail_sys(tt_ckpt_writer_t *w, const char *step) {
     snprintf(w->err, sizeof(w->err), "part %s: %s failed: %s", w->path, step, strerror(errno));
     w->state = -1;
     return TT_ESYS;
 }
 
-/* Starts write-back of the newest full window and waits for (then drops
- * from the cache) the one before, so at most two windows are dirty. */
-static void writeback(tt_ckpt_writer_t *w) {
-#ifdef __linux__
-    while (w->file_off - w->synced >= CKPT_WINDOW) {
-        sync_file_range(w->fd, (off_t)w->synced, (off_t)CKPT_WINDOW, SYNC_FILE_RANGE_WRITE);
-        if (w->synced >= CKPT_WINDOW) {
-            off_t prev = (off_t)(w->synced - CKPT_WINDOW);
-            sync_file_range(w->fd, prev, (off_t)CKPT_WINDOW,
-                            SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
-                                SYNC_FILE_RANGE_WAIT_AFTER);
-            posix_fadvise(w->fd, prev, (off_t)CKPT_WINDOW, POSIX_FADV_DONTNEED);
-        }
-        w->synced += CKPT_WINDOW;
-    }
-#else
-    (void)w;
-#endif
-}
-
-static int flush_buf(tt_ckpt_writer_t *w) {
-    if (w->used == 0)
-        return TT_OK;
-    if (write_all(w->fd, w->buf, w->used) != 0)
-        return fail_sys(w, "write");
-    w->file_off += w->used;
-    w->used = 0;
-    writeback(w);
-    return TT_OK;
+static int fail_sink(tt_ckpt_writer_t *w) {
+    snprintf(w->err, sizeof(w->err), "part %s", tt_ckpt_sink_error(w->sink));
+    w->state = -1;
+    return TT_ESYS;
 }
 
 /* Every byte of the file goes through here, so the CRC covers all of it. */
 static int emit(tt_ckpt_writer_t *w, const uint8_t *p, size_t len) {
     w->crc = tt_crc32c(w->crc, p, len);
-    if (len >= w->cap) {
-        int rc = flush_buf(w);
-        if (rc != TT_OK)
-            return rc;
-        if (write_all(w->fd, p, len) != 0)
-            return fail_sys(w, "write");
-        w->file_off += len;
-        writeback(w);
-        return TT_OK;
-    }
-    while (len > 0) {
-        size_t n = w->cap - w->used < len ? w->cap - w->used : len;
-        memcpy(w->buf + w->used, p, n);
-        w->used += n;
-        p += n;
-        len -= n;
-        if (w->used == w->cap && flush_buf(w) != TT_OK)
-            return TT_ESYS;
-    }
-    return TT_OK;
+    return tt_ckpt_sink_write(w->sink, p, len) == TT_OK ? TT_OK : fail_sink(w);
 }
 
 static int emit_prefix(tt_ckpt_writer_t *w, const tt_ckpt_part_opts_t *o) {
@@ -296,9 +230,13 @@ static int writer_open(tt_ckpt_writer_t *w, const tt_ckpt_part_opts_t *o) {
     snprintf(w->dir, sizeof(w->dir), "%s", o->dir);
     snprintf(w->path, sizeof(w->path), "%s/%s", o->dir, o->name);
     snprintf(w->tmp, sizeof(w->tmp), "%s.tmp", w->path);
-    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (w->fd < 0)
-        return fail_sys(w, "create");
+    char why[600];
+    if (tt_ckpt_sink_open(&w->sink, w->tmp, o->buf_bytes, TT_CKPT_SINK_AUTO, why, sizeof(why)) !=
+        TT_OK) {
+        snprintf(w->err, sizeof(w->err), "part %s", why);
+        w->state = -1;
+        return TT_ESYS;
+    }
     w->info =
         (tt_ckpt_part_info_t){o->kind,
                               o->planes,
@@ -316,13 +254,8 @@ int tt_ckpt_writer_create(tt_ckpt_writer_t **out, const tt_ckpt_part_opts_t *opt
     if (rc != TT_OK)
         return rc;
     tt_ckpt_writer_t *w = calloc(1, sizeof(*w));
-    size_t cap = opts->buf_bytes ? opts->buf_bytes : CKPT_BUF_DEFAULT;
-    if (w == NULL || (w->buf = malloc(cap)) == NULL) {
-        free(w);
+    if (w == NULL)
         return TT_ENOMEM;
-    }
-    w->cap = cap;
-    w->fd = -1;
     rc = writer_open(w, opts);
     if (rc != TT_OK) {
         CSET_ERR(err, errlen, "%s", w->err);
@@ -352,20 +285,10 @@ static int writer_seal(tt_ckpt_writer_t *w) {
     w->info.crc32c = w->crc;
     put32(t, w->crc);
     memcpy(t + 4, CKPT_TRAILER_MAGIC, 4);
-    w->crc = tt_crc32c(w->crc, t, sizeof(t)); /* keeps emit's invariant; unused */
-    if (w->cap - w->used < sizeof(t) && flush_buf(w) != TT_OK)
+    if (emit(w, t, sizeof(t)) != TT_OK) /* the CRC of the trailer is unused */
         return TT_ESYS;
-    memcpy(w->buf + w->used, t, sizeof(t));
-    w->used += sizeof(t);
-    if (flush_buf(w) != TT_OK)
-        return TT_ESYS;
-    if (fsync(w->fd) != 0)
-        return fail_sys(w, "fsync");
-    if (close(w->fd) != 0) {
-        w->fd = -1;
-        return fail_sys(w, "close");
-    }
-    w->fd = -1;
+    if (tt_ckpt_sink_close(w->sink) != TT_OK) /* flush, fsync, close */
+        return fail_sink(w);
     if (rename(w->tmp, w->path) != 0)
         return fail_sys(w, "rename");
     int dfd = open(w->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -405,11 +328,9 @@ void tt_ckpt_writer_destroy(tt_ckpt_writer_t **wp) {
     if (wp == NULL || *wp == NULL)
         return;
     tt_ckpt_writer_t *w = *wp;
-    if (w->fd >= 0)
-        close(w->fd);
+    tt_ckpt_sink_destroy(&w->sink);
     if (w->state != 1 && w->tmp[0] != '\0')
         unlink(w->tmp);
-    free(w->buf);
     free(w);
     *wp = NULL;
 }
@@ -485,7 +406,7 @@ static int load_prefix(int fd, uint64_t size, const char *label, tt_ckpt_part_in
 /* CRC of the bytes before the trailer, and the trailer's own claim. */
 static int crc_body(int fd, uint64_t size, const char *label, uint32_t *got, uint32_t *claimed,
                     char *err, size_t errlen) {
-    size_t cap = CKPT_BUF_DEFAULT;
+    size_t cap = CKPT_READ_BUF;
     uint8_t *buf = malloc(cap);
     if (buf == NULL)
         return TT_ENOMEM;

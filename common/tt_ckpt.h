@@ -55,7 +55,7 @@ typedef struct tt_ckpt_part_opts {
     uint32_t nranges;
     uint32_t planes;      /* shard: payload_len == planes * sum(lengths) */
     uint64_t payload_len; /* exactly this many bytes must be written */
-    size_t buf_bytes;     /* write buffer; 0: 1 MiB. Bounds the writer's memory */
+    size_t buf_bytes;     /* each of the writer's 2 buffers; 0: 4 MiB. Bounds its memory */
 } tt_ckpt_part_opts_t;
 
 typedef struct tt_ckpt_writer tt_ckpt_writer_t;
