@@ -126,8 +126,10 @@ int tt_manifest_decode(const void *data, size_t len, tt_manifest_t *out, char *e
 /* Releases the arrays and zeroes *m. Accepts NULL and zeroed manifests. */
 void tt_manifest_free(tt_manifest_t *m);
 
-/* "<dir>/MANIFEST": load (TT_ENOTFOUND when absent, else as decode) and
- * store (validate, then tmp + fsync + rename + directory fsync: the commit
+/* "<dir>/MANIFEST": the encoding plus a CRC-32C trailer (tt_manifest_io.c).
+ * load: TT_ENOTFOUND when absent, TT_ECORRUPT when the trailer is missing
+ * or does not match ("the manifest itself is damaged"), else as decode.
+ * store: validate, then tmp + fsync + rename + directory fsync (the commit
  * point of a checkpoint). Blocking I/O. */
 int tt_manifest_load(const char *dir, tt_manifest_t *out, char *err, size_t errlen);
 int tt_manifest_store(const char *dir, const tt_manifest_t *m, char *err, size_t errlen);

@@ -5,7 +5,11 @@
  * NUL-terminated bounded strings, and nothing outside tt_wire depends on
  * protobuf-c's memory layout. Every count is bounded before anything is
  * allocated from it, so a hostile file cannot make us allocate more than a
- * small multiple of its own size. */
+ * small multiple of its own size. The file ends in an 8-byte trailer
+ * ("TTMF" + CRC-32C of the encoding before it, little-endian): a flipped
+ * byte inside a size or CRC field still decodes as valid protobuf, and
+ * without its own checksum the manifest would blame an intact part. */
+#include "tt_crc32c.h"
 #include "tt_fsutil.h"
 #include "tt_manifest.h"
 #include "tt_status.h"
@@ -270,6 +274,44 @@ out:
 
 /* ---- the MANIFEST file ---- */
 
+#define MF_TRAILER_MAGIC "TTMF"
+#define MF_TRAILER_BYTES 8u
+
+/* Checks and strips the trailer: the protobuf bytes are buf[0..*body). */
+static int check_trailer(const uint8_t *buf, size_t len, size_t *body, char *err, size_t errlen) {
+    if (len < MF_TRAILER_BYTES || memcmp(buf + len - MF_TRAILER_BYTES, MF_TRAILER_MAGIC, 4) != 0) {
+        MSET_ERR(err, errlen, "no checksum trailer (truncated, or not a MANIFEST)");
+        return TT_ECORRUPT;
+    }
+    const uint8_t *t = buf + len - 4;
+    uint32_t want =
+        (uint32_t)t[0] | (uint32_t)t[1] << 8 | (uint32_t)t[2] << 16 | (uint32_t)t[3] << 24;
+    uint32_t got = tt_crc32c(0, buf, len - MF_TRAILER_BYTES);
+    if (got != want) {
+        MSET_ERR(err, errlen,
+                 "checksum mismatch (crc32c 0x%08x, trailer says 0x%08x): the manifest itself "
+                 "is damaged",
+                 got, want);
+        return TT_ECORRUPT;
+    }
+    *body = len - MF_TRAILER_BYTES;
+    return TT_OK;
+}
+
+/* Appends the trailer to a malloc'd encoding (realloc). */
+static int add_trailer(uint8_t **buf, size_t *len) {
+    uint8_t *b = realloc(*buf, *len + MF_TRAILER_BYTES);
+    if (b == NULL)
+        return TT_ENOMEM;
+    uint32_t crc = tt_crc32c(0, b, *len);
+    memcpy(b + *len, MF_TRAILER_MAGIC, 4);
+    for (int i = 0; i < 4; i++)
+        b[*len + 4 + (size_t)i] = (uint8_t)(crc >> (8 * i));
+    *buf = b;
+    *len += MF_TRAILER_BYTES;
+    return TT_OK;
+}
+
 int tt_manifest_load(const char *dir, tt_manifest_t *out, char *err, size_t errlen) {
     char path[4200];
     uint8_t *buf = NULL;
@@ -280,7 +322,10 @@ int tt_manifest_load(const char *dir, tt_manifest_t *out, char *err, size_t errl
     if (rc != TT_OK)
         return rc;
     char why[400] = "";
-    rc = tt_manifest_decode(buf, len, out, why, sizeof(why));
+    size_t body = 0;
+    rc = check_trailer(buf, len, &body, why, sizeof(why));
+    if (rc == TT_OK)
+        rc = tt_manifest_decode(buf, body, out, why, sizeof(why));
     if (rc != TT_OK)
         MSET_ERR(err, errlen, "%s: %s", path, why);
     free(buf);
@@ -293,6 +338,8 @@ int tt_manifest_store(const char *dir, const tt_manifest_t *m, char *err, size_t
     size_t len = 0;
     snprintf(path, sizeof(path), "%s/%s", dir, TT_MANIFEST_FILE);
     int rc = tt_manifest_encode(m, &buf, &len, err, errlen);
+    if (rc == TT_OK)
+        rc = add_trailer(&buf, &len);
     if (rc == TT_OK)
         rc = tt_fs_write_atomic(path, buf, len, err, errlen);
     free(buf);
