@@ -4,8 +4,11 @@
  *   direct   : O_DIRECT writes of 4 MiB aligned blocks, then fsync (what
  *              `dd oflag=direct bs=4M` measures);
  *   buffered : plain 4 MiB write()s, then fsync;
- *   part     : tt_ckpt writer (CRC-32C, 1 MiB buffer, write-back windows),
- *              fed 4 MiB pieces, through finish (fsync + rename + dir fsync).
+ *   part     : tt_ckpt writer (CRC-32C, O_DIRECT through tt_ckpt_sink),
+ *              fed 4 MiB pieces from memory placed like the trainer's
+ *              snapshot (congruent to the payload's file offset modulo
+ *              4 KiB, so written in place), through finish (fsync +
+ *              rename + dir fsync).
  * Each is run `rounds` times interleaved; the best of each is reported,
  * with the part writer as a share of the best baseline (target for the
  * full system: >= 80%). It then commits a one-part manifest and times
@@ -35,6 +38,8 @@ typedef struct bench {
     char dir[4096];
     uint64_t bytes;
     uint8_t *buf; /* BLOCK bytes, 4 KiB aligned */
+    uint8_t *src; /* BLOCK bytes at the shard payload's offset modulo 4 KiB */
+    void *src_mem;
 } bench_t;
 
 static double secs_since(uint64_t t0) {
@@ -72,7 +77,7 @@ static double part_write(const bench_t *b, tt_ckpt_part_info_t *info) {
     uint64_t t0 = tt_clock_mono_ns();
     int rc = tt_ckpt_writer_create(&w, &o, err, sizeof(err));
     for (uint64_t done = 0; rc == TT_OK && done < b->bytes; done += BLOCK)
-        rc = tt_ckpt_writer_write(w, b->buf, BLOCK);
+        rc = tt_ckpt_writer_write(w, b->src, BLOCK);
     if (rc == TT_OK)
         rc = tt_ckpt_writer_finish(w, info);
     double s = secs_since(t0);
@@ -178,8 +183,12 @@ int main(int argc, char **argv) {
     b.bytes = (b.bytes + BLOCK - 1) / BLOCK * BLOCK;
     if (b.bytes == 0 || rounds < 1 || posix_memalign((void **)&b.buf, 4096, BLOCK) != 0)
         return 2;
+    size_t skew = (size_t)(tt_ckpt_payload_offset(1) % 4096);
+    if (posix_memalign(&b.src_mem, 4096, BLOCK + skew) != 0)
+        return 2;
+    b.src = (uint8_t *)b.src_mem + skew;
     for (size_t i = 0; i < BLOCK; i++)
-        b.buf[i] = (uint8_t)(i * 2654435761u >> 11);
+        b.buf[i] = b.src[i] = (uint8_t)(i * 2654435761u >> 11);
     snprintf(b.dir, sizeof(b.dir), "%s/bench-ckpt-XXXXXX", parent);
     if (mkdtemp(b.dir) == NULL) {
         fprintf(stderr, "bench_ckpt_io: cannot create a directory in %s: %s\n", parent,
@@ -198,5 +207,6 @@ int main(int argc, char **argv) {
         rmdir(b.dir);
     }
     free(b.buf);
+    free(b.src_mem);
     return 0;
 }

@@ -65,6 +65,10 @@ static uint64_t prefix_bytes(uint32_t nranges) {
     return TT_CKPT_HEADER_BYTES + (uint64_t)nranges * TT_CKPT_RANGE_BYTES;
 }
 
+uint64_t tt_ckpt_payload_offset(uint32_t nranges) {
+    return prefix_bytes(nranges);
+}
+
 static int check_ranges(const tt_ckpt_range_t *r, uint32_t n, uint64_t *sum, char *err,
                         size_t errlen) {
     uint64_t end = 0;
@@ -207,10 +211,29 @@ static int fail_sink(tt_ckpt_writer_t *w) {
     return TT_ESYS;
 }
 
-/* Every byte of the file goes through here, so the CRC covers all of it. */
+/* Every byte of the file goes through here or emit_payload, so the CRC
+ * covers all of it. */
 static int emit(tt_ckpt_writer_t *w, const uint8_t *p, size_t len) {
     w->crc = tt_crc32c(w->crc, p, len);
     return tt_ckpt_sink_write(w->sink, p, len) == TT_OK ? TT_OK : fail_sink(w);
+}
+
+/* Payload: CRC one chunk, hand it to the sink in place, and CRC the next
+ * while the I/O thread writes it. The first chunk of a call is small, as
+ * its CRC cannot overlap a write; chunks end at 4 KiB file positions, so
+ * after the first no bytes need copying. The caller's memory is released
+ * before returning. */
+#define EMIT_FIRST ((size_t)256 << 10)
+#define EMIT_CHUNK ((size_t)4 << 20)
+static int emit_payload(tt_ckpt_writer_t *w, const uint8_t *p, size_t len) {
+    for (size_t off = 0, n; off < len; off += n) {
+        n = (off == 0 ? EMIT_FIRST : EMIT_CHUNK) - (size_t)(tt_ckpt_sink_size(w->sink) % 4096);
+        n = len - off < n ? len - off : n;
+        w->crc = tt_crc32c(w->crc, p + off, n);
+        if (tt_ckpt_sink_write_ref(w->sink, p + off, n) != TT_OK)
+            return fail_sink(w);
+    }
+    return tt_ckpt_sink_release(w->sink) == TT_OK ? TT_OK : fail_sink(w);
 }
 
 static int emit_prefix(tt_ckpt_writer_t *w, const tt_ckpt_part_opts_t *o) {
@@ -277,7 +300,7 @@ int tt_ckpt_writer_write(tt_ckpt_writer_t *w, const void *data, size_t len) {
         return TT_ESIZE;
     }
     w->payload_written += len;
-    return emit(w, data, len);
+    return emit_payload(w, data, len);
 }
 
 static int writer_seal(tt_ckpt_writer_t *w) {

@@ -69,15 +69,22 @@ int tt_ckpt_name_ok(const char *name);
  * overlapping, plane count, payload length). 0 or TT_EINVAL with `err`. */
 int tt_ckpt_part_opts_check(const tt_ckpt_part_opts_t *opts, char *err, size_t errlen);
 
+/* File offset of the payload in a part with `nranges` ranges: a caller
+ * that places its payload at an address equal to this modulo 4096 gets
+ * it written without a copy (tt_ckpt_sink). */
+uint64_t tt_ckpt_payload_offset(uint32_t nranges);
+
 /* Creates "<dir>/<name>.tmp" and writes the header and range table.
  * Returns 0, TT_EINVAL (opts inconsistent), TT_ESYS, TT_ENOMEM; `err` says
  * which. *out owns the writer. */
 int tt_ckpt_writer_create(tt_ckpt_writer_t **out, const tt_ckpt_part_opts_t *opts, char *err,
                           size_t errlen);
 
-/* Appends payload bytes (`data` borrowed). Returns 0, TT_ESIZE (more than
- * payload_len in total), TT_ESYS, TT_ECLOSED (after finish or an error).
- * After any error the writer is dead: destroy it. */
+/* Appends payload bytes (`data` borrowed until it returns). Returns 0,
+ * TT_ESIZE (more than payload_len in total), TT_ESYS, TT_ECLOSED (after
+ * finish or an error). After any error the writer is dead: destroy it.
+ * Payload memory whose address is congruent to its file position modulo
+ * 4 KiB (see tt_ckpt_payload_offset) is written in place, without a copy. */
 int tt_ckpt_writer_write(tt_ckpt_writer_t *w, const void *data, size_t len);
 
 /* Writes the trailer, fsyncs, renames the temporary over "<dir>/<name>" and

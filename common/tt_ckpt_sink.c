@@ -8,9 +8,16 @@
  * disk and the disk for them. With two buffers at most one write is in
  * flight while the caller fills the other.
  *
+ * Why in place (tt_ckpt_sink_write_ref): on a VM memory bandwidth is
+ * scarce (a 16 MiB memcpy measured 2 GB/s next to a 1.6 GB/s disk), so a
+ * copy into the buffers costs as much as the write it feeds. A caller whose
+ * memory sits at the same offset modulo 4 KiB as the file position gets
+ * its bytes written straight from its own pages.
+ *
  * Alignment: buffers are 4 KiB aligned and a multiple of 4 KiB long, and
- * every full buffer lands at a multiple of its size, which satisfies
- * O_DIRECT on every common file system. Only the last, partial buffer is
+ * every buffer is written at a 4 KiB-aligned file offset with a 4 KiB
+ * multiple length (except the last), which satisfies O_DIRECT on every
+ * common file system. Only the last, partial buffer is
  * unaligned: its whole 4 KiB blocks still go direct, then O_DIRECT is
  * cleared (fcntl) for the remaining tail. A file system that accepts the
  * flag at open but refuses the first write (EINVAL) gets the same
@@ -34,11 +41,21 @@
 #define SINK_BUF_DEFAULT ((size_t)4 << 20)
 #define SINK_WINDOW      ((uint64_t)8 << 20)
 
+/* Two writes queued keep the disk busy across the thread's wake-ups. */
+#define SINK_QUEUE 2
+
+typedef struct {
+    const uint8_t *p;
+    size_t len;
+    uint64_t off;
+} sink_job_t;
+
 struct tt_ckpt_sink {
     int fd;
     size_t cap;
     uint8_t *buf[2];
     int cur;           /* buffer the caller fills */
+    int refs;          /* a queued write points into the caller's memory */
     size_t fill;       /* bytes in buf[cur] */
     uint64_t size;     /* bytes appended */
     uint64_t next_off; /* file offset of buf[cur] */
@@ -48,9 +65,8 @@ struct tt_ckpt_sink {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     /* under mu */
-    int job; /* buffer the thread writes, -1: none */
-    size_t job_len;
-    uint64_t job_off;
+    sink_job_t jobs[SINK_QUEUE]; /* FIFO the thread writes: buffers or the caller's memory */
+    int head, njobs;
     int stop;
     int direct;   /* O_DIRECT currently set on fd */
     int io_errno; /* first I/O failure, 0: none */
@@ -135,13 +151,15 @@ static void *io_main(void *arg) {
     tt_ckpt_sink_t *s = arg;
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        while (s->job < 0 && !s->stop)
+        while (s->njobs == 0 && !s->stop)
             pthread_cond_wait(&s->cv, &s->mu);
-        if (s->job < 0)
+        if (s->njobs == 0)
             break;
+        sink_job_t j = s->jobs[s->head]; /* stays queued (counted) while written */
         if (s->io_errno == 0)
-            write_job(s, s->buf[s->job], s->job_len, s->job_off);
-        s->job = -1;
+            write_job(s, j.p, j.len, j.off);
+        s->head = (s->head + 1) % SINK_QUEUE;
+        s->njobs--;
         pthread_cond_broadcast(&s->cv);
     }
     pthread_mutex_unlock(&s->mu);
@@ -155,10 +173,11 @@ static int fail(tt_ckpt_sink_t *s, const char *step, int e) {
     return TT_ESYS;
 }
 
-/* Waits until the thread is idle; reports its failure. */
-static int drain(tt_ckpt_sink_t *s) {
+/* Waits until at most `left` writes are queued (0: the thread is idle);
+ * reports its failure. */
+static int wait_jobs(tt_ckpt_sink_t *s, int left) {
     pthread_mutex_lock(&s->mu);
-    while (s->job >= 0)
+    while (s->njobs > left)
         pthread_cond_wait(&s->cv, &s->mu);
     int e = s->io_errno;
     const char *step = s->io_step;
@@ -166,22 +185,33 @@ static int drain(tt_ckpt_sink_t *s) {
     return e != 0 ? fail(s, step, e) : TT_OK;
 }
 
-/* Hands buf[cur] (full) to the thread and switches to the other, which
- * drain() has just seen written. */
-static int submit(tt_ckpt_sink_t *s) {
-    int rc = drain(s);
+static int drain(tt_ckpt_sink_t *s) {
+    return wait_jobs(s, 0);
+}
+
+/* Queues len bytes at p for the file position next_off once fewer than
+ * `depth` writes are queued. A buffer is queued with depth 1: the thread
+ * is then idle, so the other buffer is free to fill. */
+static int queue(tt_ckpt_sink_t *s, const uint8_t *p, size_t len, int depth) {
+    int rc = wait_jobs(s, depth - 1);
     if (rc != TT_OK)
         return rc;
     pthread_mutex_lock(&s->mu);
-    s->job = s->cur;
-    s->job_len = s->fill;
-    s->job_off = s->next_off;
+    s->jobs[(s->head + s->njobs) % SINK_QUEUE] = (sink_job_t){p, len, s->next_off};
+    s->njobs++;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
-    s->next_off += s->fill;
+    s->next_off += len;
+    return TT_OK;
+}
+
+/* Hands buf[cur] (full, or filled to a 4 KiB multiple) to the thread and
+ * switches to the other, which queue() has just seen idle. */
+static int submit(tt_ckpt_sink_t *s) {
+    int rc = queue(s, s->buf[s->cur], s->fill, 1);
     s->cur ^= 1;
     s->fill = 0;
-    return TT_OK;
+    return rc;
 }
 
 static int open_fd(tt_ckpt_sink_t *s, tt_ckpt_sink_mode_t mode) {
@@ -202,7 +232,6 @@ int tt_ckpt_sink_open(tt_ckpt_sink_t **out, const char *path, size_t buf_bytes,
     size_t cap = buf_bytes ? buf_bytes : SINK_BUF_DEFAULT;
     s->cap = (cap + SINK_ALIGN - 1) / SINK_ALIGN * SINK_ALIGN;
     s->fd = -1;
-    s->job = -1;
     snprintf(s->path, sizeof(s->path), "%s", path);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
@@ -223,6 +252,35 @@ int tt_ckpt_sink_open(tt_ckpt_sink_t **out, const char *path, size_t buf_bytes,
     }
     *out = s;
     return TT_OK;
+}
+
+int tt_ckpt_sink_write_ref(tt_ckpt_sink_t *s, const void *data, size_t len) {
+    const uint8_t *p = data;
+    size_t head = (size_t)(-s->size & (SINK_ALIGN - 1));
+    pthread_mutex_lock(&s->mu);
+    int direct = s->direct;
+    pthread_mutex_unlock(&s->mu);
+    if (!direct || len < head + 2 * SINK_ALIGN || ((uintptr_t)p - s->size) % SINK_ALIGN != 0)
+        return tt_ckpt_sink_write(s, data, len);
+    if (tt_ckpt_sink_write(s, p, head) != TT_OK) /* up to a 4 KiB boundary */
+        return TT_ESYS;
+    if (s->fill > 0 && submit(s) != TT_OK)
+        return TT_ESYS;
+    size_t mid = (len - head) / SINK_ALIGN * SINK_ALIGN;
+    s->size += mid;
+    if (queue(s, p + head, mid, SINK_QUEUE) != TT_OK)
+        return TT_ESYS;
+    s->refs = 1;
+    return tt_ckpt_sink_write(s, p + head + mid, len - head - mid);
+}
+
+int tt_ckpt_sink_release(tt_ckpt_sink_t *s) {
+    if (s->failed)
+        return TT_ESYS;
+    if (!s->refs) /* only copies in flight: no need to wait */
+        return TT_OK;
+    s->refs = 0;
+    return drain(s);
 }
 
 int tt_ckpt_sink_write(tt_ckpt_sink_t *s, const void *data, size_t len) {

@@ -28,6 +28,17 @@ int tt_ckpt_sink_open(tt_ckpt_sink_t **out, const char *path, size_t buf_bytes,
  * or TT_ESYS, sticky: after a failure every call fails. */
 int tt_ckpt_sink_write(tt_ckpt_sink_t *s, const void *data, size_t len);
 
+/* Appends len bytes like tt_ckpt_sink_write, but where the bytes can go
+ * out with O_DIRECT from where they are (data and the file position agree
+ * modulo 4 KiB, and len spans at least two whole blocks) they are written
+ * in place by the I/O thread while this returns at once: the memory must
+ * stay valid and unchanged until tt_ckpt_sink_release (or close/destroy).
+ * Otherwise it copies. TT_OK or TT_ESYS (sticky). */
+int tt_ckpt_sink_write_ref(tt_ckpt_sink_t *s, const void *data, size_t len);
+
+/* Waits until no write refers to the caller's memory. TT_OK or TT_ESYS. */
+int tt_ckpt_sink_release(tt_ckpt_sink_t *s);
+
 /* Writes what is buffered, fsyncs and closes the file. TT_OK or TT_ESYS.
  * The sink is spent afterwards (destroy it). */
 int tt_ckpt_sink_close(tt_ckpt_sink_t *s);

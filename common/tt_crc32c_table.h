@@ -325,4 +325,26 @@ static const uint32_t tt_crc32c_tab[8][256] = {
     },
 };
 
+/* Shift operators for the 3-way interleaved SSE4.2 loop (tt_crc32c.c):
+ * column i is the CRC register 1 << i followed by 32 KiB (crc_shift1) or
+ * 64 KiB (crc_shift2) of zero bytes, so shifting a register r over n zero
+ * bytes is the XOR of the columns of r's set bits (the register update is
+ * linear over GF(2)). Generated with the byte-wise update above;
+ * test_crc32c checks the interleaved path against slicing-by-8. */
+#define TT_CRC32C_BLK 32768u
+static const uint32_t tt_crc32c_shift1[32] = {
+    0x04fcdcbfu, 0x09f9b97eu, 0x13f372fcu, 0x27e6e5f8u, 0x4fcdcbf0u, 0x9f9b97e0u, 0x3adb5931u,
+    0x75b6b262u, 0xeb6d64c4u, 0xd336bf79u, 0xa3810803u, 0x42ee66f7u, 0x85dccdeeu, 0x0e55ed2du,
+    0x1cabda5au, 0x3957b4b4u, 0x72af6968u, 0xe55ed2d0u, 0xcf51d351u, 0x9b4fd053u, 0x3373d657u,
+    0x66e7acaeu, 0xcdcf595cu, 0x9e72c449u, 0x3909fe63u, 0x7213fcc6u, 0xe427f98cu, 0xcda385e9u,
+    0x9eab7d23u, 0x38ba8cb7u, 0x7175196eu, 0xe2ea32dcu,
+};
+static const uint32_t tt_crc32c_shift2[32] = {
+    0x6bafcc21u, 0xd75f9842u, 0xab534675u, 0x534afa1bu, 0xa695f436u, 0x48c79e9du, 0x918f3d3au,
+    0x26f20c85u, 0x4de4190au, 0x9bc83214u, 0x327c12d9u, 0x64f825b2u, 0xc9f04b64u, 0x960ce039u,
+    0x29f5b683u, 0x53eb6d06u, 0xa7d6da0cu, 0x4a41c2e9u, 0x948385d2u, 0x2ceb7d55u, 0x59d6faaau,
+    0xb3adf554u, 0x62b79c59u, 0xc56f38b2u, 0x8f320795u, 0x1b8879dbu, 0x3710f3b6u, 0x6e21e76cu,
+    0xdc43ced8u, 0xbd6beb41u, 0x7f3ba073u, 0xfe7740e6u,
+};
+
 #endif

@@ -6,6 +6,7 @@
 #include "tt_cunit.h"
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef uint32_t (*crc_fn)(uint32_t, const void *, size_t);
@@ -88,6 +89,26 @@ static void crc32c_tables_match_reference_on_large_input(void) {
     CU_ASSERT_EQUAL(bad, 0);
 }
 
+/* The three-stream path (inputs of 3 x 32 KiB and more) against
+ * slicing-by-8, with odd lengths, offsets and a non-zero start CRC, and
+ * the shift operators against zero bytes run through the byte-wise code. */
+static void crc32c_interleaved_matches_sw(void) {
+    size_t n = (size_t)7 * 32768 + 1234;
+    uint8_t *big = malloc(n + 16);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(big);
+    fill(big, n + 16);
+    const size_t lens[] = {3 * 32768 - 1, 3 * 32768, 3 * 32768 + 5, 6 * 32768 + 17, n};
+    int bad = 0;
+    for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++)
+        for (size_t start = 0; start < 9; start += 4)
+            bad += tt_crc32c_hw(0x1234abcdu, big + start, lens[k]) !=
+                   tt_crc32c_sw(0x1234abcdu, big + start, lens[k]);
+    CU_ASSERT_EQUAL(bad, 0);
+    memset(big, 0, n);
+    CU_ASSERT_EQUAL(tt_crc32c_hw(0, big, n), tt_crc32c_sw(0, big, n));
+    free(big);
+}
+
 static void crc32c_incremental_equals_one_shot(void) {
     uint8_t buf[300];
     fill(buf, sizeof(buf));
@@ -108,6 +129,7 @@ static const tt_cunit_test_t tests[] = {
     {"crc32c_implementations_agree_all_lengths_and_alignments",
      crc32c_implementations_agree_all_lengths_and_alignments},
     {"crc32c_tables_match_reference_on_large_input", crc32c_tables_match_reference_on_large_input},
+    {"crc32c_interleaved_matches_sw", crc32c_interleaved_matches_sw},
     {"crc32c_incremental_equals_one_shot", crc32c_incremental_equals_one_shot},
     {NULL, NULL},
 };

@@ -41,7 +41,7 @@ typedef struct {
     uint64_t stall_ns_total, stall_ns_max; /* step loop blocked in the hook */
     uint64_t snapshot_ns_max;              /* of which the snapshot memcpy */
     uint64_t last_bytes;                   /* bytes this rank wrote last time */
-    uint64_t last_write_ns;                /* its write time (thread) */
+    uint64_t last_write_ns;                /* its part writes, after the snapshot */
     uint64_t boundaries;
 } tt_train_ckpt_stats_t;
 

@@ -51,7 +51,8 @@ struct tt_train_ckpt {
     uint32_t states[TT_TC_MAX_STATES]; /* tt_state_kind_t of each plane */
     float *planes[TT_TC_MAX_STATES];   /* live buffers (borrowed) */
     size_t n;                          /* floats per plane */
-    float *snap;
+    float *snap;    /* inside snap_mem, at the shard payload's offset modulo 4 KiB */
+    void *snap_mem; /* the allocation */
     size_t snap_cap;
     double *ctl;
     size_t ctl_cap;
