@@ -65,6 +65,7 @@ struct tt_ring {
     int ready;              /* handshake done: every link ends in this generation */
     atomic_long zc_pending; /* zero-copy frames ZeroMQ still references */
     uint64_t left_gone_ms, right_gone_ms;
+    int left_conns; /* connections accepted on the PULL and still open */
     tt_flight_t *flight;
     int failed, suspect;
     uint64_t dropped_stale;
@@ -87,8 +88,13 @@ static int set_int(void *s, int opt, int v) {
     return zmq_setsockopt(s, opt, &v, sizeof(v));
 }
 
+/* Connection events a ring socket's monitor PAIR reports. */
+#define RING_MON_EVENTS (ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED | ZMQ_EVENT_ACCEPTED)
+
+/* The monitor starts before bind/connect so that no connection's events
+ * are missed (drain_monitor counts the PULL's connections). */
 static int ring_socket(tt_ring_t *r, int type, const char *ep, int bind, int64_t maxmsg, void **out,
-                       char *err, size_t errlen) {
+                       void **mon, char *err, size_t errlen) {
     void *s = zmq_socket(r->zctx, type);
     if (s == NULL)
         goto fail;
@@ -99,6 +105,10 @@ static int ring_socket(tt_ring_t *r, int type, const char *ep, int bind, int64_t
         zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg)) ||
         zmq_setsockopt(s, ZMQ_AFFINITY, &affinity, sizeof(affinity)))
         goto fail;
+    if (tt_zmq_monitor_open(r->zctx, s, RING_MON_EVENTS, mon, err, errlen) != TT_OK) {
+        zmq_close(s);
+        return TT_ESYS;
+    }
     if ((bind ? zmq_bind(s, ep) : zmq_connect(s, ep)) != 0)
         goto fail;
     *out = s;
@@ -111,9 +121,6 @@ fail:
         zmq_close(s);
     return TT_ESYS;
 }
-
-/* Connection events a ring socket's monitor PAIR reports. */
-#define RING_MON_EVENTS (ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED | ZMQ_EVENT_ACCEPTED)
 
 static int check_opts(const tt_ring_opts_t *o, char *err, size_t errlen) {
     const char *why = NULL;
@@ -141,13 +148,10 @@ static int ring_connect(tt_ring_t *r, const tt_ring_opts_t *o, char *err, size_t
     r->io_threads = o->io_threads > 0 ? o->io_threads : TT_RING_IO_THREADS_DEFAULT;
     zmq_ctx_set(r->zctx, ZMQ_IO_THREADS, r->io_threads);
     zmq_ctx_set(r->zctx, ZMQ_BLOCKY, 0);
-    TT_CHECK_GOTO(ring_socket(r, ZMQ_PULL, bind_ep, 1, maxmsg, &r->pull, err, errlen), rc, out);
-    TT_CHECK_GOTO(
-        ring_socket(r, ZMQ_PUSH, o->endpoints[r->right], 0, maxmsg, &r->push, err, errlen), rc,
-        out);
-    TT_CHECK_GOTO(tt_zmq_monitor_open(r->zctx, r->pull, RING_MON_EVENTS, &r->mon_pull, err, errlen),
+    TT_CHECK_GOTO(ring_socket(r, ZMQ_PULL, bind_ep, 1, maxmsg, &r->pull, &r->mon_pull, err, errlen),
                   rc, out);
-    TT_CHECK_GOTO(tt_zmq_monitor_open(r->zctx, r->push, RING_MON_EVENTS, &r->mon_push, err, errlen),
+    TT_CHECK_GOTO(ring_socket(r, ZMQ_PUSH, o->endpoints[r->right], 0, maxmsg, &r->push,
+                              &r->mon_push, err, errlen),
                   rc, out);
     r->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     r->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -421,18 +425,28 @@ static int fail_gone(coll_t *c, int who) {
 }
 
 /* Socket monitor events: a TCP reset from a killed peer arrives as
- * DISCONNECTED; a (re)connection clears it. */
-static void drain_monitor(void *mon, uint64_t *gone_ms) {
+ * DISCONNECTED; a (re)connection clears it. Why a count on the PULL: any
+ * process may connect to it, e.g. a fenced rank's previous ring reaching
+ * its old neighbour's endpoint, and that stale connection's close must not
+ * be taken for the left neighbour's. The left counts as gone only when no
+ * accepted connection is left (*conns; NULL for the PUSH, which has one). */
+static void drain_monitor(void *mon, uint64_t *gone_ms, int *conns) {
     uint16_t id;
     int32_t fd;
     int rc;
     while ((rc = tt_zmq_monitor_read(mon, &id, &fd)) != TT_EAGAIN) {
         if (rc != TT_OK)
             continue;
-        if (id == ZMQ_EVENT_DISCONNECTED && *gone_ms == 0)
-            *gone_ms = tt_clock_mono_ms();
-        else if (id == ZMQ_EVENT_CONNECTED || id == ZMQ_EVENT_ACCEPTED)
+        if (id == ZMQ_EVENT_CONNECTED || id == ZMQ_EVENT_ACCEPTED) {
             *gone_ms = 0;
+            if (conns != NULL)
+                (*conns)++;
+        } else if (id == ZMQ_EVENT_DISCONNECTED) {
+            if (conns != NULL && *conns > 0)
+                (*conns)--;
+            if ((conns == NULL || *conns == 0) && *gone_ms == 0)
+                *gone_ms = tt_clock_mono_ms();
+        }
     }
 }
 
@@ -446,9 +460,9 @@ static void poll_ring(tt_ring_t *r, int64_t tmo) {
     if (zmq_poll(it, 4, (long)tmo) < 0)
         return; /* EINTR: the caller just tries again */
     if (it[1].revents)
-        drain_monitor(r->mon_pull, &r->left_gone_ms);
+        drain_monitor(r->mon_pull, &r->left_gone_ms, &r->left_conns);
     if (it[2].revents)
-        drain_monitor(r->mon_push, &r->right_gone_ms);
+        drain_monitor(r->mon_push, &r->right_gone_ms, NULL);
 }
 
 /* tt_ring_interrupt was called: the generation has ended, so nothing more
@@ -696,7 +710,7 @@ static int wait_released(coll_t *c) {
         if (it[0].revents && read(r->evfd, &v, sizeof(v)) < 0)
             v = 0; /* EAGAIN: another wake-up raced us; the loop re-checks */
         if (it[1].revents)
-            drain_monitor(r->mon_push, &r->right_gone_ms);
+            drain_monitor(r->mon_push, &r->right_gone_ms, NULL);
     }
     return TT_OK;
 }
