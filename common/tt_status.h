@@ -37,6 +37,7 @@
     XX(EJOBFAILED, -52, "job failed")                                                              \
     XX(EDIVERGED, -53, "replicas diverged")                                                        \
     XX(EAGAIN, -54, "try again")                                                                   \
+    XX(EJOBDONE, -55, "job already finished")                                                      \
     /* GPU */                                                                                      \
     XX(ECUDA, -60, "CUDA error")                                                                   \
     XX(ENCCL, -61, "NCCL error")                                                                   \

@@ -220,8 +220,8 @@ static void tbl_print(tbl_t *t, FILE *out) {
 }
 
 static const char *job_state_name(uint32_t s) {
-    static const char *const names[] = {"waiting", "running", "regrouping", "failed"};
-    return s < 4 ? names[s] : "unknown";
+    static const char *const names[] = {"waiting", "running", "regrouping", "failed", "finished"};
+    return s < sizeof(names) / sizeof(names[0]) ? names[s] : "unknown";
 }
 
 /* ---- status ---- */

@@ -174,7 +174,7 @@ TETHER_API int tether_check(tether_t *t) {
         return TETHER_EINVAL;
     tt_client_view_t v;
     tt_client_view(t->client, &v);
-    return tt_client_state_status(v.state);
+    return v.status;
 }
 
 TETHER_API int64_t tether_regroup_step(tether_t *t) {

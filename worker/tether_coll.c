@@ -2,9 +2,11 @@
  * include/tether/tether.h, a thin layer over tt_comm. It owns the wiring
  * between the communication layer and the membership client (the hooks
  * through which tt_comm reads the generation, the members' endpoints and
- * reports suspects), the conversion of public options, and the answer to
- * the coordinator's dump requests (run on the client's background thread,
- * from a snapshot of the flight recorders). It holds no protocol logic. */
+ * reports suspects, and through which the client tells it of a new
+ * generation or of the end of this worker's membership), the conversion of
+ * public options, and the answer to the coordinator's dump requests (run
+ * on the client's background thread, from a snapshot of the flight
+ * recorders). It holds no protocol logic. */
 #include "tether_internal.h"
 
 #include "tt_log.h"
@@ -23,7 +25,7 @@ static void hook_view(void *ctx, tt_comm_view_t *v) {
     tether_t *t = ctx;
     tt_client_view_t cv;
     tt_client_view(t->client, &cv);
-    v->status = tt_client_state_status(cv.state);
+    v->status = cv.status;
     v->generation = cv.generation;
     v->app_generation = cv.app_generation;
     v->rank = cv.rank;
@@ -148,6 +150,19 @@ static void on_generation(void *ctx, uint64_t gen, uint32_t rank, uint32_t world
         t->user_gen_fn(t->user_gen_ctx, gen, rank, world);
 }
 
+/* Client thread: the worker is no longer a member (fenced, job failed or
+ * finished). A collective in flight can never complete: end it now, not at
+ * its deadline; it then returns `status` through the view. */
+static void on_ended(void *ctx, int status) {
+    tether_t *t = ctx;
+    TT_DEBUG("coll", "no longer a member (%s): ending any collective in flight",
+             tt_status_name(status));
+    pthread_mutex_lock(&t->gen_mu);
+    if (t->notify != NULL)
+        tt_comm_membership_ended(t->notify);
+    pthread_mutex_unlock(&t->gen_mu);
+}
+
 int tt_tether_coll_prepare(tether_t *t, tether_opts_t *copy) {
     if (pthread_mutex_init(&t->gen_mu, NULL) != 0)
         return TT_ESYS;
@@ -169,6 +184,7 @@ int tt_tether_coll_init(tether_t *t, const tether_opts_t *opts, char *err, size_
     rc = tt_comm_create(&t->comm, &co, &hooks);
     if (rc == TT_OK) {
         tt_client_set_dump_fn(t->client, answer_dump, t);
+        tt_client_set_ended_fn(t->client, on_ended, t);
         pthread_mutex_lock(&t->gen_mu);
         t->notify = t->comm;
         pthread_mutex_unlock(&t->gen_mu);

@@ -9,7 +9,10 @@
  * (tether_api.c) or the options (tt_client_opts.c).
  * A request that cannot be queued yet (ZMQ_IMMEDIATE: no connection) stays
  * in a one-slot outbox and is retried every OUTBOX_RETRY_MS, so a join
- * issued before the coordinator is up goes out as soon as it is. */
+ * issued before the coordinator is up goes out as soon as it is; a join
+ * the coordinator answered "busy" goes back into the outbox when the state
+ * machine's retry time comes. When the worker stops being a member on the
+ * coordinator's word, the ended hook (tether_coll.c) hears of it. */
 #include "tt_client.h"
 #include "tt_clock.h"
 #include "tt_log.h"
@@ -50,6 +53,8 @@ struct tt_client {
     uint64_t next_hb_ms;
     tt_client_dump_fn dump_fn; /* answers DumpRequest (tether_coll.c) */
     void *dump_ctx;
+    tt_client_ended_fn ended_fn; /* told of TT_CLIENT_EV_ENDED (tether_coll.c) */
+    void *ended_ctx;
     int dump_busy; /* dump_fn runs (unlocked): set_dump_fn waits it out */
 };
 
@@ -100,34 +105,6 @@ static int send_join(tt_client_t *c) {
     return send_env(c, &env);
 }
 
-/* Sends the request of the op in flight (Join, Boundary, Leave, Report). */
-static int send_op(tt_client_t *c) {
-    if (c->sm.op == TT_CLIENT_OP_JOIN)
-        return send_join(c);
-    tt_env_t env;
-    env_for(c, &env, c->sm.op_rid);
-    Tether__Boundary b = TETHER__BOUNDARY__INIT;
-    Tether__Leave l = TETHER__LEAVE__INIT;
-    Tether__ReportFailure r = TETHER__REPORT_FAILURE__INIT;
-    if (c->sm.op == TT_CLIENT_OP_BOUNDARY) {
-        b.completed_step = c->sm.completed_step;
-        env.body_case = TETHER__ENVELOPE__BODY_BOUNDARY;
-        env.boundary = &b;
-    } else if (c->sm.op == TT_CLIENT_OP_LEAVE) {
-        l.reason = c->reason;
-        env.body_case = TETHER__ENVELOPE__BODY_LEAVE;
-        env.leave = &l;
-    } else if (c->sm.op == TT_CLIENT_OP_REPORT) {
-        r.suspect_rank = c->report_rank;
-        r.reason = c->reason;
-        env.body_case = TETHER__ENVELOPE__BODY_REPORT_FAILURE;
-        env.report_failure = &r;
-    } else {
-        return TT_OK;
-    }
-    return send_env(c, &env);
-}
-
 static void send_heartbeat(tt_client_t *c, uint64_t now) {
     Tether__Heartbeat hb = TETHER__HEARTBEAT__INIT;
     hb.completed_step = c->sm.completed_step;
@@ -144,6 +121,37 @@ static void send_heartbeat(tt_client_t *c, uint64_t now) {
         TT_DEBUG("client", "heartbeat gen=%" PRIu64 " step=%" PRId64 " state=%s", c->sm.generation,
                  c->sm.completed_step, tt_client_state_name(c->sm.state));
     c->next_hb_ms = now + c->opts.job.heartbeat_ms;
+}
+
+/* Sends the request of the op in flight (Join, Boundary, Leave, Report). */
+static int send_op(tt_client_t *c) {
+    if (c->sm.op == TT_CLIENT_OP_JOIN)
+        return send_join(c);
+    tt_env_t env;
+    env_for(c, &env, c->sm.op_rid);
+    Tether__Boundary b = TETHER__BOUNDARY__INIT;
+    Tether__Leave l = TETHER__LEAVE__INIT;
+    Tether__ReportFailure r = TETHER__REPORT_FAILURE__INIT;
+    if (c->sm.op == TT_CLIENT_OP_BOUNDARY) {
+        b.completed_step = c->sm.completed_step;
+        env.body_case = TETHER__ENVELOPE__BODY_BOUNDARY;
+        env.boundary = &b;
+    } else if (c->sm.op == TT_CLIENT_OP_LEAVE) {
+        /* The last step first: the Leave carries none, and a "finished"
+         * leave ends the job with the steps the coordinator knows of. */
+        send_heartbeat(c, tt_clock_mono_ms());
+        l.reason = c->reason;
+        env.body_case = TETHER__ENVELOPE__BODY_LEAVE;
+        env.leave = &l;
+    } else if (c->sm.op == TT_CLIENT_OP_REPORT) {
+        r.suspect_rank = c->report_rank;
+        r.reason = c->reason;
+        env.body_case = TETHER__ENVELOPE__BODY_REPORT_FAILURE;
+        env.report_failure = &r;
+    } else {
+        return TT_OK;
+    }
+    return send_env(c, &env);
 }
 
 /* Ends the op in flight with `rc` from the thread's side (e.g. the socket
@@ -182,6 +190,10 @@ static long prepare_round(tt_client_t *c) {
     uint64_t now = tt_clock_mono_ms();
     if (c->reconnect)
         do_reconnect(c);
+    if (c->sm.retry_at_ms != 0 && now >= c->sm.retry_at_ms) {
+        c->sm.retry_at_ms = 0;
+        c->outbox = c->sm.op == TT_CLIENT_OP_JOIN && !c->sm.op_done;
+    }
     if (c->outbox) {
         int rc = send_op(c);
         if (rc == TT_OK)
@@ -197,6 +209,8 @@ static long prepare_round(tt_client_t *c) {
         timeout = (long)(c->next_hb_ms - now);
     if (c->outbox && timeout > OUTBOX_RETRY_MS)
         timeout = OUTBOX_RETRY_MS;
+    if (c->sm.retry_at_ms != 0 && (long)(c->sm.retry_at_ms - now) < timeout)
+        timeout = (long)(c->sm.retry_at_ms - now);
     return timeout;
 }
 
@@ -213,6 +227,14 @@ static void after_message(tt_client_t *c, int ev) {
     if (ev & TT_CLIENT_EV_RESUMED)
         TT_INFO("client", "coordinator %s answers again after %" PRIu64 " ms of silence",
                 c->opts.coordinator, c->sm.silence_ms);
+    if ((ev & TT_CLIENT_EV_ENDED) && c->ended_fn != NULL) {
+        tt_client_ended_fn fn = c->ended_fn;
+        void *ctx = c->ended_ctx;
+        int status = tt_client_sm_status(&c->sm);
+        pthread_mutex_unlock(&c->mu);
+        fn(ctx, status);
+        pthread_mutex_lock(&c->mu);
+    }
     if (!(ev & TT_CLIENT_EV_GENERATION))
         return;
     tt_log_set_generation(c->sm.generation);
@@ -407,6 +429,16 @@ static int run_op(tt_client_t *c, tt_client_op_t op, uint64_t timeout_ms) {
     return rc;
 }
 
+/* The timeout's sentence; after "busy" refusals it keeps the last one,
+ * which says why the coordinator would not take the worker yet. */
+static void join_timeout_error(tt_client_t *c, uint64_t wait) {
+    char why[sizeof(c->sm.last_error)];
+    snprintf(why, sizeof(why), "%s", c->sm.busy_refusals > 0 ? c->sm.last_error : "");
+    snprintf(c->sm.last_error, sizeof(c->sm.last_error),
+             "no generation formed within %" PRIu64 " ms (coordinator %s, job %s)%s%.300s", wait,
+             c->opts.coordinator, c->opts.job_id, why[0] ? "; last refusal: " : "", why);
+}
+
 static uint64_t long_wait_ms(const tt_client_t *c) {
     return (uint64_t)c->opts.job.join_timeout_ms + c->opts.job.heartbeat_timeout_ms;
 }
@@ -420,8 +452,9 @@ int tt_client_join(tt_client_t *c, uint32_t timeout_ms) {
                  tt_client_state_name(st), c->sm.generation);
         rc = TT_EBUSY;
     } else if (st == TT_CLIENT_CLOSED) {
-        snprintf(c->sm.last_error, sizeof(c->sm.last_error), "this client left the job");
-        rc = TT_ECLOSED;
+        rc = c->sm.closed_rc; /* the job finished: its sentence stays */
+        if (rc == TT_ECLOSED)
+            snprintf(c->sm.last_error, sizeof(c->sm.last_error), "this client left the job");
     }
     if (rc == TT_OK) {
         /* A new incarnation on every join: a fenced worker comes back as a
@@ -433,9 +466,7 @@ int tt_client_join(tt_client_t *c, uint32_t timeout_ms) {
         uint64_t wait = timeout_ms ? timeout_ms : long_wait_ms(c);
         rc = run_op(c, TT_CLIENT_OP_JOIN, wait);
         if (rc == TT_ETIMEDOUT)
-            snprintf(c->sm.last_error, sizeof(c->sm.last_error),
-                     "no generation formed within %" PRIu64 " ms (coordinator %s, job %s)", wait,
-                     c->opts.coordinator, c->opts.job_id);
+            join_timeout_error(c, wait);
     }
     pthread_mutex_unlock(&c->mu);
     return rc;
@@ -530,6 +561,7 @@ void tt_client_view(tt_client_t *c, tt_client_view_t *v) {
     v->regroup_after_step = c->sm.regroup_after_step;
     v->incarnation = c->incarnation;
     v->app_generation = c->sm.app_generation;
+    v->status = tt_client_sm_status(&c->sm);
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -564,6 +596,13 @@ void tt_client_set_dump_fn(tt_client_t *c, tt_client_dump_fn fn, void *ctx) {
         pthread_cond_wait(&c->cv, &c->mu);
     c->dump_fn = fn;
     c->dump_ctx = ctx;
+    pthread_mutex_unlock(&c->mu);
+}
+
+void tt_client_set_ended_fn(tt_client_t *c, tt_client_ended_fn fn, void *ctx) {
+    pthread_mutex_lock(&c->mu);
+    c->ended_fn = fn;
+    c->ended_ctx = ctx;
     pthread_mutex_unlock(&c->mu);
 }
 

@@ -63,7 +63,7 @@ typedef enum {
     TT_CLIENT_BOUNDARY = 3, /* at the regroup step, waiting (Boundary sent) */
     TT_CLIENT_FENCED = 4,   /* declared dead: must join again */
     TT_CLIENT_FAILED = 5,   /* job failed for good */
-    TT_CLIENT_CLOSED = 6,   /* left the job */
+    TT_CLIENT_CLOSED = 6,   /* left the job, or the job finished (closed_rc) */
 } tt_client_state_t;
 
 /* The blocking request an application thread waits on; one at a time. */
@@ -80,6 +80,10 @@ enum {
     TT_CLIENT_EV_GENERATION = 1, /* a new generation was installed */
     TT_CLIENT_EV_OP_DONE = 2,    /* the pending op has its outcome */
     TT_CLIENT_EV_RESUMED = 4,    /* first reply after a silence */
+    /* The worker stopped being a member (or joiner) on the coordinator's
+     * word: fenced, job failed, job finished. A collective of the old
+     * generation can no longer complete. */
+    TT_CLIENT_EV_ENDED = 8,
 };
 
 /* tt_client_sm_step result besides tether status codes: the announced
@@ -108,6 +112,12 @@ typedef struct tt_client_sm {
     int op_rc;
     uint64_t last_reply_ms; /* 0: none yet */
     uint64_t silence_ms;    /* gap before the last RESUMED event */
+    int closed_rc;          /* status of CLOSED: TT_ECLOSED (left) or TT_EJOBDONE */
+    /* A join the coordinator refused with TT_EBUSY (flap cool-down, full
+     * wait list) is sent again at retry_at_ms (0: no retry due), within the
+     * join's own deadline; busy_refusals counts them for the timeout text. */
+    uint64_t retry_at_ms;
+    uint32_t busy_refusals;
     char last_error[512];
 } tt_client_sm_t;
 
@@ -126,13 +136,18 @@ int tt_client_sm_finish(tt_client_sm_t *sm, int timed_out);
 
 /* Applies one decoded message from the coordinator at `now_ms`. Returns
  * the TT_CLIENT_EV_* bits (0: nothing the caller must act on) or TT_ENOMEM
- * (state unchanged). Messages that do not fit the state are ignored. */
+ * (state unchanged). Messages that do not fit the state are ignored.
+ * TT_EJOBDONE (an Error, or a HeartbeatReply with job_state FINISHED)
+ * moves any state to CLOSED with closed_rc TT_EJOBDONE and ends the op in
+ * flight with it. A TT_EBUSY answer to the join in flight is no outcome:
+ * the join stays pending and retry_at_ms is set one heartbeat ahead. */
 int tt_client_sm_on_message(tt_client_sm_t *sm, const tt_env_t *env, uint64_t now_ms);
 
 /* The application completed `step`. Returns TT_OK, TETHER_REGROUPED (a
  * generation newer than the app's is installed; now acknowledged),
- * TT_CLIENT_STEP_BOUNDARY (the announced regroup step is reached), TT_EFENCED, TT_EJOBFAILED,
- * TT_ECLOSED or TT_EINVAL (not a member). */
+ * TT_CLIENT_STEP_BOUNDARY (the announced regroup step is reached),
+ * TT_EFENCED, TT_EJOBFAILED, TT_ECLOSED, TT_EJOBDONE or TT_EINVAL (not a
+ * member). */
 int tt_client_sm_step(tt_client_sm_t *sm, int64_t step);
 
 /* 1 when heartbeats are due in this state (JOINING, MEMBER, BOUNDARY). */
@@ -143,6 +158,10 @@ const char *tt_client_state_name(tt_client_state_t s);
 /* The state as a status: TT_OK (joining, member, boundary), TT_EFENCED,
  * TT_EJOBFAILED, TT_ECLOSED, TT_EINVAL (idle). */
 int tt_client_state_status(tt_client_state_t s);
+
+/* Like tt_client_state_status, but CLOSED reads as sm->closed_rc, so a
+ * client whose job finished reports TT_EJOBDONE rather than TT_ECLOSED. */
+int tt_client_sm_status(const tt_client_sm_t *sm);
 
 /* ---- the client (thread safe unless noted) ---- */
 
@@ -168,6 +187,7 @@ int tt_client_leave(tt_client_t *c, const char *reason);
  * receives up to `cap` entries. */
 typedef struct tt_client_view {
     tt_client_state_t state;
+    int status; /* tt_client_sm_status: TT_OK while joining or a member */
     uint64_t generation;
     int32_t rank;
     uint32_t world_size;
@@ -189,6 +209,15 @@ int tt_client_member_of(tt_client_t *c, uint64_t gen, uint32_t rank, tether_memb
 typedef char *(*tt_client_dump_fn)(void *ctx);
 void tt_client_set_dump_fn(tt_client_t *c, tt_client_dump_fn fn, void *ctx);
 int tt_client_poll_generation(tt_client_t *c, uint64_t *gen);
+
+/* Told on the background thread, without the lock, each time the worker
+ * stops being a member on the coordinator's word (TT_CLIENT_EV_ENDED),
+ * with the new status (TT_EFENCED, TT_EJOBFAILED, TT_EJOBDONE): the
+ * collectives use it to end a collective that can no longer complete.
+ * fn NULL: nobody. `ctx` must outlive the client's thread (it is called
+ * until tt_client_destroy returns). Any thread. */
+typedef void (*tt_client_ended_fn)(void *ctx, int status);
+void tt_client_set_ended_fn(tt_client_t *c, tt_client_ended_fn fn, void *ctx);
 
 /* Copies the last error sentence into `out`. */
 void tt_client_last_error(tt_client_t *c, char *out, size_t n);

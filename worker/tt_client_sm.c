@@ -1,13 +1,16 @@
-/* tt_client_sm: the membership client's state machine. It decides how a
- * message from the coordinator or a completed step changes what the worker
- * believes (state, generation, rank, announced regroup step) and when the
- * blocking call in flight has its answer. It is pure: no sockets, no
- * locks, no clock (now_ms comes in). It does not send anything: the client
- * (tt_client.c) turns its decisions into messages.
+/* tt_client_sm: the membership client's state machine. It decides how a message
+ * from the coordinator or a completed step changes what the worker believes
+ * (state, generation, rank, announced regroup step), when the blocking call in
+ * flight has its answer, when a join refused as busy is due again, and when the
+ * worker stopped being a member (ENDED). It is pure: no sockets, no locks, no
+ * clock (now_ms comes in). It does not send anything: the client (tt_client.c)
+ * turns its decisions into messages.
  * Rules that matter: a fenced worker stays fenced until the application
  * joins again (never a silent rejoin), generations only move forward, and
  * an ESTALE answer is not an outcome: the coordinator follows it with the
- * current JoinReply. */
+ * current JoinReply, nor is an EBUSY answer to a join (a flap cool-down or
+ * a full wait list): it is asked again, within the join's deadline. A job
+ * that finished closes the client for good (CLOSED, reading TT_EJOBDONE). */
 #include "tt_client.h"
 #include "tt_log.h"
 #include "tt_status.h"
@@ -40,6 +43,10 @@ int tt_client_state_status(tt_client_state_t s) {
     }
 }
 
+int tt_client_sm_status(const tt_client_sm_t *sm) {
+    return sm->state == TT_CLIENT_CLOSED ? sm->closed_rc : tt_client_state_status(sm->state);
+}
+
 void tt_client_sm_init(tt_client_sm_t *sm, uint32_t heartbeat_ms) {
     memset(sm, 0, sizeof(*sm));
     sm->state = TT_CLIENT_IDLE;
@@ -48,6 +55,7 @@ void tt_client_sm_init(tt_client_sm_t *sm, uint32_t heartbeat_ms) {
     sm->resume_step = -1;
     sm->completed_step = -1;
     sm->regroup_after_step = -1;
+    sm->closed_rc = TT_ECLOSED;
 }
 
 void tt_client_sm_release(tt_client_sm_t *sm) {
@@ -72,6 +80,8 @@ int tt_client_sm_begin(tt_client_sm_t *sm, tt_client_op_t op, uint64_t rid) {
         sm->rank = -1;
         sm->resume_step = -1;
         sm->regroup_after_step = -1;
+        sm->retry_at_ms = 0;
+        sm->busy_refusals = 0;
     } else if (op == TT_CLIENT_OP_BOUNDARY) {
         sm->state = TT_CLIENT_BOUNDARY;
     }
@@ -90,6 +100,7 @@ int tt_client_sm_finish(tt_client_sm_t *sm, int timed_out) {
     sm->op = TT_CLIENT_OP_NONE;
     sm->op_rid = 0;
     sm->op_done = 0;
+    sm->retry_at_ms = 0;
     return rc;
 }
 
@@ -165,13 +176,40 @@ static int on_join_reply(tt_client_sm_t *sm, const Tether__JoinReply *jr) {
     return ev;
 }
 
+/* TT_CLIENT_EV_ENDED when leaving `was`, a state that took part in the job. */
+static int ended_from(tt_client_state_t was) {
+    int active = was == TT_CLIENT_JOINING || was == TT_CLIENT_MEMBER || was == TT_CLIENT_BOUNDARY;
+    return active ? TT_CLIENT_EV_ENDED : 0;
+}
+
+static int on_job_failed(tt_client_sm_t *sm) {
+    tt_client_state_t was = sm->state;
+    if (sm->state != TT_CLIENT_CLOSED)
+        sm->state = TT_CLIENT_FAILED;
+    return ended_from(was) | complete_op(sm, ALL_OPS, TT_EJOBFAILED);
+}
+
+/* The job finished: nothing will ever be asked of this worker again. */
+static int on_job_done(tt_client_sm_t *sm) {
+    tt_client_state_t was = sm->state;
+    if (sm->state == TT_CLIENT_FAILED)
+        return 0; /* it failed first; that is its outcome */
+    sm->state = TT_CLIENT_CLOSED;
+    sm->closed_rc = TT_EJOBDONE;
+    sm->regroup_after_step = -1;
+    if (ended_from(was))
+        TT_INFO("client", "the job finished: %s", sm->last_error);
+    return ended_from(was) | complete_op(sm, ALL_OPS, TT_EJOBDONE);
+}
+
 static int on_heartbeat_reply(tt_client_sm_t *sm, const Tether__HeartbeatReply *hr) {
-    if (hr->job_state == TETHER__JOB_STATE__JOB_FAILED) {
+    int finished = hr->job_state == TETHER__JOB_STATE__JOB_FINISHED;
+    if (finished || hr->job_state == TETHER__JOB_STATE__JOB_FAILED) {
         if (sm->state == TT_CLIENT_CLOSED || sm->state == TT_CLIENT_FAILED)
             return 0;
-        sm->state = TT_CLIENT_FAILED;
-        snprintf(sm->last_error, sizeof(sm->last_error), "the coordinator reports the job failed");
-        return complete_op(sm, ALL_OPS, TT_EJOBFAILED);
+        snprintf(sm->last_error, sizeof(sm->last_error), "the coordinator reports the job %s",
+                 finished ? "finished" : "failed");
+        return finished ? on_job_done(sm) : on_job_failed(sm);
     }
     /* Only a member acts on the announced step; the value refers to the
      * job's current generation, so one from a newer generation waits for
@@ -207,12 +245,26 @@ static int on_fenced(tt_client_sm_t *sm) {
     if (sm->state != TT_CLIENT_FENCED)
         TT_WARN("client", "fenced by the coordinator in state %s: %s",
                 tt_client_state_name(sm->state), sm->last_error);
+    tt_client_state_t was = sm->state;
     sm->state = sm->op == TT_CLIENT_OP_LEAVE ? TT_CLIENT_CLOSED : TT_CLIENT_FENCED;
     sm->regroup_after_step = -1;
-    return complete_op(sm, ALL_OPS, TT_EFENCED);
+    return ended_from(was) | complete_op(sm, ALL_OPS, TT_EFENCED);
 }
 
-static int on_error(tt_client_sm_t *sm, const Tether__Error *e, uint64_t rid) {
+/* The answer to the join in flight is "busy": ask again a heartbeat later
+ * (the coordinator's sentence says how long the cool-down lasts; the join's
+ * deadline bounds the whole wait). */
+static int retry_join(tt_client_sm_t *sm, const char *msg, uint64_t now_ms) {
+    sm->busy_refusals++;
+    sm->retry_at_ms = now_ms + (sm->heartbeat_ms ? sm->heartbeat_ms : 1);
+    snprintf(sm->last_error, sizeof(sm->last_error), "coordinator: %s (EBUSY)", msg);
+    if (sm->busy_refusals == 1)
+        TT_WARN("client", "join refused for now, asking again every %u ms: %s", sm->heartbeat_ms,
+                msg);
+    return 0;
+}
+
+static int on_error(tt_client_sm_t *sm, const Tether__Error *e, uint64_t rid, uint64_t now_ms) {
     const char *msg = e->message ? e->message : "";
     if (e->code == TT_ESTALE) {
         /* Our generation is behind; the current JoinReply follows. */
@@ -225,15 +277,17 @@ static int on_error(tt_client_sm_t *sm, const Tether__Error *e, uint64_t rid) {
         TT_DEBUG("client", "fence answer to request %" PRIu64 " ignored while joining", rid);
         return 0;
     }
+    if (e->code == TT_EBUSY && sm->op == TT_CLIENT_OP_JOIN && !sm->op_done && rid == sm->op_rid &&
+        rid != 0)
+        return retry_join(sm, msg, now_ms);
     snprintf(sm->last_error, sizeof(sm->last_error), "coordinator: %s (%s)", msg,
              tt_status_name(e->code));
     if (e->code == TT_EFENCED)
         return on_fenced(sm);
-    if (e->code == TT_EJOBFAILED) {
-        if (sm->state != TT_CLIENT_CLOSED)
-            sm->state = TT_CLIENT_FAILED;
-        return complete_op(sm, ALL_OPS, TT_EJOBFAILED);
-    }
+    if (e->code == TT_EJOBFAILED)
+        return on_job_failed(sm);
+    if (e->code == TT_EJOBDONE)
+        return on_job_done(sm);
     if (sm->op == TT_CLIENT_OP_NONE || rid != sm->op_rid || rid == 0) {
         TT_WARN("client", "coordinator error %s: %s", tt_status_name(e->code), msg);
         return 0;
@@ -280,7 +334,7 @@ int tt_client_sm_on_message(tt_client_sm_t *sm, const tt_env_t *env, uint64_t no
         rc = on_ack(sm, env->request_id);
         break;
     case TETHER__ENVELOPE__BODY_ERROR:
-        rc = on_error(sm, env->error, env->request_id);
+        rc = on_error(sm, env->error, env->request_id, now_ms);
         break;
     default:
         TT_DEBUG("client", "ignoring %s from the coordinator", tt_wire_body_name(env->body_case));
@@ -296,7 +350,7 @@ int tt_client_sm_step(tt_client_sm_t *sm, int64_t step) {
     case TT_CLIENT_FAILED:
         return TT_EJOBFAILED;
     case TT_CLIENT_CLOSED:
-        return TT_ECLOSED;
+        return sm->closed_rc;
     case TT_CLIENT_MEMBER:
         break;
     default:

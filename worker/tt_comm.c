@@ -13,7 +13,9 @@
  * TT_EMEMBERSHIP without touching the network, and the old backend is
  * destroyed at once: closing its sockets makes ranks still blocked in the
  * old ring fail fast (peer disconnected) instead of waiting for the
- * deadline. A failure that names a suspect (timeout, disconnect) is
+ * deadline. When this worker stops being a member (fenced, job failed or
+ * finished), the backend in use is aborted, which ends a collective in
+ * flight at once. A failure that names a suspect (timeout, disconnect) is
  * reported to the coordinator once per generation, after the job is
  * released, and only while the generation is still current.
  *
@@ -173,6 +175,13 @@ static int open_backend(tt_comm_t *c, const tt_comm_view_t *v) {
     if (c->notified_gen > c->inst_gen)
         ops->abort(inst); /* outdated while it was being built */
     pthread_mutex_unlock(&c->mu);
+    /* Membership may have ended while it was built, before ops was set for
+     * tt_comm_membership_ended to see: the state changes before the hook
+     * runs, so one of the two catches it. */
+    tt_comm_view_t now;
+    c->hooks.view(c->hooks.ctx, &now);
+    if (now.status != TT_OK)
+        tt_comm_membership_ended(c);
     return TT_OK;
 }
 
@@ -411,6 +420,13 @@ void tt_comm_generation_changed(tt_comm_t *c, uint64_t gen) {
             c->ops->abort(c->inst);
         pthread_cond_broadcast(&c->cv);
     }
+    pthread_mutex_unlock(&c->mu);
+}
+
+void tt_comm_membership_ended(tt_comm_t *c) {
+    pthread_mutex_lock(&c->mu);
+    if (c->ops != NULL)
+        c->ops->abort(c->inst);
     pthread_mutex_unlock(&c->mu);
 }
 

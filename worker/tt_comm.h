@@ -9,6 +9,9 @@
  *     started as gradients become ready, the exact int64 example count,
  *     averaging, copy-back, and the time step_finish spent waiting;
  *   - the divergence audit (min/max of a 64-bit parameter checksum);
+ *   - ending a collective in flight when its generation is over, or this
+ *     worker's membership is (tt_comm_generation_changed,
+ *     tt_comm_membership_ended);
  *   - an API-level flight recorder that spans generations (tt_flight),
  *     logged on failure and returned by tt_comm_dump for `tetherctl dump`.
  * It does not own membership: it reads it through the hooks (tt_client in
@@ -164,6 +167,15 @@ void tt_comm_destroy(tt_comm_t **c);
  * is free for the next ring. No wait is needed before the new ring: its
  * handshake (tt_ring.c) tolerates peers that still hold their old one. */
 void tt_comm_generation_changed(tt_comm_t *c, uint64_t gen);
+
+/* The membership client says this worker is no longer a member (fenced,
+ * the job failed or finished; any thread, cheap): a collective in flight
+ * can never complete, so the backend is aborted now rather than left to
+ * its deadline (the ring ends it at once; ps runs to its deadline). The
+ * collective then fails with the view's status (TT_EFENCED, TT_EJOBFAILED,
+ * TT_EJOBDONE), as does every later one; the aborted backend is replaced
+ * when a re-join brings a new generation. */
+void tt_comm_membership_ended(tt_comm_t *c);
 
 /* Synchronous collectives on the current generation (see tether.h for
  * the status codes). Any thread. */

@@ -64,6 +64,7 @@ enum {
     TETHER_EJOBFAILED = -52,
     TETHER_EDIVERGED = -53,
     TETHER_EAGAIN = -54,
+    TETHER_EJOBDONE = -55, /* the job finished: nothing left to do */
     TETHER_ECUDA = -60,
     TETHER_ENCCL = -61,
     TETHER_ENODEV = -62,
@@ -176,10 +177,13 @@ TETHER_API const char *tether_last_error(tether_t *t);
  * Each call after the first (e.g. after TETHER_EFENCED) uses a new
  * incarnation and so a new connection identity. Returns TETHER_OK (rank,
  * world size and generation are set), the coordinator's refusal
- * (TETHER_ECONFLICT, TETHER_EJOBFAILED, TETHER_EINVAL, TETHER_EFENCED) with
- * its message in tether_last_error(), TETHER_ETIMEDOUT after `timeout_ms`
- * (0: wait job.join_timeout_ms + job.heartbeat_timeout_ms), TETHER_EBUSY
- * when already joined or joining, TETHER_ECLOSED after tether_leave. */
+ * (TETHER_ECONFLICT, TETHER_EJOBFAILED, TETHER_EJOBDONE: the job already
+ * finished, TETHER_EINVAL, TETHER_EFENCED) with its message in
+ * tether_last_error(), TETHER_ETIMEDOUT after `timeout_ms` (0: wait
+ * job.join_timeout_ms + job.heartbeat_timeout_ms), TETHER_EBUSY when
+ * already joined or joining, TETHER_ECLOSED after tether_leave. The
+ * coordinator's TETHER_EBUSY refusal (a worker in its flapping cool-down)
+ * is retried every heartbeat interval until the timeout, which quotes it. */
 TETHER_API int tether_join(tether_t *t, uint32_t timeout_ms);
 
 /* Snapshot accessors of the current generation; consistent with each
@@ -209,6 +213,7 @@ TETHER_API int tether_poll_generation(tether_t *t, uint64_t *gen);
 
 /* Standing of this worker, without blocking: TETHER_OK while joining or a
  * member, TETHER_EFENCED once declared dead (join again), TETHER_EJOBFAILED,
+ * TETHER_EJOBDONE (the job finished: another member completed its run),
  * TETHER_ECLOSED after leaving, TETHER_EINVAL before the first join. Lets a
  * loop that is not completing steps learn that it was fenced. */
 TETHER_API int tether_check(tether_t *t);
@@ -235,6 +240,7 @@ TETHER_API int64_t tether_regroup_step(tether_t *t);
  *   TETHER_EFENCED    the coordinator declared this worker dead: call
  *                     tether_join again (new incarnation), never carry on;
  *   TETHER_EJOBFAILED the job failed (tether_last_error says why);
+ *   TETHER_EJOBDONE   the job finished (a member left with "finished");
  *   TETHER_ETIMEDOUT  no answer at a boundary within join_timeout_ms +
  *                     heartbeat_timeout_ms;
  *   TETHER_EINVAL     not joined. */
@@ -318,7 +324,8 @@ TETHER_API int tether_coll_configure(tether_t *t, const tether_coll_opts_t *o, c
  *                       #812 ...")
  *   TETHER_ENODEV       no backend could be built (e.g. "ps" in a build
  *                       without it; tether_last_error says why)
- *   TETHER_EFENCED, TETHER_EJOBFAILED, TETHER_ECLOSED  not a member.
+ *   TETHER_EFENCED, TETHER_EJOBFAILED, TETHER_EJOBDONE, TETHER_ECLOSED
+ *                       not a member (a collective in flight ends at once).
  * After any error but EINVAL the generation's backend stays failed: every
  * later collective of the generation returns the same status. */
 TETHER_API int tether_allreduce(tether_t *t, void *buf, size_t count, int dtype, int op);

@@ -30,6 +30,9 @@ coord_job_t *coord_find_job(tt_coord_t *c, const char *job_id) {
 }
 
 int coord_add_job(tt_coord_t *c, tt_rdzv_t **rdzv) {
+    int rc = tt_rdzv_set_guard(*rdzv, &c->guard, NULL, 0); /* validated at create */
+    if (rc != TT_OK)
+        return rc;
     if (c->njobs == c->capjobs) {
         size_t cap = c->capjobs ? c->capjobs * 2 : 8;
         coord_job_t *j = realloc(c->jobs, cap * sizeof(*j));
@@ -229,7 +232,13 @@ int tt_coord_create(tt_coord_t **out, uv_loop_t *loop, const tt_coord_opts_t *o,
         return TT_ENOMEM;
     c->loop = loop;
     snprintf(c->id, sizeof(c->id), "%s", o->id ? o->id : "coordinator");
-    int rc = setup(c, o, err, errlen);
+    c->guard = o->guard ? *o->guard : tt_rdzv_guard_default();
+    int rc = tt_rdzv_guard_validate(&c->guard, err, errlen);
+    if (rc != TT_OK) {
+        free(c);
+        return rc;
+    }
+    rc = setup(c, o, err, errlen);
     if (rc != TT_OK) {
         tt_coord_close(c);
         uv_run(loop, UV_RUN_NOWAIT);

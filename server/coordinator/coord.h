@@ -11,6 +11,8 @@
 #ifndef TT_COORD_H
 #define TT_COORD_H
 
+#include "rdzv.h"
+
 #include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
@@ -22,10 +24,13 @@ typedef struct tt_coord_opts {
     const char *state_dir; /* "" or NULL: no durable state */
     const char *id;        /* for logs */
     int64_t max_msg_bytes; /* ZMQ_MAXMSGSIZE of the control socket */
+    /* Guard rails of every job (created or restored); NULL: defaults. */
+    const tt_rdzv_guard_t *guard;
 } tt_coord_opts_t;
 
 /* Creates the daemon on `loop` (borrowed), binds the control socket and
- * loads the state file when there is one. The endpoint actually bound is
+ * loads the state file when there is one. An invalid opts->guard is
+ * refused with TT_EINVAL. The endpoint actually bound is
  * available from tt_coord_endpoint(). Returns 0 or a tt_status error with
  * `err` filled. */
 int tt_coord_create(tt_coord_t **out, uv_loop_t *loop, const tt_coord_opts_t *opts, char *err,

@@ -221,6 +221,11 @@ void coord_drain_events(tt_coord_t *c, coord_job_t *job) {
             TT_ERROR("coord", "job %s failed: %s", tt_rdzv_job_id(job->rdzv), ev.message);
             coord_request_save(c);
             break;
+        case TT_RDZV_EV_JOB_FINISHED:
+            TT_INFO("coord", "job %s finished; later joins are refused: %s",
+                    tt_rdzv_job_id(job->rdzv), ev.message);
+            coord_request_save(c);
+            break;
         }
     }
 }

@@ -117,7 +117,11 @@ static void on_join(const coord_req_t *q) {
         rc = tt_rdzv_join(job->rdzv, &jr, q->now, err, sizeof(err));
     }
     if (rc != TT_OK) {
-        TT_WARN("coord", "join of %s to job %s refused: %s", j->worker_id, q->env->job_id, err);
+        /* A cool-down refusal is routine (the client retries), not a fault. */
+        if (rc == TT_EBUSY || rc == TT_EJOBDONE)
+            TT_INFO("coord", "join of %s to job %s refused: %s", j->worker_id, q->env->job_id, err);
+        else
+            TT_WARN("coord", "join of %s to job %s refused: %s", j->worker_id, q->env->job_id, err);
         coord_reply_error(q, rc, err[0] ? err : tt_strerror(rc));
         return;
     }
@@ -153,8 +157,8 @@ static void on_heartbeat(const coord_req_t *q) {
     else if (rc == TT_EFENCED)
         coord_reply_error(q, rc,
                           "not a member of this job (declared dead or never joined): join again");
-    else if (rc == TT_EJOBFAILED)
-        coord_reply_error(q, rc, tt_rdzv_failure_reason(job->rdzv));
+    else if (rc == TT_EJOBFAILED || rc == TT_EJOBDONE)
+        coord_reply_error(q, rc, tt_rdzv_end_reason(job->rdzv));
     if (q->c->dirty_since_ms == 0 && q->c->state_path[0] != '\0')
         q->c->dirty_since_ms = q->now;
     coord_drain_events(q->c, job);
@@ -200,6 +204,9 @@ static void on_report(const coord_req_t *q) {
     coord_drain_events(q->c, job);
 }
 
+/* The Leave reason of a worker that completed the job's run. */
+#define COORD_LEAVE_FINISHED "finished"
+
 static void on_leave(const coord_req_t *q) {
     coord_job_t *job = job_or_error(q, TT_EJOB);
     uint64_t inc;
@@ -210,10 +217,15 @@ static void on_leave(const coord_req_t *q) {
                           "leave from a routing id that is not worker-<id>.<incarnation>");
         return;
     }
-    int rc = tt_rdzv_leave(job->rdzv, q->env->sender_id, inc, q->now);
-    TT_INFO("coord", "job %s: %s leaves (%s)", q->env->job_id, q->env->sender_id,
-            q->env->leave->reason);
-    if (rc == TT_OK || rc == TT_ENOTFOUND)
+    /* "finished": the worker completed the run, so the job has (docs/protocol.md). */
+    const char *why = q->env->leave->reason ? q->env->leave->reason : "";
+    int rc = strcmp(why, COORD_LEAVE_FINISHED) == 0
+                 ? tt_rdzv_finish(job->rdzv, q->env->sender_id, inc, q->now)
+                 : tt_rdzv_leave(job->rdzv, q->env->sender_id, inc, q->now);
+    TT_INFO("coord", "job %s: %s leaves (%s): %s", q->env->job_id, q->env->sender_id, why,
+            tt_status_name(rc));
+    /* Gone is gone: a leave from a job that ended needs no error. */
+    if (rc == TT_OK || rc == TT_ENOTFOUND || rc == TT_EJOBDONE)
         ack(q);
     else
         coord_reply_error(q, rc, tt_strerror(rc));

@@ -69,10 +69,12 @@ struct tt_coord {
     struct coord_dump *dumps; /* flight-recorder collections in flight (coord_dump.c) */
     uint64_t next_dump_id;
     struct tt_shards *shards; /* shard registry (coord_shards.c), created on first use */
+    tt_rdzv_guard_t guard;    /* applied to every job's rdzv */
 };
 
 /* coord.c */
 coord_job_t *coord_find_job(tt_coord_t *c, const char *job_id);
+/* Takes *rdzv (sets it NULL) after applying the daemon's guard rails. */
 int coord_add_job(tt_coord_t *c, tt_rdzv_t **rdzv);
 void coord_rearm(tt_coord_t *c);
 /* Queue one encoded reply; `hold` keeps it behind the pending state write. */

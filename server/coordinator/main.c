@@ -21,6 +21,9 @@ typedef struct coord_config {
     char log_level[TT_CFG_STR_MAX];
     char log_file[TT_CFG_STR_MAX];
     int64_t max_msg_bytes;
+    int64_t max_regroups_per_hour;
+    int64_t flap_cooldown_ms;
+    int64_t flap_cooldown_max_ms;
     int print_config_md;
 } coord_config_t;
 
@@ -38,6 +41,15 @@ static const tt_config_entry_t coord_table[] = {
      CFG_OFF(log_file)},
     {"max-msg-bytes", TT_CFG_INT, "1048576", 1024, 1 << 30,
      "largest control frame accepted (ZMQ_MAXMSGSIZE)", 0, CFG_OFF(max_msg_bytes)},
+    {"max-regroups-per-hour", TT_CFG_INT, "60", 0, TT_RDZV_REGROUPS_LIMIT,
+     "regroups a job may make within an hour; one more fails it (0: no bound)", 0,
+     CFG_OFF(max_regroups_per_hour)},
+    {"flap-cooldown-ms", TT_CFG_INT, "1000", 0, TT_RDZV_MS_LIMIT,
+     "a worker evicted k >= 2 times within an hour may re-join this * 2^(k-2) ms after its "
+     "last eviction (0: no cool-down)",
+     0, CFG_OFF(flap_cooldown_ms)},
+    {"flap-cooldown-max-ms", TT_CFG_INT, "300000", 0, TT_RDZV_MS_LIMIT, "cap of that cool-down", 0,
+     CFG_OFF(flap_cooldown_max_ms)},
     {"print-config-md", TT_CFG_BOOL, "false", 0, 0, "print this table as Markdown and exit", 0,
      CFG_OFF(print_config_md)},
 };
@@ -134,10 +146,14 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
 
     app_t a = {.loop = uv_default_loop(), .argc = argc, .argv = argv};
+    tt_rdzv_guard_t guard = {.max_regroups_per_hour = (uint32_t)cfg.max_regroups_per_hour,
+                             .flap_cooldown_ms = (uint32_t)cfg.flap_cooldown_ms,
+                             .flap_cooldown_max_ms = (uint32_t)cfg.flap_cooldown_max_ms};
     tt_coord_opts_t o = {.listen = cfg.listen,
                          .state_dir = cfg.state_dir,
                          .id = cfg.id,
-                         .max_msg_bytes = cfg.max_msg_bytes};
+                         .max_msg_bytes = cfg.max_msg_bytes,
+                         .guard = &guard};
     rc = tt_coord_create(&a.coord, a.loop, &o, err, sizeof(err));
     if (rc != TT_OK) {
         TT_ERROR("coord", "cannot start: %s", err);

@@ -1,10 +1,12 @@
-/* rdzv: the request side of the rendezvous state machine - object life,
- * join, leave, heartbeat, failure reports, disconnects, step boundaries and
- * the timer tick. Each entry point checks its arguments, identifies the
- * worker (id and incarnation), records what the request says, and leaves
- * every consequence (evictions, generations, announcements) to
- * tt_rdzv_settle() in rdzv_group.c. Accessors and persistence are in
- * rdzv_state.c. No clock, no I/O: time is the caller's now_ms. */
+/* rdzv: the request side of the rendezvous state machine - object life, join,
+ * leave, finish, heartbeat, failure reports, disconnects, step boundaries and
+ * the timer tick. Each entry point checks its arguments, identifies the worker
+ * (id and incarnation), records what the request says, and leaves every
+ * consequence (evictions, generations, announcements) to tt_rdzv_settle() in
+ * rdzv_group.c. Accessors and persistence are in rdzv_state.c, the guard rails
+ * in rdzv_guard.c. No clock, no I/O: time is the caller's now_ms. A job that
+ * ended (FAILED, FINISHED) answers every request with its end status and
+ * changes no more. */
 #include "rdzv_internal.h"
 
 #include "tt_log.h"
@@ -38,6 +40,13 @@ static int check_id(const char *what, const char *id, char *err, size_t errlen) 
     return TT_OK;
 }
 
+/* TT_OK while the job runs (or waits); its end status once it ended. */
+static int end_status(const tt_rdzv_t *r) {
+    if (r->state == TT_RDZV_FAILED)
+        return TT_EJOBFAILED;
+    return r->state == TT_RDZV_FINISHED ? TT_EJOBDONE : TT_OK;
+}
+
 int tt_rdzv_create(tt_rdzv_t **out, const tt_rdzv_opts_t *opts, char *err, size_t errlen) {
     int rc;
     tt_rdzv_t *r = NULL;
@@ -60,6 +69,8 @@ int tt_rdzv_create(tt_rdzv_t **out, const tt_rdzv_opts_t *opts, char *err, size_
     r->expiry_bound = UINT64_MAX;
     r->below_min_armed = 1;
     r->below_min_since = opts->now_ms;
+    tt_rdzv_guard_t g = tt_rdzv_guard_default();
+    TT_CHECK_GOTO(tt_rdzv_set_guard(r, &g, err, errlen), rc, fail);
     *out = r;
     return TT_OK;
 fail:
@@ -77,6 +88,7 @@ void tt_rdzv_destroy(tt_rdzv_t **pr) {
     tt_rdzv_vec_free(&r->pending);
     tt_rdzv_table_free(&r->table);
     tt_rdzv_queue_free(&r->q);
+    tt_rdzv_guard_free(r);
     free(r);
     *pr = NULL;
 }
@@ -94,6 +106,8 @@ static int check_join(const tt_rdzv_t *r, const tt_rdzv_join_t *q, char *err, si
     if (r->state == TT_RDZV_FAILED)
         return fail_msg(err, errlen, TT_EJOBFAILED, "job %s failed: %s", r->job_id,
                         r->failure_reason);
+    if (r->state == TT_RDZV_FINISHED)
+        return fail_msg(err, errlen, TT_EJOBDONE, "%s", r->done_msg);
     if (q->settings && tt_rdzv_settings_diff(&r->settings, q->settings, err, errlen))
         return TT_ECONFLICT;
     return TT_OK;
@@ -147,6 +161,10 @@ int tt_rdzv_join(tt_rdzv_t *r, const tt_rdzv_join_t *q, uint64_t now_ms, char *e
         return rc;
     r->call_rc = TT_OK;
     tt_rdzv_node_t *n = tt_rdzv_table_find(&r->table, q->worker_id);
+    /* A waiting worker was admitted already; anyone else may be flapping. */
+    if ((n == NULL || n->role != TT_RDZV_ROLE_PENDING) &&
+        (rc = tt_rdzv_flap_check(r, q->worker_id, now_ms, err, errlen)) != TT_OK)
+        return rc;
     if (n && n->role == TT_RDZV_ROLE_PENDING) {
         rejoin_pending(r, n, q, now_ms);
         tt_rdzv_settle(r, now_ms);
@@ -173,20 +191,47 @@ int tt_rdzv_join(tt_rdzv_t *r, const tt_rdzv_join_t *q, uint64_t now_ms, char *e
     return r->call_rc;
 }
 
-int tt_rdzv_leave(tt_rdzv_t *r, const char *worker_id, uint64_t incarnation, uint64_t now_ms) {
+/* The worker a leave or finish names: TT_OK with *out, or why not. */
+static int leaving_node(tt_rdzv_t *r, const char *worker_id, uint64_t incarnation,
+                        tt_rdzv_node_t **out) {
     if (r == NULL || worker_id == NULL)
         return TT_EINVAL;
-    if (r->state == TT_RDZV_FAILED)
-        return TT_EJOBFAILED;
+    if (end_status(r) != TT_OK)
+        return end_status(r);
     tt_rdzv_node_t *n = tt_rdzv_table_find(&r->table, worker_id);
     if (n == NULL || n->incarnation != incarnation)
         return TT_ENOTFOUND;
     r->call_rc = TT_OK;
+    *out = n;
+    return TT_OK;
+}
+
+int tt_rdzv_leave(tt_rdzv_t *r, const char *worker_id, uint64_t incarnation, uint64_t now_ms) {
+    tt_rdzv_node_t *n = NULL;
+    int rc = leaving_node(r, worker_id, incarnation, &n);
+    if (rc != TT_OK)
+        return rc;
     if (n->role == TT_RDZV_ROLE_MEMBER)
         tt_rdzv_evict(r, n, "left", now_ms);
     else
         tt_rdzv_drop_pending(r, n, TT_OK, NULL);
     tt_rdzv_settle(r, now_ms);
+    return r->call_rc;
+}
+
+int tt_rdzv_finish(tt_rdzv_t *r, const char *worker_id, uint64_t incarnation, uint64_t now_ms) {
+    (void)now_ms;
+    tt_rdzv_node_t *n = NULL;
+    int rc = leaving_node(r, worker_id, incarnation, &n);
+    if (rc != TT_OK)
+        return rc;
+    /* It completed every step it reported, and in a synchronous job so
+     * does every member: its last step is the job's last committed one. */
+    if (n->role == TT_RDZV_ROLE_MEMBER && n->last_step > r->committed_step)
+        r->committed_step = n->last_step;
+    char who[TT_RDZV_ID_MAX];
+    memcpy(who, n->worker_id, sizeof(who)); /* the node is freed on the way */
+    tt_rdzv_end_finished(r, who);
     return r->call_rc;
 }
 
@@ -232,8 +277,8 @@ int tt_rdzv_heartbeat(tt_rdzv_t *r, const char *worker_id, uint64_t incarnation,
         n = NULL;
     int rc = TT_EFENCED;
     r->call_rc = TT_OK;
-    if (r->state == TT_RDZV_FAILED) {
-        rc = TT_EJOBFAILED;
+    if (end_status(r) != TT_OK) {
+        rc = end_status(r);
     } else if (n) {
         rc = heartbeat_node(r, n, generation, completed_step, now_ms);
         tt_rdzv_settle(r, now_ms);
@@ -268,8 +313,8 @@ static int try_confirm(tt_rdzv_t *r, tt_rdzv_node_t *s, uint64_t now_ms) {
 }
 
 static int check_report(const tt_rdzv_t *r, const tt_rdzv_report_t *rep) {
-    if (r->state == TT_RDZV_FAILED)
-        return TT_EJOBFAILED;
+    if (end_status(r) != TT_OK)
+        return end_status(r);
     const tt_rdzv_node_t *me = tt_rdzv_table_find(&r->table, rep->reporter_id);
     if (me == NULL || me->role != TT_RDZV_ROLE_MEMBER)
         return TT_EFENCED;
@@ -325,8 +370,8 @@ int tt_rdzv_at_boundary(tt_rdzv_t *r, const char *worker_id, uint64_t generation
                         int64_t completed_step, uint64_t now_ms) {
     if (r == NULL || worker_id == NULL)
         return TT_EINVAL;
-    if (r->state == TT_RDZV_FAILED)
-        return TT_EJOBFAILED;
+    if (end_status(r) != TT_OK)
+        return end_status(r);
     tt_rdzv_node_t *n = tt_rdzv_table_find(&r->table, worker_id);
     if (n == NULL || n->role != TT_RDZV_ROLE_MEMBER)
         return TT_EFENCED;
@@ -409,7 +454,7 @@ static void tick_waiting(tt_rdzv_t *r, uint64_t now_ms) {
 int tt_rdzv_tick(tt_rdzv_t *r, uint64_t now_ms) {
     if (r == NULL)
         return TT_EINVAL;
-    if (r->state == TT_RDZV_FAILED)
+    if (end_status(r) != TT_OK)
         return TT_OK;
     r->call_rc = TT_OK;
     if (now_ms >= r->expiry_bound)
@@ -421,7 +466,7 @@ int tt_rdzv_tick(tt_rdzv_t *r, uint64_t now_ms) {
 }
 
 uint64_t tt_rdzv_next_deadline(const tt_rdzv_t *r) {
-    if (r == NULL || r->state == TT_RDZV_FAILED)
+    if (r == NULL || end_status(r) != TT_OK)
         return UINT64_MAX;
     uint64_t d = r->expiry_bound;
     if (r->state == TT_RDZV_WAITING) {

@@ -2,7 +2,10 @@
  * job. It owns the job's settings, the current generation (its members and
  * their ranks), the participants and the wait list, failure suspicion and
  * confirmation, the "regroup after step S" protocol that admits late joiners
- * at a step boundary, and the events that tell the daemon whom to answer.
+ * at a step boundary, the job's end (FAILED, or FINISHED when a worker
+ * completed the run), the guard rails against flapping (a bound on regroups
+ * per hour, a growing cool-down before a worker evicted again and again may
+ * re-join), and the events that tell the daemon whom to answer.
  * It does not own sockets, timers, the clock, persistence or state transfer:
  * it is pure logic, time comes in as `now_ms`, deferred replies go out as
  * events (tt_rdzv_next_event), and persistence goes through a plain record
@@ -33,6 +36,9 @@ typedef enum {
     TT_RDZV_WAITING = 0, /* collecting participants; no generation running */
     TT_RDZV_RUNNING = 1, /* a generation is formed */
     TT_RDZV_FAILED = 3,  /* terminal; see tt_rdzv_failure_reason() */
+    /* terminal: a worker completed the run (tt_rdzv_finish); every later
+     * request gets TT_EJOBDONE, and nothing fails or regroups any more */
+    TT_RDZV_FINISHED = 4,
 } tt_rdzv_state_t;
 
 /* Job settings. Every field takes part in tt_rdzv_settings_equal(). */
@@ -66,6 +72,42 @@ int tt_rdzv_settings_equal(const tt_rdzv_settings_t *a, const tt_rdzv_settings_t
 int tt_rdzv_settings_diff(const tt_rdzv_settings_t *job, const tt_rdzv_settings_t *join, char *msg,
                           size_t msglen);
 
+/* Guard rails against a flapping job; the coordinator's policy, not part
+ * of the job's settings (not compared with a joiner's, not persisted).
+ *   max_regroups_per_hour: a generation formed after the first is a
+ *     regroup; the one that would make more than this many within the last
+ *     hour fails the job instead, with a reason naming the bound. 0: none.
+ *   flap_cooldown_ms: a worker evicted k >= 2 times within the last hour
+ *     may join again only flap_cooldown_ms * 2^(k-2) ms after its last
+ *     eviction, capped at flap_cooldown_max_ms; earlier joins get TT_EBUSY
+ *     with a sentence saying when. 0: no cool-down.
+ * Every eviction counts (death, confirmed report, leave, a re-join that
+ * replaced the member), since each one costs the job a regroup. The first
+ * one within the hour costs no wait: one failure is not flapping, and its
+ * re-join is the ordinary failover path (held back 1 s, it let a fenced
+ * worker's stale ring break the next generation before the re-join's
+ * regroup was announced: test_failover's SIGSTOP test then failed 4 runs
+ * of 11, and 0 of 8 without the hold). */
+typedef struct {
+    uint32_t max_regroups_per_hour; /* 60 */
+    uint32_t flap_cooldown_ms;      /* 1000 */
+    uint32_t flap_cooldown_max_ms;  /* 300000 (five minutes) */
+} tt_rdzv_guard_t;
+
+/* Largest max_regroups_per_hour accepted (the rdzv keeps one timestamp per
+ * regroup it may still have to count). */
+#define TT_RDZV_REGROUPS_LIMIT 100000u
+/* The window both guard rails look back over. */
+#define TT_RDZV_HOUR_MS 3600000u
+
+/* Defaults: 60 regroups per hour, cool-down 1000 ms doubling up to 5 min. */
+tt_rdzv_guard_t tt_rdzv_guard_default(void);
+
+/* Checks max_regroups_per_hour <= TT_RDZV_REGROUPS_LIMIT, both *_ms <=
+ * TT_RDZV_MS_LIMIT and flap_cooldown_max_ms >= flap_cooldown_ms. TT_OK or
+ * TT_EINVAL with a sentence naming the field in `err` (may be NULL). */
+int tt_rdzv_guard_validate(const tt_rdzv_guard_t *g, char *err, size_t errlen);
+
 /* One member of a generation (events, member lists, persistence). */
 typedef struct {
     uint32_t rank;
@@ -95,8 +137,9 @@ typedef enum {
      * Any generation formed because of it follows as its own event. */
     TT_RDZV_EV_MEMBER_EVICTED = 2,
     /* A deferred join will never be granted: `worker_id`, `incarnation`,
-     * `status` (TT_EJOBFAILED, TT_ETIMEDOUT when the waiter went silent,
-     * TT_EFENCED when a newer incarnation replaced it) and `message`. */
+     * `status` (TT_EJOBFAILED, TT_EJOBDONE when the job finished,
+     * TT_ETIMEDOUT when the waiter went silent, TT_EFENCED when a newer
+     * incarnation replaced it) and `message`. */
     TT_RDZV_EV_JOIN_REFUSED = 3,
     /* Every member must stop after completing step `step` (S) and call
      * tt_rdzv_at_boundary(); push it to all members. */
@@ -108,6 +151,10 @@ typedef enum {
     /* The job failed for good: `message` = reason. Pending joins get their
      * own JOIN_REFUSED events before this one. */
     TT_RDZV_EV_JOB_FAILED = 6,
+    /* A worker completed the run: the job is FINISHED for good. `message`
+     * = the sentence every later request is refused with. Pending joins get
+     * their own JOIN_REFUSED (TT_EJOBDONE) events before this one. */
+    TT_RDZV_EV_JOB_FINISHED = 7,
 } tt_rdzv_event_kind_t;
 
 typedef struct {
@@ -136,6 +183,7 @@ typedef struct {
     const char *job_id;          /* 1..127 bytes; copied */
     tt_rdzv_settings_t settings; /* validated */
     uint64_t now_ms;             /* creation time: starts the join timeout */
+    /* Guard rails start as tt_rdzv_guard_default(); see tt_rdzv_set_guard. */
 } tt_rdzv_opts_t;
 
 typedef struct {
@@ -180,16 +228,33 @@ void tt_rdzv_destroy(tt_rdzv_t **r);
  *     admits the new join at once when a slot is free.
  * Errors (synchronous, nothing changed, message in `err`): TT_EINVAL (bad
  * id or string too long), TT_ECONFLICT (settings differ; names the field),
- * TT_EJOBFAILED (job failed; the message gives the reason), TT_EBUSY (wait
- * list holds TT_RDZV_WORKERS_LIMIT entries). TT_ENOMEM: see "Memory". */
+ * TT_EJOBFAILED (job failed; the message gives the reason), TT_EJOBDONE
+ * (job finished: nothing left to do), TT_EBUSY (the worker is in its flap
+ * cool-down - the message says when it may come back - or the wait list
+ * holds TT_RDZV_WORKERS_LIMIT entries). The cool-down is checked before a
+ * re-join replaces a member, so a refused re-join evicts nobody.
+ * TT_ENOMEM: see "Memory". */
 int tt_rdzv_join(tt_rdzv_t *r, const tt_rdzv_join_t *req, uint64_t now_ms, char *err,
                  size_t errlen);
 
 /* A worker leaves on purpose. A member is evicted at once (reason "left"),
  * as a death without the confirmation delay; a pending worker is dropped
  * silently (nobody waits for its answer). Returns TT_OK, TT_ENOTFOUND (not
- * known, or a different incarnation) or TT_EJOBFAILED. */
+ * known, or a different incarnation), TT_EJOBFAILED or TT_EJOBDONE. */
 int tt_rdzv_leave(tt_rdzv_t *r, const char *worker_id, uint64_t incarnation, uint64_t now_ms);
+
+/* A worker completed the job's run (it leaves with reason "finished"): the
+ * job becomes FINISHED. Pending workers get JOIN_REFUSED (TT_EJOBDONE), a
+ * JOB_FINISHED event follows, members and waiters are forgotten, and from
+ * then on joins, heartbeats, boundaries, reports and leaves get
+ * TT_EJOBDONE; no timeout, regroup or failure happens any more. The worker
+ * must be known (member or waiting) with this incarnation: the first
+ * finisher ends the job, since members of a synchronous job complete the
+ * same steps; for the same reason a member finisher's last step becomes
+ * the job's last committed step. Returns TT_OK, TT_ENOTFOUND (unknown or
+ * other incarnation: nothing changed), TT_EJOBFAILED, TT_EJOBDONE (already
+ * finished), TT_EINVAL. TT_ENOMEM: see "Memory". */
+int tt_rdzv_finish(tt_rdzv_t *r, const char *worker_id, uint64_t incarnation, uint64_t now_ms);
 
 /* Liveness and progress from one worker; `generation` is the one it runs
  * (0 while it waits). Records last_seen and last_step and clears any
@@ -203,7 +268,8 @@ int tt_rdzv_leave(tt_rdzv_t *r, const char *worker_id, uint64_t incarnation, uin
  *               or an older incarnation): it must re-join, never carry on;
  *   TT_EPROTO   a member claiming a generation newer than the coordinator's
  *               (the coordinator lost state it had announced); ignored;
- *   TT_EJOBFAILED the job failed; TT_EINVAL bad arguments.
+ *   TT_EJOBFAILED the job failed; TT_EJOBDONE the job finished;
+ *   TT_EINVAL bad arguments.
  * last_step only grows: a completed_step below the recorded one is ignored.
  * A completed_step beyond a pending regroup step raises it (see
  * tt_rdzv_at_boundary). `reply` may be NULL. */
@@ -222,7 +288,8 @@ int tt_rdzv_heartbeat(tt_rdzv_t *r, const char *worker_id, uint64_t incarnation,
  * suspect was evicted by this call. Returns TT_OK (accepted), TT_EFENCED
  * (reporter is not a member of the current generation), TT_ESTALE
  * (rep->generation is not the current one: its ranks mean nothing now),
- * TT_EINVAL (rank out of range, or a self-report), TT_EJOBFAILED. */
+ * TT_EINVAL (rank out of range, or a self-report), TT_EJOBFAILED,
+ * TT_EJOBDONE. */
 int tt_rdzv_report_failure(tt_rdzv_t *r, const tt_rdzv_report_t *rep, uint64_t now_ms,
                            int *confirmed);
 
@@ -242,14 +309,14 @@ int tt_rdzv_peer_disconnected(tt_rdzv_t *r, const char *worker_id, uint64_t inca
  * collective of step S+1 when it learns S must abandon that step and report
  * S: the others stopped after S, so the collective cannot complete.
  * Returns TT_OK, TT_EFENCED (not a member), TT_ESTALE (generation is not
- * the current one), TT_EINVAL, TT_EJOBFAILED. */
+ * the current one), TT_EINVAL, TT_EJOBFAILED, TT_EJOBDONE. */
 int tt_rdzv_at_boundary(tt_rdzv_t *r, const char *worker_id, uint64_t generation,
                         int64_t completed_step, uint64_t now_ms);
 
 /* Acts on time: heartbeat expiry (members, suspects, waiters), the last-call
- * deadline and the join timeout. Cheap when nothing is due: the expiry scan
- * (O(n)) only runs once now_ms reaches a lower bound of the earliest expiry.
- * Returns TT_OK or TT_ENOMEM (see "Memory"). */
+ * deadline and the join timeout; nothing once FAILED or FINISHED. Cheap when
+ * nothing is due: the expiry scan (O(n)) only runs once now_ms reaches a lower
+ * bound of the earliest expiry. Returns TT_OK or TT_ENOMEM (see "Memory"). */
 int tt_rdzv_tick(tt_rdzv_t *r, uint64_t now_ms);
 
 /* Earliest now_ms at which tt_rdzv_tick() may have something to do, or
@@ -261,6 +328,18 @@ uint64_t tt_rdzv_next_deadline(const tt_rdzv_t *r);
  * queue is empty. Strings and `ev->members` are owned by the rdzv and stay
  * valid until the next tt_rdzv_next_event() or tt_rdzv_destroy() on it. */
 int tt_rdzv_next_event(tt_rdzv_t *r, tt_rdzv_event_t *ev);
+
+/* Replaces the guard rails (validated as by tt_rdzv_guard_validate). The
+ * regroups counted so far are forgotten; the eviction history is kept.
+ * Call it after tt_rdzv_create / tt_rdzv_restore when the daemon's policy
+ * is not the default. TT_OK, TT_EINVAL (message in `err`, may be NULL) or
+ * TT_ENOMEM (nothing changed). */
+int tt_rdzv_set_guard(tt_rdzv_t *r, const tt_rdzv_guard_t *g, char *err, size_t errlen);
+const tt_rdzv_guard_t *tt_rdzv_guard(const tt_rdzv_t *r);
+
+/* Regroups counted within the last hour as of now_ms (0 when
+ * max_regroups_per_hour is 0: nothing is counted then). */
+uint32_t tt_rdzv_regroups_last_hour(const tt_rdzv_t *r, uint64_t now_ms);
 
 /* Accessors; borrowed strings live as long as the rdzv. */
 const char *tt_rdzv_job_id(const tt_rdzv_t *r);
@@ -274,6 +353,9 @@ uint32_t tt_rdzv_member_count(const tt_rdzv_t *r);
 /* Participants (WAITING) plus the wait list: everyone pending a generation. */
 uint32_t tt_rdzv_waiter_count(const tt_rdzv_t *r);
 const char *tt_rdzv_failure_reason(const tt_rdzv_t *r); /* "" unless FAILED */
+/* Why requests are refused now: the failure reason when FAILED, the
+ * "already finished" sentence when FINISHED, "" otherwise. */
+const char *tt_rdzv_end_reason(const tt_rdzv_t *r);
 int64_t tt_rdzv_regroup_after_step(const tt_rdzv_t *r); /* -1 = none */
 /* The highest step that every member of some generation has reported
  * complete: max over time of (min over the members of last_step). Never
@@ -299,12 +381,13 @@ typedef struct {
 } tt_rdzv_record_t;
 
 /* Fills *out with the durable part of the state: members of the running
- * generation (none in WAITING or FAILED). Participants, the wait list,
- * suspicions and a pending regroup are not kept: after a restore those
- * workers get TT_EFENCED and re-join. Persist the record whenever a
- * GENERATION_FORMED event is popped, before sending its replies, so a
- * restored coordinator never hands out a generation number twice.
- * Returns TT_OK or TT_ENOMEM; free with tt_rdzv_record_free(). */
+ * generation (none in WAITING, FAILED or FINISHED). Participants, the wait
+ * list, suspicions, a pending regroup and the guard rails' history (regroup and
+ * eviction times) are not kept: after a restore those workers get TT_EFENCED
+ * and re-join, and both windows start empty. Persist the record whenever a
+ * GENERATION_FORMED event is popped, before sending its replies, so a restored
+ * coordinator never hands out a generation number twice. Returns TT_OK or
+ * TT_ENOMEM; free with tt_rdzv_record_free(). */
 int tt_rdzv_export(const tt_rdzv_t *r, tt_rdzv_record_t *out);
 
 /* Frees rec->members and zeroes the record; accepts NULL. */
@@ -316,6 +399,7 @@ void tt_rdzv_record_free(tt_rdzv_record_t *rec);
  * new generation, training undisturbed); one that never comes back is
  * evicted by the normal timeout, and the regroup makes a generation newer
  * than every recorded one. A WAITING job restarts its join timeout at now_ms.
+ * A FAILED or FINISHED job stays so. Guard rails start as the defaults.
  * Returns TT_OK, TT_ECORRUPT (inconsistent record; message in `err`) or
  * TT_ENOMEM. *out as for tt_rdzv_create(). */
 int tt_rdzv_restore(tt_rdzv_t **out, const tt_rdzv_record_t *rec, uint64_t now_ms, char *err,

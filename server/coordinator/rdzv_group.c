@@ -1,10 +1,12 @@
 /* rdzv_group: how membership changes - eviction of members, dropping of
  * pending workers, forming a generation (from participants, after a death,
- * or at an agreed step boundary), the "regroup after step S" protocol, and
- * failing the job. Every public entry point changes state through these
- * helpers and then calls tt_rdzv_settle() once, so a tick that evicts a
- * thousand silent members forms one generation, not a thousand. Request
- * parsing and return codes live in rdzv.c.
+ * or at an agreed step boundary, each regroup counted against the guard
+ * rail), the "regroup after step S" protocol, and the end of the job
+ * (failed, or finished by a worker that completed the run). Every public
+ * entry point changes state through these helpers and then calls
+ * tt_rdzv_settle() once, so a tick that evicts a thousand silent members
+ * forms one generation, not a thousand. Request parsing and return codes
+ * live in rdzv.c.
  *
  * Why the step-boundary protocol converges: members run every step through
  * collectives that need all of them, so no member can complete step k+1
@@ -50,12 +52,12 @@ static void update_committed(tt_rdzv_t *r) {
 }
 
 void tt_rdzv_evict(tt_rdzv_t *r, tt_rdzv_node_t *n, const char *reason, uint64_t now_ms) {
-    (void)now_ms;
     if (n->evicted || n->role != TT_RDZV_ROLE_MEMBER)
         return;
     n->evicted = 1;
     r->n_evicted++;
     tt_rdzv_table_remove(&r->table, n);
+    tt_rdzv_flap_note(r, n->worker_id, now_ms);
     TT_INFO(TT_RDZV_SUBSYS,
             "job %s: evicted %s (rank %u, incarnation %" PRIu64 ") from generation %" PRIu64 ": %s",
             r->job_id, n->worker_id, n->index, n->incarnation, r->generation, reason);
@@ -73,22 +75,45 @@ void tt_rdzv_drop_pending(tt_rdzv_t *r, tt_rdzv_node_t *n, int status, const cha
     free(n);
 }
 
-void tt_rdzv_fail(tt_rdzv_t *r, const char *reason) {
-    snprintf(r->failure_reason, sizeof(r->failure_reason), "%s", reason);
-    TT_ERROR(TT_RDZV_SUBSYS, "job %s failed: %s", r->job_id, reason);
-    r->state = TT_RDZV_FAILED;
-    for (uint32_t i = 0; i < r->pending.n; i++) {
-        tt_rdzv_event_node(r, TT_RDZV_EV_JOIN_REFUSED, r->pending.v[i], TT_EJOBFAILED, -1, reason);
-    }
-    tt_rdzv_event_t *ev = tt_rdzv_event_push(r, TT_RDZV_EV_JOB_FAILED);
+/* Ends the job for good: waiters are refused with `status`, the end event
+ * follows, and every node goes (their requests get the end status now). */
+static void end_job(tt_rdzv_t *r, tt_rdzv_state_t state, int status, const char *msg) {
+    update_committed(r); /* keeps the step status showed while running */
+    r->state = state;
+    for (uint32_t i = 0; i < r->pending.n; i++)
+        tt_rdzv_event_node(r, TT_RDZV_EV_JOIN_REFUSED, r->pending.v[i], status, -1, msg);
+    tt_rdzv_event_t *ev = tt_rdzv_event_push(r, state == TT_RDZV_FAILED ? TT_RDZV_EV_JOB_FAILED
+                                                                        : TT_RDZV_EV_JOB_FINISHED);
     if (ev)
-        snprintf(ev->message, sizeof(ev->message), "%s", reason);
+        snprintf(ev->message, sizeof(ev->message), "%s", msg);
     tt_rdzv_free_nodes(r);
     r->regroup_step = -1;
     r->n_at_boundary = 0;
     r->last_call_deadline = 0;
     r->below_min_armed = 0;
     r->expiry_bound = UINT64_MAX;
+}
+
+void tt_rdzv_fail(tt_rdzv_t *r, const char *reason) {
+    snprintf(r->failure_reason, sizeof(r->failure_reason), "%s", reason);
+    TT_ERROR(TT_RDZV_SUBSYS, "job %s failed: %s", r->job_id, reason);
+    end_job(r, TT_RDZV_FAILED, TT_EJOBFAILED, reason);
+}
+
+void tt_rdzv_set_done_msg(tt_rdzv_t *r) {
+    snprintf(r->done_msg, sizeof(r->done_msg),
+             "job %s has already finished (last committed step %" PRId64 "): nothing left to do",
+             r->job_id, r->committed_step);
+}
+
+void tt_rdzv_end_finished(tt_rdzv_t *r, const char *who) {
+    update_committed(r);
+    tt_rdzv_set_done_msg(r);
+    TT_INFO(TT_RDZV_SUBSYS,
+            "job %s finished: %s completed the run (generation %" PRIu64
+            ", last committed step %" PRId64 "); %u waiting refused",
+            r->job_id, who, r->generation, r->committed_step, r->pending.n);
+    end_job(r, TT_RDZV_FINISHED, TT_EJOBDONE, r->done_msg);
 }
 
 /* Moves the first `take` pending workers, by admission priority, into
@@ -155,9 +180,16 @@ static void emit_formed(tt_rdzv_t *r, tt_rdzv_member_t *snap, int64_t resume) {
 
 /* Forms the next generation from the current (compacted) members plus up to
  * `take` pending workers. `resume` < 0: start after the highest step any
- * new member holds. An allocation failure fails the job rather than leave
- * workers without an answer they cannot tell apart from a hang. */
-static void form_generation(tt_rdzv_t *r, uint32_t take, int64_t resume) {
+ * new member holds. Every generation after the first is a regroup and
+ * counts against max_regroups_per_hour; one too many fails the job. An
+ * allocation failure fails the job rather than leave workers without an
+ * answer they cannot tell apart from a hang. */
+static void form_generation(tt_rdzv_t *r, uint32_t take, int64_t resume, uint64_t now_ms) {
+    char why[TT_RDZV_REASON_MAX];
+    if (r->generation > 0 && tt_rdzv_note_regroup(r, now_ms, why, sizeof(why)) != 0) {
+        tt_rdzv_fail(r, why);
+        return;
+    }
     uint32_t k = r->members.n + take;
     tt_rdzv_member_t *snap = malloc((size_t)k * sizeof(*snap));
     if (snap == NULL || reserve_members(r, k) != TT_OK) {
@@ -179,9 +211,8 @@ static void form_generation(tt_rdzv_t *r, uint32_t take, int64_t resume) {
 }
 
 void tt_rdzv_form_waiting(tt_rdzv_t *r, uint64_t now_ms) {
-    (void)now_ms;
     uint32_t take = r->pending.n < r->settings.max_workers ? r->pending.n : r->settings.max_workers;
-    form_generation(r, take, -1);
+    form_generation(r, take, -1, now_ms);
 }
 
 static uint32_t free_slots(const tt_rdzv_t *r) {
@@ -232,7 +263,7 @@ static void regroup_after_death(tt_rdzv_t *r, uint64_t now_ms) {
     update_committed(r);
     compact_members(r);
     if (r->members.n >= r->settings.min_workers) {
-        form_generation(r, free_slots(r), -1);
+        form_generation(r, free_slots(r), -1, now_ms);
         return;
     }
     uint32_t need = r->pending.n + r->members.n;
@@ -299,7 +330,7 @@ static void settle_running(tt_rdzv_t *r, uint64_t now_ms) {
         set_regroup_step(r, r->max_member_step + 1);
     } else if (r->regroup_step >= 0 && r->n_at_boundary == r->members.n) {
         update_committed(r);
-        form_generation(r, room, r->regroup_step + 1);
+        form_generation(r, room, r->regroup_step + 1, now_ms);
     }
 }
 

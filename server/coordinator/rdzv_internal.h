@@ -1,7 +1,7 @@
-/* rdzv_internal: the private layout of tt_rdzv_t and the helpers shared by
- * the rdzv_*.c files (id table, node lists, event queue, generation
- * forming). Nothing outside server/coordinator/rdzv*.c includes it; the
- * public contract is rdzv.h. Not thread safe, like the object itself. */
+/* rdzv_internal: the private layout of tt_rdzv_t and the helpers shared by the
+ * rdzv_*.c files (id table, node lists, event queue, generation forming, guard
+ * rails). Nothing outside server/coordinator/rdzv*.c includes it; the public
+ * contract is rdzv.h. Not thread safe, like the object itself. */
 #ifndef TT_RDZV_INTERNAL_H
 #define TT_RDZV_INTERNAL_H
 
@@ -49,6 +49,25 @@ typedef struct {
     uint32_t count;
 } tt_rdzv_table_t;
 
+/* Evictions of one worker id, kept after its node is gone (rdzv_guard.c):
+ * the newest TT_RDZV_FLAP_KEEP times, oldest first. More are never needed:
+ * with k >= 32 the cool-down (base * 2^(k-2)) is past any cap. */
+#define TT_RDZV_FLAP_KEEP 32
+typedef struct tt_rdzv_flap {
+    struct tt_rdzv_flap *chain;
+    uint32_t hash;
+    uint32_t n;
+    uint64_t at[TT_RDZV_FLAP_KEEP];
+    char worker_id[TT_RDZV_ID_MAX];
+} tt_rdzv_flap_t;
+
+typedef struct {
+    tt_rdzv_flap_t **buckets; /* NULL until the first eviction */
+    uint32_t nbuckets;        /* power of two */
+    uint32_t count;
+    uint32_t sweep_at; /* drop records older than an hour at this count */
+} tt_rdzv_flaps_t;
+
 typedef struct {
     tt_rdzv_event_t *v;
     size_t head;
@@ -78,6 +97,11 @@ struct tt_rdzv {
     int64_t committed_step;  /* high-water of min over members */
     int call_rc;             /* sticky TT_ENOMEM of the current call */
     tt_rdzv_queue_t q;
+    char done_msg[TT_RDZV_REASON_MAX]; /* FINISHED: what requests are told */
+    tt_rdzv_guard_t guard;
+    uint64_t *regroup_at; /* ring of the last max_regroups_per_hour regroups */
+    uint32_t regroup_head, regroup_n;
+    tt_rdzv_flaps_t flaps;
 };
 
 /* rdzv_table.c: id table and node lists. */
@@ -85,6 +109,7 @@ int tt_rdzv_table_init(tt_rdzv_table_t *t);
 void tt_rdzv_table_free(tt_rdzv_table_t *t);
 tt_rdzv_node_t *tt_rdzv_table_find(const tt_rdzv_table_t *t, const char *id);
 int tt_rdzv_table_insert(tt_rdzv_table_t *t, tt_rdzv_node_t *n);
+uint32_t tt_rdzv_hash_id(const char *id);
 void tt_rdzv_table_remove(tt_rdzv_table_t *t, tt_rdzv_node_t *n);
 int tt_rdzv_vec_push(tt_rdzv_vec_t *v, tt_rdzv_node_t *n);
 void tt_rdzv_vec_free(tt_rdzv_vec_t *v);
@@ -106,10 +131,22 @@ void tt_rdzv_evict(tt_rdzv_t *r, tt_rdzv_node_t *n, const char *reason, uint64_t
 void tt_rdzv_drop_pending(tt_rdzv_t *r, tt_rdzv_node_t *n, int status, const char *msg);
 void tt_rdzv_settle(tt_rdzv_t *r, uint64_t now_ms);
 void tt_rdzv_fail(tt_rdzv_t *r, const char *reason);
+void tt_rdzv_end_finished(tt_rdzv_t *r, const char *who);
+void tt_rdzv_set_done_msg(tt_rdzv_t *r);
 void tt_rdzv_note_step(tt_rdzv_t *r, tt_rdzv_node_t *n, int64_t step);
 void tt_rdzv_form_waiting(tt_rdzv_t *r, uint64_t now_ms);
 void tt_rdzv_lower_bound(tt_rdzv_t *r, uint64_t deadline);
 uint64_t tt_rdzv_suspect_deadline(const tt_rdzv_t *r, const tt_rdzv_node_t *n);
+
+/* rdzv_guard.c: guard rails against flapping. note_regroup records a
+ * regroup at now_ms and returns 0, or returns -1 with the failure reason
+ * in `why` when it would exceed max_regroups_per_hour. flap_check returns
+ * TT_OK or TT_EBUSY with a sentence when `id` is cooling down. */
+int tt_rdzv_note_regroup(tt_rdzv_t *r, uint64_t now_ms, char *why, size_t len);
+void tt_rdzv_flap_note(tt_rdzv_t *r, const char *id, uint64_t now_ms);
+int tt_rdzv_flap_check(const tt_rdzv_t *r, const char *id, uint64_t now_ms, char *err,
+                       size_t errlen);
+void tt_rdzv_guard_free(tt_rdzv_t *r);
 
 /* Bounded copy; returns 0, or -1 when `src` (NULL = "") does not fit. */
 int tt_rdzv_copy(char *dst, size_t cap, const char *src);

@@ -1,8 +1,9 @@
-/* rdzv_state: read-only views of a rendezvous (accessors, the member list
- * for `tetherctl members`) and its persistence as a plain record: export,
- * and restore after a coordinator restart with a grace period for members
- * to come back. It does not decide membership (rdzv_group.c) nor write
- * files (the daemon maps the record to its protobuf state file). */
+/* rdzv_state: read-only views of a rendezvous (accessors, the member list for
+ * `tetherctl members`) and its persistence as a plain record: export, and
+ * restore after a coordinator restart with a grace period for members to come
+ * back (a FAILED or FINISHED job comes back as it ended). It does not decide
+ * membership (rdzv_group.c) nor write files (the daemon maps the record to its
+ * protobuf state file). */
 #include "rdzv_internal.h"
 
 #include "tt_log.h"
@@ -34,6 +35,11 @@ uint32_t tt_rdzv_waiter_count(const tt_rdzv_t *r) {
 const char *tt_rdzv_failure_reason(const tt_rdzv_t *r) {
     return r->failure_reason;
 }
+const char *tt_rdzv_end_reason(const tt_rdzv_t *r) {
+    if (r->state == TT_RDZV_FINISHED)
+        return r->done_msg;
+    return r->state == TT_RDZV_FAILED ? r->failure_reason : "";
+}
 int64_t tt_rdzv_regroup_after_step(const tt_rdzv_t *r) {
     return r->regroup_step;
 }
@@ -46,6 +52,8 @@ const char *tt_rdzv_state_name(tt_rdzv_state_t s) {
         return "RUNNING";
     case TT_RDZV_FAILED:
         return "FAILED";
+    case TT_RDZV_FINISHED:
+        return "FINISHED";
     }
     return "UNKNOWN";
 }
@@ -149,7 +157,7 @@ static int check_record(const tt_rdzv_record_t *rec, char *err, size_t errlen) {
         return corrupt(err, errlen, "RUNNING with a member count outside min..max", n,
                        rec->generation);
     if (rec->state != TT_RDZV_RUNNING && rec->state != TT_RDZV_WAITING &&
-        rec->state != TT_RDZV_FAILED)
+        rec->state != TT_RDZV_FAILED && rec->state != TT_RDZV_FINISHED)
         return corrupt(err, errlen, "unknown state", (uint64_t)rec->state, 0);
     if (rec->state != TT_RDZV_RUNNING && n != 0)
         return corrupt(err, errlen, "members recorded outside RUNNING", n, 0);
@@ -189,8 +197,10 @@ static void restore_scalars(tt_rdzv_t *r, const tt_rdzv_record_t *rec, uint64_t 
     if (rec->state == TT_RDZV_RUNNING) {
         r->below_min_armed = 0;
         r->expiry_bound = now_ms + rec->settings.heartbeat_timeout_ms;
-    } else if (rec->state == TT_RDZV_FAILED) {
+    } else if (rec->state == TT_RDZV_FAILED || rec->state == TT_RDZV_FINISHED) {
         r->below_min_armed = 0;
+        if (rec->state == TT_RDZV_FINISHED)
+            tt_rdzv_set_done_msg(r);
     }
 }
 

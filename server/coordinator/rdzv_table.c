@@ -12,7 +12,7 @@
 
 #define TT_RDZV_TABLE_MIN 64u
 
-static uint32_t hash_id(const char *s) {
+uint32_t tt_rdzv_hash_id(const char *s) {
     /* FNV-1a: ids are short, and the table only needs a decent spread. */
     uint32_t h = 2166136261u;
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
@@ -37,7 +37,7 @@ void tt_rdzv_table_free(tt_rdzv_table_t *t) {
 }
 
 tt_rdzv_node_t *tt_rdzv_table_find(const tt_rdzv_table_t *t, const char *id) {
-    uint32_t h = hash_id(id);
+    uint32_t h = tt_rdzv_hash_id(id);
     for (tt_rdzv_node_t *n = t->buckets[h & (t->nbuckets - 1)]; n; n = n->chain) {
         if (n->hash == h && strcmp(n->worker_id, id) == 0)
             return n;
@@ -70,7 +70,7 @@ int tt_rdzv_table_insert(tt_rdzv_table_t *t, tt_rdzv_node_t *n) {
     /* A failed grow only lengthens chains; the insert itself cannot fail. */
     if (t->count >= t->nbuckets)
         (void)table_grow(t);
-    n->hash = hash_id(n->worker_id);
+    n->hash = tt_rdzv_hash_id(n->worker_id);
     uint32_t b = n->hash & (t->nbuckets - 1);
     n->chain = t->buckets[b];
     t->buckets[b] = n;

@@ -14,7 +14,15 @@ through tether-launch, workers killed for real with SIGKILL.
     state; the job ends with 4 workers and the fault-free parameters;
   * below min_workers: 2 workers, min 2, one killed and not restarted; after
     the regroup deadline the job fails with a sentence saying why and every
-    process exits.
+    process exits;
+  * a finished job: 2 workers complete a short run and tell the coordinator;
+    the job is FINISHED (also after a coordinator restart) and a third
+    worker that comes afterwards exits 0 at once with one line saying so,
+    instead of waiting for a generation that never forms;
+  * flapping guard rails (tt_testclient workers, no dataset needed): a worker
+    replaced again and again waits out a doubling cool-down before each
+    re-join from its second eviction on, and the regroup that exceeds
+    max_regroups_per_hour fails the job with a sentence naming the bound.
 
 Equivalence uses --lr 0.05 (see test_train.py for why) and 40 steps (2
 epochs of 20 on the first 5120 examples). Longer runs are not a stricter
@@ -32,7 +40,7 @@ import re
 import signal
 import time
 
-from tt_harness import binary, free_port, run_tests
+from tt_harness import binary, free_port, parse_kv, run_tests
 
 DATA = os.environ.get("TETHER_FMNIST", "/usr/share/datasets/fashion-mnist")
 STEPS_PER_EPOCH = 20
@@ -240,9 +248,119 @@ def test_below_min_workers(h):
     assert took < 20, took
 
 
+def shard(h, coord):
+    argv = [binary("tether-shard"), "--listen", "tcp://127.0.0.1:0", "--coordinator",
+            coord.endpoint, "--id", "s0", "--heartbeat-ms", "200", "--log-level", "info"]
+    p = h.spawn("s0", argv)
+    p.wait_line(lambda l: l.startswith("LISTENING"), 10, "LISTENING")
+    return p
+
+
+def job_status(h, coord, job):
+    jobs = [j for j in h.ctl_json(coord.endpoint, "status")["jobs"] if j["job_id"] == job]
+    assert len(jobs) == 1, jobs
+    return jobs[0]
+
+
+DONE_LINE = "tether-train: job 'finish' has already finished; nothing left to do"
+
+
+def test_finished_job_refuses_late_worker(h):
+    """Two workers complete a 10-step run and leave with "finished"; the
+    coordinator marks the job FINISHED instead of waiting for joiners and
+    failing it; a third worker started afterwards exits 0 quickly."""
+    coord = h.coordinator()
+    shard(h, coord)
+    env = dict(FAST)
+    env.update({"TETHER_COORDINATOR": coord.endpoint, "TETHER_JOB": "finish",
+                "TETHER_MIN_WORKERS": "2", "TETHER_MAX_WORKERS": "3"})
+    argv = [binary("tether-train"), "--data", DATA, "--backend", "ring",
+            *train_args(11, spe=5, epochs=2)]
+
+    def worker(i):
+        e = dict(env, TETHER_WORKER_ID=f"w{i}", TETHER_ENDPOINT=f"tcp://127.0.0.1:{free_port()}")
+        return h.spawn(f"w{i}", argv, env=e)
+
+    ws = [worker(0), worker(1)]
+    for w in ws:
+        assert w.wait(120) == 0, "\n".join(w.lines("log")[-20:])
+    out = "\n".join(ws[0].lines() + ws[1].lines())
+    assert "done: test accuracy" in out, out
+    assert DONE_LINE not in out, out
+    st = job_status(h, coord, "finish")
+    print(f"  after the run: {st['state']}, generation {st['generation']}, "
+          f"last step {st['last_step']}")
+    assert st["state"] == "finished" and st["failure"] == "", st
+    assert st["members"] == 0 and st["waiting"] == 0, st
+
+    late = worker(2)
+    t0 = time.monotonic()
+    rc = late.wait(60)
+    took = time.monotonic() - t0
+    print(f"  late worker exit {rc} after {took:.1f} s: {late.lines()}")
+    assert rc == 0, "\n".join(late.lines() + late.lines("log")[-20:])
+    assert late.lines() == [DONE_LINE], late.lines()
+    assert took < 20, took  # loading the dataset; the join itself is refused at once
+
+    # A restarted coordinator remembers the job finished.
+    coord.signal(signal.SIGTERM)
+    assert coord.wait(10) == 0
+    coord2 = h.coordinator(port=coord.port, name="coord2")
+    st = job_status(h, coord2, "finish")
+    assert st["state"] == "finished", st
+    again = worker(3)
+    assert again.wait(60) == 0, "\n".join(again.lines("log")[-20:])
+    assert again.lines() == [DONE_LINE], again.lines()
+    text = "\n".join(coord.lines("log") + coord2.lines("log"))
+    assert "job failed" not in text, text[-3000:]
+    assert "finished: w" in text, text[-3000:]
+
+
+def test_flapping_worker_guard_rails(h):
+    """Worker "wb" is replaced by a new process again and again (each join
+    evicts the previous incarnation): after its first eviction it comes
+    back at once, after the second it waits out a 1 s cool-down, after the
+    third a 2 s one, and that admission, the fifth regroup within the hour,
+    fails the job (max_regroups_per_hour 4)."""
+    coord = h.coordinator(extra=("--max-regroups-per-hour", "4", "--flap-cooldown-ms", "1000"))
+    env = {"TETHER_COORDINATOR": coord.endpoint, "TETHER_JOB": "flap",
+           "TETHER_MIN_WORKERS": "1", "TETHER_MAX_WORKERS": "2", "TETHER_HEARTBEAT_MS": "100",
+           "TETHER_HEARTBEAT_TIMEOUT_MS": "1000", "TETHER_LAST_CALL_MS": "300"}
+    client = [binary("tt_testclient"), "--run-ms", "60000", "--print"]
+
+    def start(name, wid):
+        return h.spawn(name, client, env=dict(env, TETHER_WORKER_ID=wid)), time.monotonic()
+
+    a, _ = start("a", "wa")
+    a.wait_line(lambda l: l.startswith("JOINED"), 10, "a joined")
+    waits = []
+    for i in range(1, 5):  # b1 joins (regroup 1), b2..b4 replace it in turn (2..4)
+        b, t0 = start(f"b{i}", "wb")
+        line = b.wait_line(lambda l: l.startswith("JOINED"), 15, f"b{i} joined")
+        waits.append(time.monotonic() - t0)
+        assert parse_kv(line)["world"] == 2, line
+    b5, t0 = start("b5", "wb")
+    err = b5.wait_line(lambda l: l.startswith("ERROR"), 15, "b5 refused")
+    waits.append(time.monotonic() - t0)
+    print("  join waits: " + ", ".join(f"{w:.2f} s" for w in waits))
+    assert "EJOBFAILED" in err, err
+    bound = "5 regroups within the last hour exceed max_regroups_per_hour 4"
+    assert bound in err, err
+    assert max(waits[:3]) < 1.0, waits  # no eviction yet, then one: no cool-down
+    assert 0.8 <= waits[3] < 5, waits  # 1 s after b2's eviction (the second)
+    assert 1.6 <= waits[4] < 8, waits  # 2 s after b3's eviction (the third)
+    assert a.wait(10) == 1
+    assert any("EJOBFAILED" in l and bound in l for l in a.lines()), a.lines()
+    st = job_status(h, coord, "flap")
+    assert st["state"] == "failed" and bound in st["failure"], st
+    text = "\n".join(coord.lines("log"))
+    assert "flap cool-down of 1000 ms" in text and "flap cool-down of 2000 ms" in text, text[-3000:]
+
+
 if __name__ == "__main__":
     if not have_data():
         print(f"SKIPPED: no Fashion-MNIST at {DATA} (install dataset-fashion-mnist)")
         raise SystemExit(77)
     run_tests([test_kill_random_worker, test_kill_and_restart, test_sigstop_fenced_and_rejoins,
-               test_below_min_workers])
+               test_below_min_workers, test_finished_job_refuses_late_worker,
+               test_flapping_worker_guard_rails])

@@ -1,8 +1,10 @@
 /* tether-train: the reference trainer (an MLP on Fashion-MNIST). This file
  * owns the command line (one option table drives parsing and --help), the
  * choice of backend, and the wiring of loader, trainer and progress output;
- * exit codes are 0 (trained), 1 (runtime failure: data, I/O) and 2 (bad
- * arguments or an unavailable backend). The training itself lives in
+ * exit codes are 0 (trained, or the job had already finished: one line
+ * says so), 1 (runtime failure: data, I/O) and 2 (bad arguments or an
+ * unavailable backend). A completed run tells the coordinator, so that the
+ * job is FINISHED for workers that come later. The training itself lives in
  * tt_trainer; with a backend other than "local" the collectives are
  * libtether's (tt_train_tether), configured by the TETHER_* environment
  * that tether-launch, systemd or Kubernetes provide. Rank 0 prints the
@@ -254,6 +256,19 @@ static int build_opts(const cli_t *c, tt_trainer_opts_t *o) {
     return 0;
 }
 
+/* Internal code (not an exit code): the job had finished already. */
+#define CODE_JOB_DONE (-1)
+
+/* The job finished before or while this worker took part (TT_EJOBDONE):
+ * nothing is wrong and nothing is left to do. Returns CODE_JOB_DONE. */
+static int job_done(void) {
+    const char *job = getenv("TETHER_JOB");
+    printf("tether-train: job '%s' has already finished; nothing left to do\n",
+           job != NULL && job[0] != '\0' ? job : "default");
+    fflush(stdout);
+    return CODE_JOB_DONE;
+}
+
 /* "auto" without a coordinator to join means a single local process. */
 static int check_backend(cli_t *c) {
     const char *b = c->backend;
@@ -327,8 +342,9 @@ static void on_step(void *ctx, const tt_step_report_t *r) {
         pace(sc);
 }
 
-/* Runs all epochs (from the resumed one); returns 0 or 1 (runtime failure,
- * already reported). `quiet` ranks print nothing but errors. */
+/* Runs all epochs (from the resumed one); returns 0, 1 (runtime failure,
+ * already reported) or CODE_JOB_DONE. `quiet` ranks print nothing but
+ * errors. */
 static int train(const cli_t *c, tt_trainer_t *t, tt_train_ckpt_t *ck, tt_train_ft_t *ft,
                  uint64_t epochs, int quiet) {
     tt_progress_t prog = {.out = stderr, .tty = isatty(STDERR_FILENO), .log_every = c->log_every};
@@ -354,6 +370,8 @@ static int train(const cli_t *c, tt_trainer_t *t, tt_train_ckpt_t *ck, tt_train_
             quiet = sc.quiet = tt_train_ft_rank(ft) != 0;
         if (rc == TT_OK && ck != NULL && tt_train_ckpt_error(ck)[0] != '\0')
             rc = TT_EIO;
+        if (rc == TT_EJOBDONE) /* another rank completed the run */
+            return job_done();
         if (rc < 0) {
             fprintf(stderr, "tether-train: epoch %llu failed: %s\n", (unsigned long long)e + 1,
                     tt_strerror(rc));
@@ -389,7 +407,8 @@ static int train(const cli_t *c, tt_trainer_t *t, tt_train_ckpt_t *ck, tt_train_
     return 0;
 }
 
-/* Joins the job (non-local backends) and builds the trainer on top. */
+/* Joins the job (non-local backends) and builds the trainer on top.
+ * 0, an exit code, or CODE_JOB_DONE. */
 static int setup(cli_t *c, const tt_trainer_opts_t *o, const tt_idx_set_t *train_set,
                  const tt_idx_set_t *test_set, tt_train_ckpt_gate_t *gate, tt_train_tether_t **tt,
                  tt_trainer_t **t) {
@@ -398,6 +417,8 @@ static int setup(cli_t *c, const tt_trainer_opts_t *o, const tt_idx_set_t *train
     tt_train_coll_local(&coll);
     if (strcmp(c->backend, "local") != 0) {
         int rc = tt_train_tether_create(tt, c->backend, err, sizeof(err));
+        if (rc == TT_EJOBDONE)
+            return job_done();
         if (rc < 0) {
             fprintf(stderr, "tether-train: %s\n", err);
             return rc == TT_EINVAL ? 2 : 1;
@@ -427,6 +448,8 @@ static int failover_start(tt_train_tether_t *tt, tt_trainer_t *t, tt_train_ft_t 
     if (rc == TT_OK && (rc = tt_train_ft_agree(*ft)) != TT_OK)
         snprintf(err, sizeof(err), "agreeing on the state with the job's members: %s",
                  tt_strerror(rc));
+    if (rc == TT_EJOBDONE)
+        return job_done();
     if (rc != TT_OK)
         fprintf(stderr, "tether-train: %s\n", err);
     return rc == TT_OK ? 0 : rc == TT_EINVAL ? 2 : 1;
@@ -485,6 +508,8 @@ int main(int argc, char **argv) {
         code = failover_start(tt, t, &ft);
     if (code == 0)
         code = train(&c, t, ck, ft, c.epochs, tt != NULL && tt_train_tether_rank(tt) != 0);
+    if (code == 0 && tt != NULL)
+        tt_train_tether_finish(tt);
     tt_train_ft_destroy(&ft);
     tt_train_ckpt_gate_attach(&gate, NULL);
     tt_train_ckpt_destroy(&ck);
@@ -492,5 +517,5 @@ int main(int argc, char **argv) {
     tt_train_tether_destroy(&tt);
     tt_idx_free(&train_set);
     tt_idx_free(&test_set);
-    return code;
+    return code == CODE_JOB_DONE ? 0 : code;
 }

@@ -4,7 +4,9 @@
  * generation aborts the step (the trainer then applies nothing) and is
  * returned to the caller; surviving it is the job of tt_train_ft, which
  * reads the flag left here when tether_step_done already acknowledged the
- * new generation. It does not decide what to do about failures. */
+ * new generation. A completed run leaves with reason "finished", which ends
+ * the job for everyone (TT_EJOBDONE). It does not decide what to do about
+ * failures. */
 #include "tt_train_tether.h"
 #include "tt_log.h"
 #include "tt_status.h"
@@ -81,9 +83,11 @@ int tt_train_tether_create(tt_train_tether_t **out, const char *backend, char *e
 }
 
 /* A failed collective: log the library's sentence once, return its code.
- * Failures the recovery loop survives are warnings, not errors. */
+ * Failures the recovery loop survives, and the end of a finished job, are
+ * warnings, not errors. */
 static int failed(tt_train_tether_t *tt, const char *what, int rc) {
-    if (rc == TT_EMEMBERSHIP || rc == TT_ETIMEDOUT || rc == TT_EUNREACHABLE || rc == TT_EFENCED)
+    if (rc == TT_EMEMBERSHIP || rc == TT_ETIMEDOUT || rc == TT_EUNREACHABLE || rc == TT_EFENCED ||
+        rc == TT_EJOBDONE)
         TT_WARN("train", "%s failed: %s (%s)", what, tether_last_error(tt->t),
                 tether_status_name(rc));
     else
@@ -201,6 +205,15 @@ double tt_train_tether_comm_share(tt_train_tether_t *tt) {
     if (tether_step_stats(tt->t, &st) != TETHER_OK || st.total_step_s <= 0)
         return 0.0;
     return st.total_wait_s / st.total_step_s;
+}
+
+int tt_train_tether_finish(tt_train_tether_t *tt) {
+    tt->steps_reported = tt->steps_done; /* nothing left for destroy to report */
+    int rc = tether_leave(tt->t, "finished");
+    if (rc != TETHER_OK && rc != TETHER_EJOBDONE)
+        TT_WARN("train", "telling the coordinator that the run is complete: %s (%s)",
+                tether_last_error(tt->t), tether_status_name(rc));
+    return rc;
 }
 
 void tt_train_tether_destroy(tt_train_tether_t **ttp) {

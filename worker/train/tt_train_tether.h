@@ -3,7 +3,8 @@
  * libtether program: it joins the job described by the TETHER_*
  * environment, registers the model's gradient tensors zero-copy (they are
  * one flat buffer already), hands each to the library as backward finishes
- * it, and reports every completed step to the coordinator.
+ * it, reports every completed step to the coordinator, and tells it when
+ * the run is complete (the job is then FINISHED for everyone).
  * It does not own the model or the training loop (tt_trainer).
  * Thread safety: one training thread drives it. */
 #ifndef TT_TRAIN_TETHER_H
@@ -20,7 +21,8 @@ typedef struct tt_train_tether tt_train_tether_t;
 
 /* Creates a tether object from the environment, selects `backend`
  * ("ring", "ps" or "auto") and joins the job (blocking). TT_OK, or the
- * library's status with a sentence in `err`. */
+ * library's status with a sentence in `err` (TT_EJOBDONE: the job had
+ * finished already; nothing to do). */
 int tt_train_tether_create(tt_train_tether_t **out, const char *backend, char *err, size_t errlen);
 
 /* Fills *coll with the interface the trainer calls (ctx = tt). */
@@ -53,7 +55,16 @@ void tt_train_tether_resync(tt_train_tether_t *tt, int64_t steps_done);
 /* Share of step time spent waiting on communication, from the library. */
 double tt_train_tether_comm_share(tt_train_tether_t *tt);
 
-/* Reports the last completed step, leaves the job and frees everything.
+/* The run completed: leaves with reason "finished", which makes the
+ * coordinator mark the job FINISHED (later and waiting joiners are told
+ * TT_EJOBDONE instead of waiting for a generation that never forms). The
+ * last step is not reported first: that report could stop at an announced
+ * regroup boundary, only to admit a joiner the job no longer needs. Returns
+ * tether_leave's status (TT_EJOBDONE: another rank finished it first). */
+int tt_train_tether_finish(tt_train_tether_t *tt);
+
+/* Reports the last completed step, leaves the job (reason "shutdown", a
+ * regroup for the others, unless finished already) and frees everything.
  * Accepts NULL. */
 void tt_train_tether_destroy(tt_train_tether_t **tt);
 
