@@ -2,12 +2,13 @@
  * The ring entry is a thin adapter over tt_ring that adds what the ring
  * itself does not have: an abort flag other threads may set. The ps entry
  * adapts tt_ps: it fetches the placement of the registered gradients from
- * the coordinator and serves whole-step reductions, with a ring beside it
- * for plain collectives when endpoints exist. The nccl entry
- * is a stub that fails create with TT_ENODEV and a sentence saying why, so
- * a CPU-only build links, `auto` falls through cleanly, and the GPU module
- * only replaces one table row. It owns no threads and no membership; see
- * tt_coll.h for what it does not do. */
+ * the coordinator and serves whole-step reductions (rank-order sums, so a
+ * shard restarted mid-step is refilled without the replicas drifting
+ * apart), with a ring beside it for plain collectives when endpoints
+ * exist. The nccl entry is a stub that fails create with TT_ENODEV and a
+ * sentence saying why, so a CPU-only build links, `auto` falls through
+ * cleanly, and the GPU module only replaces one table row. It owns no
+ * threads and no membership; see tt_coll.h for what it does not do. */
 #include "tt_coll.h"
 
 #include "tt_coll_nccl.h"
@@ -179,7 +180,11 @@ static int ps_open_shards(ps_inst_t *pi, const tt_coll_cfg_t *cfg, char *err, si
                       .sender_id = cfg->worker_id,
                       .layout = &lay,
                       .deadline_ms = cfg->deadline_ms,
-                      .mode = TT_PS_AGGREGATE};
+                      .mode = TT_PS_AGGREGATE,
+                      /* Rank-order sums: a shard restarted mid-step can then be
+                       * refilled by the ranks ahead with the very bits they
+                       * applied (tt_ps_recover.c), and replicas stay identical. */
+                      .deterministic = 1};
     rc = tt_ps_create(&pi->ps, &o, err, errlen);
     tt_ps_layout_free(&lay);
     return rc;

@@ -3,73 +3,35 @@
  * request and finished by one reply; at most `credits` items per shard are
  * in flight, the rest wait their turn. Request ids carry the operation's
  * number in the high bits, so a late reply to an abandoned operation is
- * recognised and dropped. A shard that is busy finishing an older round
- * answers EBUSY and the item is simply sent again a little later.
+ * recognised and dropped. Refusals a shard may answer in normal work or
+ * after a restart (busy, not set up, a duplicate, an older round still
+ * open) and lost connections are tt_ps_recover.c's.
  * Zero-copy: chunk payloads point into the caller's buffer; a counter of
  * frames ZeroMQ still references (decremented from its I/O thread) must
  * reach zero before a call returns. The result of a push can only arrive
  * after the shard received the whole push, so writing results in place
- * never races with ZeroMQ reading the same bytes. */
-#include "tt_ps.h"
+ * never races with ZeroMQ reading the same bytes; requests sent again are
+ * copied, so no second frame can alias a result being written. */
+#include "tt_ps_internal.h"
 
 #include "tt_clock.h"
 #include "tt_log.h"
 #include "tt_status.h"
-#include "tt_wire.h"
-#include "tt_zmq.h"
 
 #include <errno.h>
 #include <inttypes.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#define SUBSYS        "ps"
-#define ERRLEN        512
-#define ZC_MIN_BYTES  ((size_t)32 << 10) /* below this a copy is cheaper */
-#define ITEM_BITS     24
-#define BUSY_RETRY_MS 2
-
-typedef enum { OP_SETUP, OP_PUSH, OP_SET, OP_GET } op_kind_t;
-
-typedef struct ps_op {
-    op_kind_t kind;
-    float *buf;       /* push: the flat buffer; get: the destination */
-    const float *src; /* set */
-    size_t offset, count;
-    uint64_t local_count, step, optim_step;
-    tt_ps_part_t part;
-    size_t first, nitems; /* items first .. first + nitems - 1 */
-    uint8_t *state;       /* per item: 0 to send, 1 in flight, 2 done */
-    size_t remaining;
-    uint64_t total, got_optim_step;
-    int have_total, have_optim_step;
-    uint64_t retry_at; /* a busy shard asked to come back */
-} ps_op_t;
-
-struct tt_ps {
-    tt_ps_opts_t o;
-    tt_ps_layout_t lay;
-    char job[TT_WIRE_MAX_ID + 1], sender[TT_WIRE_MAX_ID + 1];
-    void *zctx;
-    void **socks;
-    size_t *inflight, *cursor;
-    zmq_pollitem_t *polls;
-    uint64_t seq, op_seq;
-    float lr;
-    atomic_long zc_out;
-    int failed, suspect;
-    char err[ERRLEN];
-};
+#define ZC_MIN_BYTES ((size_t)32 << 10) /* below this a copy is cheaper */
+#define LINK_EVENTS  (ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED)
 
 /* ZeroMQ runs zero-copy free callbacks on its I/O thread after a hand-off
  * TSan cannot see (tests/sanitizers/tsan.supp): the counter's address is
  * released before each such send and acquired in the callback. */
 #include "tt_tsan.h"
-
-#define PS_ERR(p, ...) snprintf((p)->err, sizeof((p)->err), __VA_ARGS__)
 
 void tt_ps_layout_free(tt_ps_layout_t *l) {
     if (l == NULL)
@@ -107,7 +69,7 @@ static const char *check_opts(const tt_ps_opts_t *o) {
     if (o->layout == NULL || o->layout->place.nshards == 0 || o->layout->place.nchunks == 0 ||
         o->layout->endpoints == NULL)
         return "no placement (fetch it with tt_ps_layout_fetch)";
-    if (o->layout->place.nchunks >= ((size_t)1 << ITEM_BITS))
+    if (o->layout->place.nchunks >= PS_SETUP_ITEM)
         return "placement has too many chunks";
     if (o->job_id == NULL || strlen(o->job_id) > TT_WIRE_MAX_ID || o->deadline_ms < 0 ||
         o->credits < 0 || o->mode > TT_PS_OPTIMIZER || o->optim > TT_PS_ADAMW)
@@ -124,28 +86,28 @@ static void zc_release(void *data, void *hint) {
     atomic_fetch_sub(&p->zc_out, 1);
 }
 
-static const tt_place_chunk_t *chunk_of(const tt_ps_t *p, size_t i) {
+const tt_place_chunk_t *ps_chunk(const tt_ps_t *p, size_t i) {
     return &p->lay.place.chunks[i];
 }
 
-static size_t item_shard(const tt_ps_t *p, const ps_op_t *op, size_t i) {
-    return op->kind == OP_SETUP ? i : chunk_of(p, i)->shard;
+size_t ps_item_shard(const tt_ps_t *p, const ps_op_t *op, size_t i) {
+    return op->kind == PS_OP_SETUP ? i : ps_chunk(p, i)->shard;
 }
 
 /* The part of chunk i inside [op->offset, op->offset + op->count). */
 static void chunk_range(const tt_ps_t *p, const ps_op_t *op, size_t i, size_t *lo, size_t *hi) {
-    const tt_place_chunk_t *c = chunk_of(p, i);
+    const tt_place_chunk_t *c = ps_chunk(p, i);
     size_t a = (size_t)c->offset, b = (size_t)(c->offset + c->count);
     *lo = op->offset > a ? op->offset : a;
     *hi = op->offset + op->count < b ? op->offset + op->count : b;
 }
 
-static void payload_of(tt_ps_t *p, const void *data, size_t len, tt_zmq_payload_t *pl) {
+static void payload_of(tt_ps_t *p, const void *data, size_t len, int copy, tt_zmq_payload_t *pl) {
     pl->data = data;
     pl->len = len;
     pl->free_fn = NULL;
     pl->hint = NULL;
-    if (len >= ZC_MIN_BYTES) {
+    if (len >= ZC_MIN_BYTES && !copy) {
         atomic_fetch_add(&p->zc_out, 1);
         TT_TSAN_RELEASE((void *)&p->zc_out);
         pl->free_fn = zc_release;
@@ -158,6 +120,7 @@ typedef struct ps_msg {
     union {
         Tether__PsSetup setup;
         Tether__PushChunk push;
+        Tether__PullChunk pull;
         Tether__SetParams set;
         Tether__GetParams get;
     } b;
@@ -187,11 +150,11 @@ static int build_setup(tt_ps_t *p, size_t shard, ps_msg_t *m) {
     if (m->specs == NULL || m->spec_ptrs == NULL)
         return TT_ENOMEM;
     for (size_t i = 0; i < n; i++) {
-        if (chunk_of(p, i)->shard != shard)
+        if (ps_chunk(p, i)->shard != shard)
             continue;
         tether__ps_chunk_spec__init(&m->specs[k]);
         m->specs[k].chunk = (uint32_t)i;
-        m->specs[k].count = chunk_of(p, i)->count;
+        m->specs[k].count = ps_chunk(p, i)->count;
         m->spec_ptrs[k] = &m->specs[k];
         k++;
     }
@@ -202,28 +165,41 @@ static int build_setup(tt_ps_t *p, size_t shard, ps_msg_t *m) {
     return TT_OK;
 }
 
+/* A push of this step's input, or with PS_F_REFILL of the previous step's
+ * saved input, or with PS_F_PULL a request for the result. */
 static void build_push(tt_ps_t *p, const ps_op_t *op, size_t i, ps_msg_t *m) {
     Tether__PushChunk *b = &m->b.push;
-    const tt_place_chunk_t *c = chunk_of(p, i);
+    const tt_place_chunk_t *c = ps_chunk(p, i);
+    uint8_t f = op->flags[i - op->first];
+    int refill = (f & PS_F_REFILL) != 0;
+    if (f & PS_F_PULL) {
+        tether__pull_chunk__init(&m->b.pull);
+        m->b.pull.chunk = (uint32_t)i;
+        m->b.pull.step = op->step;
+        m->env.body_case = TETHER__ENVELOPE__BODY_PULL_CHUNK;
+        m->env.pull_chunk = &m->b.pull;
+        return;
+    }
     tether__push_chunk__init(b);
     b->chunk = (uint32_t)i;
-    b->step = op->step;
+    b->step = refill ? op->step - 1 : op->step;
     b->rank = (uint32_t)p->o.rank;
     b->world = (uint32_t)p->o.world;
-    b->examples = op->local_count;
+    b->examples = refill ? p->saved_examples[i] : op->local_count;
     b->lr = p->lr;
     b->want_result = 1;
     m->env.body_case = TETHER__ENVELOPE__BODY_PUSH_CHUNK;
     m->env.push_chunk = b;
-    payload_of(p, op->buf + c->offset, (size_t)c->count * sizeof(float), &m->pl);
+    payload_of(p, (refill ? p->saved : op->buf) + c->offset, (size_t)c->count * sizeof(float),
+               f & (PS_F_RESENT | PS_F_REFILL), &m->pl);
     m->npl = 1;
 }
 
 static void build_params(tt_ps_t *p, const ps_op_t *op, size_t i, ps_msg_t *m) {
     size_t lo, hi;
     chunk_range(p, op, i, &lo, &hi);
-    size_t in_chunk = lo - (size_t)chunk_of(p, i)->offset;
-    if (op->kind == OP_SET) {
+    size_t in_chunk = lo - (size_t)ps_chunk(p, i)->offset;
+    if (op->kind == PS_OP_SET) {
         tether__set_params__init(&m->b.set);
         m->b.set.chunk = (uint32_t)i;
         m->b.set.offset = in_chunk;
@@ -231,7 +207,8 @@ static void build_params(tt_ps_t *p, const ps_op_t *op, size_t i, ps_msg_t *m) {
         m->b.set.optim_step = op->optim_step;
         m->env.body_case = TETHER__ENVELOPE__BODY_SET_PARAMS;
         m->env.set_params = &m->b.set;
-        payload_of(p, op->src + (lo - op->offset), (hi - lo) * sizeof(float), &m->pl);
+        payload_of(p, op->src + (lo - op->offset), (hi - lo) * sizeof(float),
+                   op->flags[i - op->first] & PS_F_RESENT, &m->pl);
         m->npl = 1;
         return;
     }
@@ -244,26 +221,30 @@ static void build_params(tt_ps_t *p, const ps_op_t *op, size_t i, ps_msg_t *m) {
     m->env.get_params = &m->b.get;
 }
 
-/* Sends item i. TT_EAGAIN: not connected yet (ZMQ_IMMEDIATE), try later. */
-static int send_item(tt_ps_t *p, ps_op_t *op, size_t i) {
+/* Sends item i to shard s, or with i == PS_SETUP_ITEM the PsSetup that must
+ * precede the next requests to a restarted shard. TT_EAGAIN: not
+ * connected yet (ZMQ_IMMEDIATE), try later. */
+static int send_item(tt_ps_t *p, ps_op_t *op, size_t s, size_t i) {
     ps_msg_t m;
     memset(&m, 0, sizeof(m));
-    uint64_t req = (p->op_seq << ITEM_BITS) | i;
+    uint64_t req = (p->op_seq << PS_ITEM_BITS) | i;
     tt_wire_env_init(&m.env, p->job, p->sender, p->o.generation, req);
     int rc = TT_OK;
-    if (op->kind == OP_SETUP)
-        rc = build_setup(p, i, &m);
-    else if (op->kind == OP_PUSH)
+    if (op->kind == PS_OP_SETUP || i == PS_SETUP_ITEM)
+        rc = build_setup(p, s, &m);
+    else if (op->kind == PS_OP_PUSH)
         build_push(p, op, i, &m);
     else
         build_params(p, op, i, &m);
-    size_t s = item_shard(p, op, i);
     if (rc == TT_OK)
         rc = tt_zmq_send(p->socks[s], NULL, 0, &m.env, &m.pl, m.npl, 1);
     free(m.specs);
     free(m.spec_ptrs);
-    if (rc == TT_OK) {
-        op->state[i - op->first] = 1;
+    if (rc == TT_OK && i == PS_SETUP_ITEM) {
+        p->link[s].resetup = 0;
+        p->link[s].setup_pending = 1;
+    } else if (rc == TT_OK) {
+        op->state[i - op->first] = PS_FLIGHT;
         p->inflight[s]++;
     } else if (rc != TT_EAGAIN) {
         PS_ERR(p, "sending %s of item %zu to shard %s failed: %s",
@@ -282,10 +263,16 @@ static int send_more(tt_ps_t *p, ps_op_t *op, uint64_t now, int *blocked) {
     size_t end = op->first + op->nitems;
     for (size_t s = 0; s < p->lay.place.nshards; s++) {
         size_t i = p->cursor[s] > op->first ? p->cursor[s] : op->first;
+        if (p->link[s].down) {
+            *blocked = 1; /* until it connects again: see ps_watch_link */
+            continue;
+        }
         for (; i < end && p->inflight[s] < (size_t)p->o.credits; i++) {
-            if (item_shard(p, op, i) != s || op->state[i - op->first] != 0)
+            if (ps_item_shard(p, op, i) != s || op->state[i - op->first] != PS_SEND)
                 continue;
-            int rc = send_item(p, op, i);
+            int rc = p->link[s].resetup ? send_item(p, op, s, PS_SETUP_ITEM) : TT_OK;
+            if (rc == TT_OK)
+                rc = send_item(p, op, s, i);
             if (rc == TT_EAGAIN) {
                 *blocked = 1;
                 break;
@@ -307,17 +294,13 @@ static void note_suspect(tt_ps_t *p, const char *msg) {
 
 static int on_error_reply(tt_ps_t *p, ps_op_t *op, size_t i, size_t s, const Tether__Error *e,
                           uint64_t now) {
-    if (e->code == TT_EBUSY) {
-        op->state[i - op->first] = 0;
-        p->inflight[s]--;
-        p->cursor[s] = p->cursor[s] < i ? p->cursor[s] : i;
-        op->retry_at = now + BUSY_RETRY_MS;
-        return TT_OK;
-    }
+    int rc;
+    if (ps_recover_error(p, op, i, s, e, now, &rc))
+        return rc;
     if (e->code == TT_ETIMEDOUT)
         note_suspect(p, e->message);
     PS_ERR(p, "shard %s refused %s item %zu: %s (%s)", p->lay.place.shard_ids[s],
-           op->kind == OP_PUSH ? "push" : "request", i, e->message ? e->message : "",
+           op->kind == PS_OP_PUSH ? "push" : "request", i, e->message ? e->message : "",
            tt_status_name(e->code));
     return e->code < 0 ? e->code : TT_EREMOTE;
 }
@@ -332,7 +315,7 @@ static int expect_frame(tt_ps_t *p, const tt_zmq_rx_t *rx, size_t elems, size_t 
 
 static int on_push_result(tt_ps_t *p, ps_op_t *op, size_t i, tt_zmq_rx_t *rx) {
     const Tether__ChunkResult *r = rx->env->chunk_result;
-    const tt_place_chunk_t *c = chunk_of(p, i);
+    const tt_place_chunk_t *c = ps_chunk(p, i);
     if (r->chunk != i || r->step != op->step) {
         PS_ERR(p, "result for chunk %u step %" PRIu64 ", expected chunk %zu step %" PRIu64,
                r->chunk, r->step, i, op->step);
@@ -350,6 +333,7 @@ static int on_push_result(tt_ps_t *p, ps_op_t *op, size_t i, tt_zmq_rx_t *rx) {
     }
     op->total = r->total_examples;
     op->have_total = 1;
+    ps_save_input(p, op, i);
     memcpy(op->buf + c->offset, zmq_msg_data(&rx->payload[0]), (size_t)c->count * sizeof(float));
     return TT_OK;
 }
@@ -368,11 +352,11 @@ static int on_get_result(tt_ps_t *p, ps_op_t *op, size_t i, tt_zmq_rx_t *rx) {
     return TT_OK;
 }
 
-static int expected_body(op_kind_t k) {
+static int expected_body(ps_op_kind_t k) {
     switch (k) {
-    case OP_PUSH:
+    case PS_OP_PUSH:
         return TETHER__ENVELOPE__BODY_CHUNK_RESULT;
-    case OP_GET:
+    case PS_OP_GET:
         return TETHER__ENVELOPE__BODY_PARAMS_REPLY;
     default:
         return TETHER__ENVELOPE__BODY_ACK;
@@ -382,9 +366,13 @@ static int expected_body(op_kind_t k) {
 /* One reply from shard s. Late replies of other operations are dropped. */
 static int on_reply(tt_ps_t *p, ps_op_t *op, size_t s, tt_zmq_rx_t *rx, uint64_t now) {
     uint64_t req = rx->env->request_id;
-    size_t i = (size_t)(req & ((1u << ITEM_BITS) - 1));
-    if ((req >> ITEM_BITS) != p->op_seq || i < op->first || i >= op->first + op->nitems ||
-        item_shard(p, op, i) != s || op->state[i - op->first] != 1)
+    size_t i = (size_t)(req & PS_SETUP_ITEM);
+    if ((req >> PS_ITEM_BITS) != p->op_seq)
+        return TT_OK;
+    if (i == PS_SETUP_ITEM)
+        return ps_resetup_reply(p, s, rx);
+    if (i < op->first || i >= op->first + op->nitems || ps_item_shard(p, op, i) != s ||
+        op->state[i - op->first] != PS_FLIGHT)
         return TT_OK;
     int rc = TT_OK;
     if (rx->env->body_case == TETHER__ENVELOPE__BODY_ERROR)
@@ -394,19 +382,21 @@ static int on_reply(tt_ps_t *p, ps_op_t *op, size_t s, tt_zmq_rx_t *rx, uint64_t
                tt_wire_body_name(rx->env->body_case));
         return TT_EPROTO;
     }
-    if (op->kind == OP_PUSH)
+    if (op->kind == PS_OP_PUSH && (op->flags[i - op->first] & PS_F_REFILL))
+        return ps_refill_result(p, op, i, s, rx); /* not done: this step's push follows */
+    if (op->kind == PS_OP_PUSH)
         rc = on_push_result(p, op, i, rx);
-    else if (op->kind == OP_GET)
+    else if (op->kind == PS_OP_GET)
         rc = on_get_result(p, op, i, rx);
     if (rc == TT_OK) {
-        op->state[i - op->first] = 2;
+        op->state[i - op->first] = PS_DONE;
         op->remaining--;
         p->inflight[s]--;
     }
     return rc;
 }
 
-static int drain_socket(tt_ps_t *p, ps_op_t *op, size_t s, uint64_t now) {
+int ps_drain(tt_ps_t *p, ps_op_t *op, size_t s, uint64_t now) {
     for (;;) {
         tt_zmq_rx_t rx;
         char err[256] = "";
@@ -424,26 +414,29 @@ static int drain_socket(tt_ps_t *p, ps_op_t *op, size_t s, uint64_t now) {
     }
 }
 
+/* Replies first, then connection events (tt_ps_recover.c says why). */
 static int wait_replies(tt_ps_t *p, ps_op_t *op, uint64_t deadline, int blocked) {
     size_t n = p->lay.place.nshards;
     zmq_pollitem_t *items = p->polls;
-    for (size_t s = 0; s < n; s++)
+    for (size_t s = 0; s < n; s++) {
         items[s] = (zmq_pollitem_t){p->socks[s], 0, ZMQ_POLLIN, 0};
+        items[n + s] = (zmq_pollitem_t){p->link[s].mon, 0, ZMQ_POLLIN, 0};
+    }
     uint64_t now = tt_clock_mono_ms();
     long tmo = deadline > now ? (long)(deadline - now) : 0;
     if (blocked && tmo > 1)
         tmo = 1;
-    if (zmq_poll(items, (int)n, tmo) < 0 && errno != EINTR) {
+    if (zmq_poll(items, (int)(2 * n), tmo) < 0 && errno != EINTR) {
         PS_ERR(p, "zmq_poll: %s", zmq_strerror(errno));
         return TT_ESYS;
     }
     now = tt_clock_mono_ms();
-    for (size_t s = 0; s < n; s++) {
-        int rc = (items[s].revents & ZMQ_POLLIN) ? drain_socket(p, op, s, now) : TT_OK;
-        if (rc != TT_OK)
-            return rc;
-    }
-    return TT_OK;
+    int rc = TT_OK;
+    for (size_t s = 0; rc == TT_OK && s < n; s++)
+        rc = (items[s].revents & ZMQ_POLLIN) ? ps_drain(p, op, s, now) : TT_OK;
+    for (size_t s = 0; rc == TT_OK && s < n; s++)
+        rc = (items[n + s].revents & ZMQ_POLLIN) ? ps_watch_link(p, op, s, now) : TT_OK;
+    return rc;
 }
 
 /* Waits until ZeroMQ has released every zero-copy frame, up to `ms`. */
@@ -459,23 +452,29 @@ static int wait_released(tt_ps_t *p, uint64_t ms) {
 }
 
 static int run_op(tt_ps_t *p, ps_op_t *op) {
-    uint8_t *state = calloc(op->nitems ? op->nitems : 1, 1);
+    size_t n = p->lay.place.nshards;
+    uint8_t *state = calloc(op->nitems ? 2 * op->nitems : 1, 1);
     if (state == NULL)
         return TT_ENOMEM;
     op->state = state;
+    op->flags = state + op->nitems;
     op->remaining = op->nitems;
     p->op_seq++;
-    memset(p->inflight, 0, p->lay.place.nshards * sizeof(size_t));
-    memset(p->cursor, 0, p->lay.place.nshards * sizeof(size_t));
+    memset(p->inflight, 0, n * sizeof(size_t));
+    memset(p->cursor, 0, n * sizeof(size_t));
+    for (size_t s = 0; s < n; s++)
+        p->link[s].setup_pending = 0; /* answers to older calls are dropped */
     uint64_t start = tt_clock_mono_ms(), deadline = start + (uint64_t)p->o.deadline_ms;
     int rc = TT_OK, blocked = 0;
+    for (size_t s = 0; rc == TT_OK && s < n; s++)
+        rc = ps_watch_link(p, op, s, start); /* a shard lost between calls */
     while (rc == TT_OK && op->remaining > 0) {
         uint64_t now = tt_clock_mono_ms();
         if (now >= deadline) {
             PS_ERR(p,
                    "%zu of %zu %s item(s) unanswered after %d ms (generation %" PRIu64
                    ", step %" PRIu64 ")",
-                   op->remaining, op->nitems, op->kind == OP_PUSH ? "chunk" : "request",
+                   op->remaining, op->nitems, op->kind == PS_OP_PUSH ? "chunk" : "request",
                    p->o.deadline_ms, p->o.generation, op->step);
             rc = TT_ETIMEDOUT;
             break;
@@ -487,7 +486,7 @@ static int run_op(tt_ps_t *p, ps_op_t *op) {
     if (wait_released(p, rc == TT_OK ? (uint64_t)p->o.deadline_ms : 1000) != TT_OK && rc == TT_OK)
         rc = TT_ETIMEDOUT;
     free(state);
-    op->state = NULL;
+    op->state = op->flags = NULL;
     return rc;
 }
 
@@ -496,7 +495,7 @@ static int run_op(tt_ps_t *p, ps_op_t *op) {
 static int fail(tt_ps_t *p, int rc) {
     if (rc != TT_OK && rc != TT_EINVAL) {
         p->failed = rc;
-        TT_WARN(SUBSYS, "rank %d generation %" PRIu64 ": %s (%s)", p->o.rank, p->o.generation,
+        TT_WARN(PS_SUBSYS, "rank %d generation %" PRIu64 ": %s (%s)", p->o.rank, p->o.generation,
                 p->err, tt_status_name(rc));
     }
     return rc;
@@ -507,11 +506,12 @@ static int open_sockets(tt_ps_t *p, char *err, size_t errlen) {
     int io = p->o.io_threads > 0 ? p->o.io_threads : (int)(n < 4 ? n : 4);
     p->zctx = zmq_ctx_new();
     p->socks = calloc(n, sizeof(void *));
+    p->link = calloc(n, sizeof(*p->link));
     p->inflight = calloc(n, sizeof(size_t));
     p->cursor = calloc(n, sizeof(size_t));
-    p->polls = calloc(n, sizeof(zmq_pollitem_t));
-    if (p->zctx == NULL || p->socks == NULL || p->inflight == NULL || p->cursor == NULL ||
-        p->polls == NULL)
+    p->polls = calloc(2 * n, sizeof(zmq_pollitem_t));
+    if (p->zctx == NULL || p->socks == NULL || p->link == NULL || p->inflight == NULL ||
+        p->cursor == NULL || p->polls == NULL)
         return TT_ENOMEM;
     zmq_ctx_set(p->zctx, ZMQ_IO_THREADS, io);
     tt_zmq_opts_t zo;
@@ -521,6 +521,9 @@ static int open_sockets(tt_ps_t *p, char *err, size_t errlen) {
     zo.sndhwm = zo.rcvhwm = 4 * p->o.credits + 16;
     for (size_t s = 0; s < n; s++) {
         int rc = tt_zmq_dealer(p->zctx, p->lay.endpoints[s], &zo, &p->socks[s], err, errlen);
+        if (rc == TT_OK)
+            rc = tt_zmq_monitor_open(p->zctx, p->socks[s], LINK_EVENTS, &p->link[s].mon, err,
+                                     errlen);
         if (rc != TT_OK)
             return rc;
     }
@@ -549,8 +552,9 @@ int tt_ps_create(tt_ps_t **out, const tt_ps_opts_t *opts, char *err, size_t errl
     int rc;
     TT_CHECK_GOTO(layout_copy(opts->layout, &p->lay), rc, fail);
     p->o.layout = &p->lay;
+    TT_CHECK_GOTO(ps_keep_inputs(p), rc, fail);
     TT_CHECK_GOTO(open_sockets(p, err, errlen), rc, fail);
-    ps_op_t op = {.kind = OP_SETUP, .first = 0, .nitems = p->lay.place.nshards};
+    ps_op_t op = {.kind = PS_OP_SETUP, .first = 0, .nitems = p->lay.place.nshards};
     rc = run_op(p, &op);
     if (rc != TT_OK) {
         if (err != NULL && errlen > 0)
@@ -569,11 +573,18 @@ void tt_ps_destroy(tt_ps_t **pp) {
         return;
     tt_ps_t *p = *pp;
     *pp = NULL;
-    for (size_t s = 0; p->socks != NULL && s < p->lay.place.nshards; s++)
+    for (size_t s = 0; p->socks != NULL && s < p->lay.place.nshards; s++) {
+        if (p->link != NULL)
+            tt_zmq_close(&p->link[s].mon); /* before its socket (tt_zmq_monitor_open) */
         tt_zmq_close(&p->socks[s]);
+    }
     if (p->zctx != NULL)
         zmq_ctx_term(p->zctx); /* returns once every frame is released */
     free(p->socks);
+    free(p->link);
+    free(p->saved);
+    free(p->saved_step);
+    free(p->saved_examples);
     free(p->inflight);
     free(p->cursor);
     free(p->polls);
@@ -592,7 +603,7 @@ int tt_ps_allreduce(tt_ps_t *p, float *buf, size_t count, uint64_t local_count,
                p->lay.place.total_elems);
         return TT_EINVAL;
     }
-    ps_op_t op = {.kind = OP_PUSH,
+    ps_op_t op = {.kind = PS_OP_PUSH,
                   .buf = buf,
                   .count = count,
                   .local_count = local_count,
@@ -636,7 +647,7 @@ int tt_ps_set_params(tt_ps_t *p, tt_ps_part_t part, const float *src, size_t off
         return TT_EINVAL;
     if (p->failed)
         return p->failed;
-    ps_op_t op = {.kind = OP_SET, .src = src, .part = part, .optim_step = optim_step};
+    ps_op_t op = {.kind = PS_OP_SET, .src = src, .part = part, .optim_step = optim_step};
     int rc = range_items(p, offset, count, &op);
     return rc == TT_OK ? run_op(p, &op) : rc;
 }
@@ -647,7 +658,7 @@ int tt_ps_get_params(tt_ps_t *p, tt_ps_part_t part, float *dst, size_t offset, s
         return TT_EINVAL;
     if (p->failed)
         return p->failed;
-    ps_op_t op = {.kind = OP_GET, .buf = dst, .part = part};
+    ps_op_t op = {.kind = PS_OP_GET, .buf = dst, .part = part};
     int rc = range_items(p, offset, count, &op);
     if (rc == TT_OK)
         rc = run_op(p, &op);

@@ -14,6 +14,11 @@
  * state travels at a regroup and how a joining worker gets the model, and
  * it declares the tensor table / fetches the placement from the coordinator
  * (tt_ps_layout_fetch).
+ * A shard server that is restarted on its endpoint during a call does not
+ * fail it: what it lost is sent again, in aggregate mode after setting the
+ * job up there again, and in deterministic aggregate mode the ranks that
+ * already had a step's result refill that step from a copy of their input
+ * (tt_ps_recover.c; it costs one copy of the buffer per rank).
  * It does not know about membership: the library creates one per
  * generation (like tt_ring) and destroys it when the generation ends. The
  * interface follows tt_ring's so both can sit behind one ops table.
@@ -84,7 +89,9 @@ typedef struct tt_ps_opts {
     tt_ps_optim_t optim;       /* optimizer mode */
     tt_optim_sgd_hp_t sgd;     /* optimizer mode, SGD */
     tt_optim_adamw_hp_t adamw; /* optimizer mode, AdamW (its weight_decay) */
-    int deterministic;         /* shards sum in rank order */
+    int deterministic;         /* shards sum in rank order; aggregate mode also
+                                  keeps this rank's last input to refill a
+                                  restarted shard with the same bits */
     uint32_t park_timeout_ms;  /* shard-side round deadline; 0: shard default */
     uint64_t first_step;       /* sequence number of the first call */
 } tt_ps_opts_t;
@@ -107,6 +114,8 @@ void tt_ps_destroy(tt_ps_t **p);
  * result and *total_count (may be NULL) the sum of every rank's count.
  * Returns 0 or:
  *   TT_EINVAL     bad arguments (nothing was sent; the object stays usable)
+ *   TT_EUNREACHABLE a shard lost its connection or the job too often within
+ *                 one call (a restart within the deadline is no error)
  *   TT_ETIMEDOUT  the deadline passed (tt_ps_suspect names a missing rank
  *                 when a shard reported one)
  *   TT_EREMOTE and the other codes a shard refused a chunk with (stale

@@ -7,7 +7,8 @@
  * at a time, so the loop never blocks on arithmetic.
  * It does not decide placement (the coordinator does; workers tell each
  * shard which chunks it holds with PsSetup) and it keeps no durable state
- * (checkpoint parts are a later issue).
+ * (checkpoint parts are a later issue): restarted, it starts empty, the
+ * workers set their job up again and push what it lost (shard_data.c).
  * Thread safety: everything runs on the loop thread, except the math in
  * the pool and the free callbacks of zero-copy results, which ZeroMQ may
  * run on its I/O thread (reference counts are atomic). */

@@ -6,6 +6,8 @@
  * every parked pull is answered with, without a copy. Parks have deadlines:
  * an expired one is answered with TT_ETIMEDOUT naming the missing ranks
  * (the round itself keeps waiting, and is reported to the coordinator once).
+ * A round can also be abandoned unfinished (a restarted shard must finish
+ * the step before it first): its parks then hear why.
  * Why one work item per chunk: the accumulator's data calls must not
  * overlap, and different chunks still run in parallel on the pool. */
 #include "shard_internal.h"
@@ -88,11 +90,14 @@ int shard_chunk_new(shard_job_t *job, uint32_t id, size_t elems, shard_chunk_t *
     return TT_OK;
 }
 
-static void fail_parks(shard_chunk_t *ch, int all, uint64_t gen, int code, const char *msg) {
+/* Answers `code` to the parks of generations before `gen` and, when
+ * `step` is not NULL, to those of (gen, *step); forgets them. */
+static void fail_parks(shard_chunk_t *ch, uint64_t gen, const uint64_t *step, int code,
+                       const char *msg) {
     shard_park_t **pp = &ch->parks;
     while (*pp != NULL) {
         shard_park_t *p = *pp;
-        if (all || p->gen < gen) {
+        if (p->gen < gen || (step != NULL && p->gen == gen && p->step == *step)) {
             *pp = p->next;
             shard_send_error(ch->job->s, p->peer, p->peer_len, ch->job->id, p->gen, p->req, code,
                              msg);
@@ -128,9 +133,20 @@ void shard_chunk_new_gen(shard_chunk_t *ch, uint64_t gen) {
     snprintf(msg, sizeof(msg),
              "chunk %u: generation %" PRIu64 " started, the round of an older one was dropped",
              ch->id, gen);
-    fail_parks(ch, 0, gen, TT_EMEMBERSHIP, msg);
+    fail_parks(ch, gen, NULL, TT_EMEMBERSHIP, msg);
     if (ch->result != NULL && ch->result_gen < gen)
         retire_result(ch);
+    ch->complete_pending = 0;
+}
+
+void shard_chunk_abandon(shard_chunk_t *ch, int code, const char *msg) {
+    uint64_t gen = tt_accum_generation(ch->acc), step = tt_accum_round_step(ch->acc);
+    if (!tt_accum_abandon(ch->acc))
+        return;
+    fail_parks(ch, gen, &step, code, msg);
+    for (size_t i = 0; i < ch->npending; i++) /* none while idle; kept for safety */
+        zmq_msg_close(&ch->pending[i].msg);
+    ch->npending = 0;
     ch->complete_pending = 0;
 }
 

@@ -2,7 +2,10 @@
  * SetParams, GetParams). Each handler validates what the wire decoder
  * cannot know (the job and chunk exist, the sizes match this chunk, the
  * generation is current, the chunk is not mid-computation), answers errors
- * at once with a sentence, and never lets a refused message change state. */
+ * at once with a sentence, and never lets a refused message change state.
+ * After a restart this shard holds nothing: workers set the job up again
+ * (PsSetup) and re-push; a push one step off the open round is resolved
+ * by restarted_rounds (the ranks ahead refill the older step first). */
 #include "shard_internal.h"
 #include "tt_clock.h"
 #include "tt_log.h"
@@ -224,6 +227,56 @@ static void on_setup(const shard_req_t *q) {
     reply_ack(q);
 }
 
+/* A push for the step after the open round of its generation. Ranks push
+ * step s+1 only once they have the result of s, so this happens only
+ * when this shard restarted after some ranks had that result and before
+ * others did: the ranks behind re-push step s, and the ranks ahead must
+ * contribute to it again (tt_ps refills from its copy) before step s+1 can
+ * start here. TT_EAGAIN tells them so. */
+static int older_round_open(const shard_chunk_t *ch, uint64_t gen, uint64_t step) {
+    return tt_accum_active(ch->acc) && gen == tt_accum_generation(ch->acc) &&
+           step == tt_accum_round_step(ch->acc) + 1;
+}
+
+/* The reverse order: a push for the step before the open round of its
+ * generation, a step this shard never finished. The ranks ahead reached
+ * the restarted shard first and opened the next round; it cannot finish
+ * before this one, so it is dropped (its ranks hear TT_EAGAIN, as above,
+ * and push it again after refilling this step) and this push admitted. */
+static int newer_round_open(const shard_chunk_t *ch, uint64_t gen, uint64_t step) {
+    uint64_t done = 0;
+    int final = tt_accum_done_step(ch->acc, &done) && done >= step;
+    return tt_accum_active(ch->acc) && gen == tt_accum_generation(ch->acc) &&
+           step + 1 == tt_accum_round_step(ch->acc) && !final;
+}
+
+/* Applies the two orders above; TT_OK lets the push go on to admission. */
+static int restarted_rounds(const shard_req_t *q, shard_chunk_t *ch) {
+    const Tether__PushChunk *p = q->env->push_chunk;
+    uint64_t gen = q->env->generation, open = tt_accum_round_step(ch->acc);
+    char msg[256];
+    if (older_round_open(ch, gen, p->step)) {
+        snprintf(msg, sizeof(msg),
+                 "chunk %u: step %" PRIu64 " is still open on this shard (it restarted): "
+                 "contribute to it again, then push step %" PRIu64,
+                 ch->id, open, p->step);
+        reply_error(q, TT_EAGAIN, msg);
+        return TT_EAGAIN;
+    }
+    if (!newer_round_open(ch, gen, p->step))
+        return TT_OK;
+    if (ch->busy) {
+        reply_error(q, TT_EBUSY, "chunk is folding in pushes of the next step: retry");
+        return TT_EBUSY;
+    }
+    snprintf(msg, sizeof(msg),
+             "chunk %u: rank %u pushed step %" PRIu64 " again (this shard restarted): "
+             "contribute to it again, then push step %" PRIu64 " again",
+             ch->id, p->rank, p->step, open);
+    shard_chunk_abandon(ch, TT_EAGAIN, msg);
+    return TT_OK;
+}
+
 static int admit_push(const shard_req_t *q, shard_chunk_t *ch, tt_accum_ticket_t *t) {
     const Tether__PushChunk *p = q->env->push_chunk;
     char err[256] = "";
@@ -231,6 +284,9 @@ static int admit_push(const shard_req_t *q, shard_chunk_t *ch, tt_accum_ticket_t
         reply_error(q, TT_EBUSY, "chunk is finishing the previous generation's round: retry");
         return TT_EBUSY;
     }
+    int rc = restarted_rounds(q, ch);
+    if (rc != TT_OK)
+        return rc;
     tt_accum_push_t ap = {.generation = q->env->generation,
                           .step = p->step,
                           .rank = p->rank,
@@ -238,7 +294,7 @@ static int admit_push(const shard_req_t *q, shard_chunk_t *ch, tt_accum_ticket_t
                           .examples = p->examples,
                           .lr = p->lr,
                           .elems = zmq_msg_size(&q->rx->payload[0]) / sizeof(float)};
-    int rc = tt_accum_admit(ch->acc, &ap, q->now, t, err, sizeof(err));
+    rc = tt_accum_admit(ch->acc, &ap, q->now, t, err, sizeof(err));
     if (rc != TT_OK) {
         char msg[320];
         snprintf(msg, sizeof(msg), "chunk %u: %s", ch->id, err);

@@ -108,6 +108,9 @@ int shard_chunk_answer(shard_chunk_t *ch, const uint8_t *peer, size_t peer_len, 
                        uint64_t gen, uint64_t step);
 /* Generation moved on: fail parks of older generations, drop old result. */
 void shard_chunk_new_gen(shard_chunk_t *ch, uint64_t gen);
+/* Drops the open round unfinished; its parks are answered `code` with
+ * `msg`. Only while the chunk is idle (not busy). */
+void shard_chunk_abandon(shard_chunk_t *ch, int code, const char *msg);
 /* Deadlines: report stalls, fail expired parks with the missing ranks. */
 void shard_chunk_tick(shard_chunk_t *ch, uint64_t now);
 

@@ -115,6 +115,12 @@ int tt_accum_new_generation(tt_accum_t *a, uint64_t gen) {
     return dropped;
 }
 
+int tt_accum_abandon(tt_accum_t *a) {
+    int open = a->active;
+    drop_round(a);
+    return open;
+}
+
 static int seen(const tt_accum_t *a, uint32_t r) {
     return (a->seen[r / 64] >> (r % 64)) & 1u;
 }

@@ -15,7 +15,8 @@
  *    keeps each rank's contribution and sums in rank order at the end, so
  *    the result is bitwise reproducible;
  *  - a round that is not final by its deadline is reported once (the
- *    caller tells the coordinator) and keeps waiting.
+ *    caller tells the coordinator) and keeps waiting;
+ *  - a round can be abandoned unfinished (tt_accum_abandon).
  *
  * Threads: the bookkeeping calls (admit, mark_done, expiry, set/get params)
  * belong to one thread (the shard's loop); the data calls (tt_accum_add,
@@ -121,6 +122,11 @@ int tt_accum_take_expiry(tt_accum_t *a, uint64_t now_ms);
 /* Moves to generation `gen` when it is newer, dropping an open round.
  * Returns 1 when something was dropped. */
 int tt_accum_new_generation(tt_accum_t *a, uint64_t gen);
+
+/* Drops the open round without finishing it: a restarted shard got a
+ * step its ranks must finish first. Returns 1 when one was open. The
+ * caller makes sure no data call is running (bookkeeping thread). */
+int tt_accum_abandon(tt_accum_t *a);
 
 /* Parameter / optimizer state upload and download at element `offset`.
  * TT_EINVAL (range outside the chunk, a part this optimizer does not have,

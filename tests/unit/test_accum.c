@@ -59,6 +59,28 @@ static void accum_completion_and_count_normalisation(void) {
     CU_ASSERT_PTR_NULL(a);
 }
 
+/* A restarted shard abandons an open round; the same step is then admitted
+ * afresh (its first push again), with no trace of the dropped sums. */
+static void accum_abandon_then_same_step_starts_over(void) {
+    tt_accum_t *a = make(1, 0);
+    float g0[N] = {1, 2, 3, 4, 5}, g1[N] = {10, 20, 30, 40, 50};
+    tt_accum_ticket_t t;
+    CU_ASSERT_EQUAL(contribute(a, push(1, 3, 0, 2, 2), g0, &t), TT_OK);
+    CU_ASSERT(tt_accum_active(a));
+    CU_ASSERT_EQUAL(tt_accum_abandon(a), 1);
+    CU_ASSERT(!tt_accum_active(a));
+    CU_ASSERT_EQUAL(tt_accum_abandon(a), 0); /* nothing open any more */
+    CU_ASSERT_EQUAL(contribute(a, push(1, 3, 1, 2, 3), g1, &t), TT_OK);
+    CU_ASSERT(t.first && !t.complete);
+    CU_ASSERT_EQUAL(contribute(a, push(1, 3, 0, 2, 2), g0, &t), TT_OK);
+    CU_ASSERT(t.complete);
+    float out[N];
+    CU_ASSERT_EQUAL(tt_accum_finish(a, out), 5);
+    for (int i = 0; i < N; i++)
+        CU_ASSERT_DOUBLE_EQUAL(out[i], (g0[i] + g1[i]) / 5.0, 1e-6);
+    tt_accum_destroy(&a);
+}
+
 static void accum_rejects_duplicate_contributor(void) {
     tt_accum_t *a = make(0, 0);
     float g[N] = {1, 1, 1, 1, 1};
@@ -246,6 +268,7 @@ static void accum_add_finish_matches_two_passes(void) {
 
 static const tt_cunit_test_t tests[] = {
     {"accum_completion_and_count_normalisation", accum_completion_and_count_normalisation},
+    {"accum_abandon_then_same_step_starts_over", accum_abandon_then_same_step_starts_over},
     {"accum_rejects_duplicate_contributor", accum_rejects_duplicate_contributor},
     {"accum_rejects_stale_generation", accum_rejects_stale_generation},
     {"accum_new_generation_drops_partial", accum_new_generation_drops_partial},

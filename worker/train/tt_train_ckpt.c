@@ -292,7 +292,7 @@ static int ensure_buffers(tt_train_ckpt_t *c, size_t snap_floats, size_t ctl_len
             return TT_ENOMEM;
         free(c->snap_mem);
         c->snap_mem = mem;
-        c->snap = (float *)((char *)mem + skew);
+        c->snap = (float *)mem + skew / sizeof(float); /* headers are multiples of 16 bytes */
         c->snap_cap = snap_floats;
     }
     if (ctl_len > c->ctl_cap) {

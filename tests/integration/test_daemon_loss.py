@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""Loss of a daemon during training: real processes through tether-launch,
+daemons killed for real with SIGKILL and restarted by the launcher.
+
+  * shard: 3 workers with --backend ps (every step's gradients are summed
+    on the shard servers), 2 shards; at a random step (and a random moment
+    inside it) the shard server that holds the gradient chunks is killed.
+    tether-launch restarts it on the same port; each worker's PS backend
+    sees the connection go, sets the job up on the new shard and pushes
+    again what it lost (and, when the shard died between answering some
+    ranks and the others, the ranks ahead refill that step from their copy
+    of its input: worker/tt_ps_recover.c), with no regroup; the job
+    completes (launcher exit 0) with exactly one row per epoch of exactly
+    the dataset size, no step repeated or skipped, and the parameters of a
+    fault-free single-process run within 1e-5 relative;
+  * coordinator: the same job (ring backend, then ps) loses the coordinator
+    in the middle of an epoch; the launcher restarts it, it reloads its
+    state file, every worker is heard from again by the new instance
+    (tetherctl members), and the job completes with the same checks.
+
+The reference runs and the equivalence argument are test_failover.py's
+(--lr 0.05, 2 epochs of 20 steps); --pace-ms stretches each step so that
+the kill lands mid-run and the restart has steps left to serve.
+"""
+import json
+import os
+import random
+import re
+import signal
+import time
+
+from test_failover import DATA, FAST, global_step, have_data, params, reference, rel_diff, train_args
+from tt_harness import binary, run_tests
+
+STEPS_PER_EPOCH = 20
+EPOCHS = 2
+PACE_MS = 100
+SEEDS = [int(s) for s in os.environ.get("TETHER_DAEMON_LOSS_SEEDS", "11,12,13").split(",")]
+# The shard runs alternate paced steps (the kill lands between rounds, as
+# a rule) and unpaced ones (communication is most of a step: the kill
+# lands mid-round and the workers re-push what it lost).
+SHARD_PACES = [PACE_MS, 0, 0]
+COORD_PACE_MS = 150
+
+
+def launch(h, name, seed, backend, shards, pace_ms=PACE_MS):
+    """Starts tether-launch with 3 workers; returns (proc, dump, metrics)."""
+    out = os.path.join(h.dir, f"{name}.bin")
+    metrics = os.path.join(h.dir, f"{name}.json")
+    argv = [binary("tether-launch"), "--workers", "3", "--shards", str(shards),
+            "--min-workers", "3", "--max-restarts", "0", "--daemon-log-level", "info",
+            "--", "tether-train", "--data", DATA, "--backend", backend,
+            *train_args(seed, STEPS_PER_EPOCH, EPOCHS), "--dump-params", out,
+            "--metrics-json", metrics, "--pace-ms", str(pace_ms)]
+    return h.spawn(name, argv, env=FAST), out, metrics
+
+
+def launcher_line(p, pattern, timeout=30):
+    """The first line on the launcher's stderr matching pattern (waits for
+    it), as a match."""
+    return re.search(pattern, p.wait_line(lambda l: re.search(pattern, l), timeout,
+                                          f"/{pattern}/", stream="log"))
+
+
+def daemon_pid(p, label):
+    return int(launcher_line(p, rf"\[launch\] started {label}: pid (\d+)").group(1))
+
+
+def coordinator_endpoint(p):
+    port = launcher_line(p, r"\[launch\] started coordinator: pid \d+, port (\d+)").group(1)
+    return f"tcp://127.0.0.1:{port}"
+
+
+def wait_step(p, at, timeout=90):
+    p.wait_line(lambda l: global_step(l) >= at, timeout, f"step {at}", stream="log")
+
+
+def check_result(h, name, p, rc, out, metrics, seed):
+    """Exit 0, the summary, one metrics row per epoch with exact counts,
+    every global step logged once in order, the fault-free parameters."""
+    text = "\n".join(p.lines() + p.lines("log"))
+    summary = [l for l in text.splitlines() if "summary:" in l]
+    assert rc == 0, f"launcher exit {rc}:\n" + text[-4000:]
+    assert summary and "finished=3 failed=0 restarts=0 daemon-restarts=1" in summary[-1], \
+        summary[-1] if summary else text[-4000:]
+    with open(metrics) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    assert [r["epoch"] for r in rows] == list(range(1, EPOCHS + 1)), rows
+    assert [r["step"] for r in rows] == [STEPS_PER_EPOCH * e for e in range(1, EPOCHS + 1)], rows
+    assert all(r["examples"] == STEPS_PER_EPOCH * 256 for r in rows), rows
+    assert all(r["world_size"] == 3 for r in rows), rows
+    # rank 0 logs every step once (--log-every 1): a repeated or skipped
+    # step shows up as a gap or a repetition in this sequence
+    steps = [global_step(l) for l in text.splitlines() if global_step(l) >= 0]
+    assert steps == list(range(1, STEPS_PER_EPOCH * EPOCHS + 1)), steps
+    d = rel_diff(params(out), reference(h, seed, STEPS_PER_EPOCH, EPOCHS))
+    print(f"  {name}: {summary[-1].split('summary: ')[-1]}; generations "
+          f"{[r['generation'] for r in rows]}; relative difference to the fault-free run {d:.2e}")
+    assert d < 1e-5, f"{name}: parameters differ by {d:.2e} (limit 1e-5)"
+    return text
+
+
+def chunk_holders(h, p):
+    """Shard indices whose heartbeats report chunks of the job."""
+    ep = coordinator_endpoint(p)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        rc, out, _ = h.ctl(ep, "shards", "--json", check=False)
+        if rc == 0:
+            held = [int(s["shard_id"][1:]) for s in json.loads(out)["shards"] if s["chunks"] > 0]
+            if held:
+                return held
+        time.sleep(0.1)
+    raise AssertionError("no shard reported holding chunks")
+
+
+def test_kill_shard_during_ps_steps(h):
+    for k, seed in enumerate(SEEDS):
+        rng = random.Random(seed)
+        pace = SHARD_PACES[k % len(SHARD_PACES)]
+        at = rng.randrange(3, STEPS_PER_EPOCH * EPOCHS - 8)
+        name = f"shard-{seed}"
+        p, out, metrics = launch(h, name, seed, "ps", shards=2, pace_ms=pace)
+        wait_step(p, 2)
+        victim = rng.choice(chunk_holders(h, p))
+        wait_step(p, at)
+        time.sleep(rng.uniform(0, max(pace, 20) / 1000))  # anywhere inside the step
+        pid = daemon_pid(p, f"shard {victim}")
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        rc = p.wait(120)
+        log = p.lines("log")
+        lost = [l for l in log if f"connection to shard s{victim} lost" in l]
+        resent = sum(int(re.search(r"; (\d+) request", l).group(1)) for l in lost)
+        refills = sum("contributing to it again" in l for l in log)
+        print(f"  seed {seed} (pace {pace} ms): killed shard {victim} (pid {pid}) at step >= {at}; "
+              f"{time.monotonic() - killed:.1f} s to the end; requests sent again {resent}, "
+              f"refills {refills}")
+        text = check_result(h, name, p, rc, out, metrics, seed)
+        assert f"[launch] shard {victim} died (killed by signal 9" in text, text[-4000:]
+        # every worker's PS backend noticed the loss itself (no regroup)
+        assert len(lost) == 3, "not every worker saw the shard go:\n" + text[-4000:]
+        # the restarted shard was set up again by the workers and served
+        setups = [l for l in text.splitlines()
+                  if l.startswith(f"[shard {victim}]") and "job launch: placement version" in l]
+        assert len(setups) >= 2, "the restarted shard never served the job:\n" + text[-4000:]
+
+
+def members(h, ep):
+    rc, out, _ = h.ctl(ep, "members", "launch", "--json", check=False, timeout_ms=500)
+    return json.loads(out)["members"] if rc == 0 else None
+
+
+def run_coordinator_kill(h, seed, backend):
+    rng = random.Random(seed)
+    # mid-epoch (neither its first nor its last steps), with at least a
+    # second of steps left for the members to be seen by the new instance
+    epoch = rng.randrange(EPOCHS)
+    at = epoch * STEPS_PER_EPOCH + rng.randrange(3, STEPS_PER_EPOCH - 8)
+    name = f"coord-{backend}-{seed}"
+    p, out, metrics = launch(h, name, seed, backend, shards=1, pace_ms=COORD_PACE_MS)
+    ep = coordinator_endpoint(p)
+    wait_step(p, at)
+    time.sleep(rng.uniform(0, COORD_PACE_MS / 1000))
+    pid = daemon_pid(p, "coordinator")
+    os.kill(pid, signal.SIGKILL)
+    killed = time.monotonic()
+    done = max(global_step(l) for l in p.lines("log"))  # steps logged before the kill
+    # every member is heard from by the new instance: its heartbeats carry
+    # a completed step after the kill (the saved record can only hold an
+    # earlier one)
+    seen, deadline = None, time.monotonic() + 15
+    while time.monotonic() < deadline and p.alive():
+        ms = members(h, ep)
+        if ms and len(ms) == 3 and all(m["last_step"] > done and m["heartbeat_age_ms"] < 1000
+                                       for m in ms):
+            seen = time.monotonic() - killed
+            break
+        time.sleep(0.05)
+    rc = p.wait(120)
+    print(f"  {backend} seed {seed}: killed the coordinator (pid {pid}) at step >= {at}; all "
+          f"members re-registered after {seen if seen is None else f'{seen:.2f} s'}")
+    text = check_result(h, name, p, rc, out, metrics, seed)
+    assert "[launch] coordinator died (killed by signal 9" in text, text[-4000:]
+    assert re.search(r"\[coord\].*restored job launch at generation \d+", text), text[-4000:]
+    assert seen is not None, "the restarted coordinator did not hear from every worker"
+
+
+def test_kill_coordinator_mid_epoch(h):
+    run_coordinator_kill(h, SEEDS[0] + 20, "ring")
+    run_coordinator_kill(h, SEEDS[0] + 21, "ps")
+
+
+if __name__ == "__main__":
+    if not have_data():
+        print(f"SKIPPED: no Fashion-MNIST at {DATA} (install dataset-fashion-mnist)")
+        raise SystemExit(77)
+    run_tests([test_kill_shard_during_ps_steps, test_kill_coordinator_mid_epoch])
