@@ -9,6 +9,9 @@ static void status_names_round_trip(void) {
     CU_ASSERT_STRING_EQUAL(tt_status_name(TT_ESTALE), "ESTALE");
     CU_ASSERT_STRING_EQUAL(tt_strerror(TT_ESTALE), "stale generation");
     CU_ASSERT_STRING_EQUAL(tt_status_name(12345), "UNKNOWN");
+    CU_ASSERT_EQUAL(TT_EJOBDONE, -55);
+    CU_ASSERT_STRING_EQUAL(tt_status_name(TT_EJOBDONE), "EJOBDONE");
+    CU_ASSERT_STRING_EQUAL(tt_strerror(TT_EJOBDONE), "job already finished");
 }
 
 static void status_codes_negative_and_unique(void) {
