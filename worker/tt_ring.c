@@ -12,7 +12,7 @@
  * collective is the deadline plus WAIT frames, and a killed peer shows at
  * once as ZMQ_EVENT_DISCONNECTED on a socket monitor. The common/tt_zmq
  * factory makes ROUTER/DEALER sockets with protobuf envelopes, which the
- * bulk path wants neither of, so ring_socket() sets these two up with the
+ * bulk path wants neither of, so tt_ring_net.c sets these two up with the
  * same rules (linger, bounded message size).
  *
  * Messages: [56-byte tt_collseq header][payload]. DATA units are buffer
@@ -25,6 +25,7 @@
  * sentence. All state hangs off the tt_ring_t; the one process-wide effect
  * is pin_malloc_thresholds (documented at tt_ring_create). */
 #include "tt_ring.h"
+#include "tt_ring_int.h"
 #include "tt_tsan.h"
 
 #include "tt_clock.h"
@@ -43,34 +44,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 #include <zmq.h>
 
 #define SUBSYS        "ring"
 #define ZC_MIN_BYTES  ((size_t)32 << 10) /* below this a copy is cheaper */
 #define GONE_GRACE_MS 300                /* let an ABORT overtake a disconnect */
-#define ERRLEN        512
-
-struct tt_ring {
-    int rank, world, left, right;
-    uint64_t gen, seq_counter;
-    int deadline_ms, wait_ivl_ms, io_threads;
-    size_t seg_bytes;
-    int64_t step;
-    void *zctx, *pull, *push, *mon_pull, *mon_push;
-    int evfd;   /* zero-copy releases */
-    int wakefd; /* tt_ring_interrupt */
-    atomic_int interrupted;
-    int ready;              /* handshake done: every link ends in this generation */
-    atomic_long zc_pending; /* zero-copy frames ZeroMQ still references */
-    uint64_t left_gone_ms, right_gone_ms;
-    int left_conns; /* connections accepted on the PULL and still open */
-    tt_flight_t *flight;
-    int failed, suspect;
-    uint64_t dropped_stale;
-    char err[ERRLEN];
-};
+#define ERRLEN        TT_RING_ERRLEN
 
 /* One collective in progress. */
 typedef struct coll {
@@ -83,44 +63,6 @@ typedef struct coll {
     int left_suspect;                      /* from the last WAIT of the left */
     uint64_t left_wait_ms, last_wait_sent; /* times of WAITs in and out */
 } coll_t;
-
-static int set_int(void *s, int opt, int v) {
-    return zmq_setsockopt(s, opt, &v, sizeof(v));
-}
-
-/* Connection events a ring socket's monitor PAIR reports. */
-#define RING_MON_EVENTS (ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED | ZMQ_EVENT_ACCEPTED)
-
-/* The monitor starts before bind/connect so that no connection's events
- * are missed (drain_monitor counts the PULL's connections). */
-static int ring_socket(tt_ring_t *r, int type, const char *ep, int bind, int64_t maxmsg, void **out,
-                       void **mon, char *err, size_t errlen) {
-    void *s = zmq_socket(r->zctx, type);
-    if (s == NULL)
-        goto fail;
-    /* Two I/O threads: PULL on thread 0, PUSH on 1, so a step's two kernel
-     * copies overlap (ZeroMQ alone may put both on one thread). */
-    uint64_t affinity = r->io_threads < 2 ? 0 : type == ZMQ_PULL ? 1 : 2;
-    if (set_int(s, ZMQ_LINGER, 0) || set_int(s, ZMQ_SNDHWM, 0) || set_int(s, ZMQ_RCVHWM, 0) ||
-        zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg)) ||
-        zmq_setsockopt(s, ZMQ_AFFINITY, &affinity, sizeof(affinity)))
-        goto fail;
-    if (tt_zmq_monitor_open(r->zctx, s, RING_MON_EVENTS, mon, err, errlen) != TT_OK) {
-        zmq_close(s);
-        return TT_ESYS;
-    }
-    if ((bind ? zmq_bind(s, ep) : zmq_connect(s, ep)) != 0)
-        goto fail;
-    *out = s;
-    return TT_OK;
-fail:
-    if (err != NULL)
-        snprintf(err, errlen, "rank %d: cannot %s ring socket %s: %s", r->rank,
-                 bind ? "bind" : "connect", ep, zmq_strerror(zmq_errno()));
-    if (s != NULL)
-        zmq_close(s);
-    return TT_ESYS;
-}
 
 static int check_opts(const tt_ring_opts_t *o, char *err, size_t errlen) {
     const char *why = NULL;
@@ -136,28 +78,6 @@ static int check_opts(const tt_ring_opts_t *o, char *err, size_t errlen) {
     if (why != NULL && err != NULL)
         snprintf(err, errlen, "tt_ring_create: %s", why);
     return why == NULL ? TT_OK : TT_EINVAL;
-}
-
-static int ring_connect(tt_ring_t *r, const tt_ring_opts_t *o, char *err, size_t errlen) {
-    int rc;
-    int64_t maxmsg = (int64_t)r->seg_bytes + 8192;
-    const char *bind_ep = o->bind_endpoint ? o->bind_endpoint : o->endpoints[r->rank];
-    r->zctx = zmq_ctx_new();
-    if (r->zctx == NULL)
-        return TT_ENOMEM;
-    r->io_threads = o->io_threads > 0 ? o->io_threads : TT_RING_IO_THREADS_DEFAULT;
-    zmq_ctx_set(r->zctx, ZMQ_IO_THREADS, r->io_threads);
-    zmq_ctx_set(r->zctx, ZMQ_BLOCKY, 0);
-    TT_CHECK_GOTO(ring_socket(r, ZMQ_PULL, bind_ep, 1, maxmsg, &r->pull, &r->mon_pull, err, errlen),
-                  rc, out);
-    TT_CHECK_GOTO(ring_socket(r, ZMQ_PUSH, o->endpoints[r->right], 0, maxmsg, &r->push,
-                              &r->mon_push, err, errlen),
-                  rc, out);
-    r->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    r->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    rc = r->evfd < 0 || r->wakefd < 0 ? TT_ESYS : TT_OK;
-out:
-    return rc;
 }
 
 /* Why: tt_ring_create in the header. Idempotent, so every ring may do it. */
@@ -197,7 +117,7 @@ int tt_ring_create(tt_ring_t **out, const tt_ring_opts_t *o, char *err, size_t e
     TT_CHECK_GOTO(tt_flight_create(&r->flight, o->flight_capacity), rc, fail);
     pin_malloc_thresholds(o);
     if (r->world > 1)
-        TT_CHECK_GOTO(ring_connect(r, o, err, errlen), rc, fail);
+        TT_CHECK_GOTO(tt_ring_net_open(r, o, err, errlen), rc, fail);
     TT_INFO(SUBSYS, "ring gen=%llu rank %d/%d up (left %d, right %d)", (unsigned long long)r->gen,
             r->rank, r->world, r->left, r->right);
     *out = r;
@@ -212,7 +132,7 @@ void tt_ring_destroy(tt_ring_t **rp) {
         return;
     tt_ring_t *r = *rp;
     if (r->push != NULL) { /* bounded linger: flush our last frames or ABORT */
-        set_int(r->push, ZMQ_LINGER, r->failed ? 500 : 2000);
+        tt_ring_net_set_int(r->push, ZMQ_LINGER, r->failed ? 500 : 2000);
         zmq_close(r->push); /* not tt_zmq_close, which sets linger 0 */
     }
     tt_zmq_close(&r->pull);
@@ -344,7 +264,7 @@ static void release_buffer(tt_ring_t *r) {
     if (atomic_load(&r->zc_pending) == 0)
         return;
     if (r->push != NULL) {
-        set_int(r->push, ZMQ_LINGER, 200);
+        tt_ring_net_set_int(r->push, ZMQ_LINGER, 200);
         zmq_close(r->push);
         r->push = NULL;
     }
@@ -424,47 +344,6 @@ static int fail_gone(coll_t *c, int who) {
     return ring_fail(c, TT_EUNREACHABLE, who, c->r->rank, text);
 }
 
-/* Socket monitor events: a TCP reset from a killed peer arrives as
- * DISCONNECTED; a (re)connection clears it. Why a count on the PULL: any
- * process may connect to it, e.g. a fenced rank's previous ring reaching
- * its old neighbour's endpoint, and that stale connection's close must not
- * be taken for the left neighbour's. The left counts as gone only when no
- * accepted connection is left (*conns; NULL for the PUSH, which has one). */
-static void drain_monitor(void *mon, uint64_t *gone_ms, int *conns) {
-    uint16_t id;
-    int32_t fd;
-    int rc;
-    while ((rc = tt_zmq_monitor_read(mon, &id, &fd)) != TT_EAGAIN) {
-        if (rc != TT_OK)
-            continue;
-        if (id == ZMQ_EVENT_CONNECTED || id == ZMQ_EVENT_ACCEPTED) {
-            *gone_ms = 0;
-            if (conns != NULL)
-                (*conns)++;
-        } else if (id == ZMQ_EVENT_DISCONNECTED) {
-            if (conns != NULL && *conns > 0)
-                (*conns)--;
-            if ((conns == NULL || *conns == 0) && *gone_ms == 0)
-                *gone_ms = tt_clock_mono_ms();
-        }
-    }
-}
-
-/* Sleeps until input, a monitor event, an interrupt or `tmo` ms; notes
- * disconnects and re-connections. */
-static void poll_ring(tt_ring_t *r, int64_t tmo) {
-    zmq_pollitem_t it[4] = {{r->pull, 0, ZMQ_POLLIN, 0},
-                            {r->mon_pull, 0, ZMQ_POLLIN, 0},
-                            {r->mon_push, 0, ZMQ_POLLIN, 0},
-                            {NULL, r->wakefd, ZMQ_POLLIN, 0}};
-    if (zmq_poll(it, 4, (long)tmo) < 0)
-        return; /* EINTR: the caller just tries again */
-    if (it[1].revents)
-        drain_monitor(r->mon_pull, &r->left_gone_ms, &r->left_conns);
-    if (it[2].revents)
-        drain_monitor(r->mon_push, &r->right_gone_ms, NULL);
-}
-
 /* tt_ring_interrupt was called: the generation has ended, so nothing more
  * can complete on this ring; the ABORT tells the neighbours at once. */
 static int fail_interrupted(coll_t *c) {
@@ -495,7 +374,7 @@ static int wait_input(coll_t *c) {
         tmo = r->wait_ivl_ms;
     if ((r->left_gone_ms || r->right_gone_ms) && tmo > 50)
         tmo = 50;
-    poll_ring(r, tmo);
+    tt_ring_net_poll(r, tmo);
     return TT_OK;
 }
 
@@ -657,7 +536,7 @@ static int handshake(coll_t *c) {
             return rc;
         if (rc == 0) {
             int64_t tmo = (int64_t)(c->deadline_at - now);
-            poll_ring(r, tmo < HELLO_IVL_MS ? tmo : HELLO_IVL_MS);
+            tt_ring_net_poll(r, tmo < HELLO_IVL_MS ? tmo : HELLO_IVL_MS);
         }
     }
     r->ready = 1;
@@ -710,7 +589,7 @@ static int wait_released(coll_t *c) {
         if (it[0].revents && read(r->evfd, &v, sizeof(v)) < 0)
             v = 0; /* EAGAIN: another wake-up raced us; the loop re-checks */
         if (it[1].revents)
-            drain_monitor(r->mon_push, &r->right_gone_ms, NULL);
+            tt_ring_net_drain(r->mon_push, &r->right_gone_ms, NULL);
     }
     return TT_OK;
 }

@@ -1,0 +1,50 @@
+/* tt_ring_int: what tt_ring.c and tt_ring_net.c share: the ring's state
+ * and the socket helpers. Private to worker/; users see tt_ring.h. */
+#ifndef TT_RING_INT_H
+#define TT_RING_INT_H
+
+#include "tt_flight.h"
+#include "tt_ring.h"
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TT_RING_ERRLEN 512
+
+struct tt_ring {
+    int rank, world, left, right;
+    uint64_t gen, seq_counter;
+    int deadline_ms, wait_ivl_ms, io_threads;
+    size_t seg_bytes;
+    int64_t step;
+    void *zctx, *pull, *push, *mon_pull, *mon_push;
+    int evfd;   /* zero-copy releases */
+    int wakefd; /* tt_ring_interrupt */
+    atomic_int interrupted;
+    int ready;              /* handshake done: every link ends in this generation */
+    atomic_long zc_pending; /* zero-copy frames ZeroMQ still references */
+    uint64_t left_gone_ms, right_gone_ms;
+    int left_conns; /* connections accepted on the PULL and still open */
+    tt_flight_t *flight;
+    int failed, suspect;
+    uint64_t dropped_stale;
+    char err[TT_RING_ERRLEN];
+};
+
+/* Creates the context, the PULL and PUSH with their monitors, and the
+ * eventfds. TT_OK, TT_ENOMEM or TT_ESYS (err names the endpoint). */
+int tt_ring_net_open(tt_ring_t *r, const tt_ring_opts_t *o, char *err, size_t errlen);
+
+/* zmq_setsockopt of an int; 0 on success. */
+int tt_ring_net_set_int(void *s, int opt, int v);
+
+/* Reads every pending monitor event of `mon` into *gone_ms (when the peer
+ * went away, 0 while connected); `conns` counts a PULL's connections
+ * (NULL for the PUSH). */
+void tt_ring_net_drain(void *mon, uint64_t *gone_ms, int *conns);
+
+/* Sleeps until input, a monitor event, an interrupt or `tmo` ms. */
+void tt_ring_net_poll(tt_ring_t *r, int64_t tmo);
+
+#endif
