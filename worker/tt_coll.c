@@ -251,7 +251,8 @@ static int ps_barrier(void *inst) {
     return pi->ring ? ring_barrier(pi->ring) : ps_no_ring(pi);
 }
 static void ps_abort(void *inst) {
-    ps_inst_t *pi = inst; /* tt_ps has no cross-thread wake-up: its deadline bounds it */
+    ps_inst_t *pi = inst;
+    tt_ps_interrupt(pi->ps); /* a step waiting on a lost shard ends now */
     if (pi->ring != NULL)
         ring_abort(pi->ring);
 }

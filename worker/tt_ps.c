@@ -5,7 +5,9 @@
  * number in the high bits, so a late reply to an abandoned operation is
  * recognised and dropped. Refusals a shard may answer in normal work or
  * after a restart (busy, not set up, a duplicate, an older round still
- * open) and lost connections are tt_ps_recover.c's.
+ * open) and lost connections are tt_ps_recover.c's. tt_ps_interrupt (any
+ * thread) sets a flag and writes an eventfd the waits poll, so a call stuck
+ * on a shard that is gone ends as soon as the generation does.
  * Zero-copy: chunk payloads point into the caller's buffer; a counter of
  * frames ZeroMQ still references (decremented from its I/O thread) must
  * reach zero before a call returns. The result of a push can only arrive
@@ -23,7 +25,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <time.h>
+#include <unistd.h>
 
 #define ZC_MIN_BYTES ((size_t)32 << 10) /* below this a copy is cheaper */
 #define LINK_EVENTS  (ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED)
@@ -414,7 +418,9 @@ int ps_drain(tt_ps_t *p, ps_op_t *op, size_t s, uint64_t now) {
     }
 }
 
-/* Replies first, then connection events (tt_ps_recover.c says why). */
+/* Replies first, then connection events (tt_ps_recover.c says why). The
+ * last poll item is the interrupt's eventfd: it only cuts the sleep short,
+ * run_op reads the flag. */
 static int wait_replies(tt_ps_t *p, ps_op_t *op, uint64_t deadline, int blocked) {
     size_t n = p->lay.place.nshards;
     zmq_pollitem_t *items = p->polls;
@@ -422,11 +428,12 @@ static int wait_replies(tt_ps_t *p, ps_op_t *op, uint64_t deadline, int blocked)
         items[s] = (zmq_pollitem_t){p->socks[s], 0, ZMQ_POLLIN, 0};
         items[n + s] = (zmq_pollitem_t){p->link[s].mon, 0, ZMQ_POLLIN, 0};
     }
+    items[2 * n] = (zmq_pollitem_t){NULL, p->wakefd, ZMQ_POLLIN, 0};
     uint64_t now = tt_clock_mono_ms();
     long tmo = deadline > now ? (long)(deadline - now) : 0;
     if (blocked && tmo > 1)
         tmo = 1;
-    if (zmq_poll(items, (int)(2 * n), tmo) < 0 && errno != EINTR) {
+    if (zmq_poll(items, (int)(2 * n + 1), tmo) < 0 && errno != EINTR) {
         PS_ERR(p, "zmq_poll: %s", zmq_strerror(errno));
         return TT_ESYS;
     }
@@ -470,6 +477,12 @@ static int run_op(tt_ps_t *p, ps_op_t *op) {
         rc = ps_watch_link(p, op, s, start); /* a shard lost between calls */
     while (rc == TT_OK && op->remaining > 0) {
         uint64_t now = tt_clock_mono_ms();
+        if (atomic_load(&p->interrupted)) {
+            PS_ERR(p, "generation %" PRIu64 " ended while rank %d waited for %zu of %zu item(s)",
+                   p->o.generation, p->o.rank, op->remaining, op->nitems);
+            rc = TT_EMEMBERSHIP;
+            break;
+        }
         if (now >= deadline) {
             PS_ERR(p,
                    "%zu of %zu %s item(s) unanswered after %d ms (generation %" PRIu64
@@ -509,10 +522,16 @@ static int open_sockets(tt_ps_t *p, char *err, size_t errlen) {
     p->link = calloc(n, sizeof(*p->link));
     p->inflight = calloc(n, sizeof(size_t));
     p->cursor = calloc(n, sizeof(size_t));
-    p->polls = calloc(2 * n, sizeof(zmq_pollitem_t));
+    p->polls = calloc(2 * n + 1, sizeof(zmq_pollitem_t));
     if (p->zctx == NULL || p->socks == NULL || p->link == NULL || p->inflight == NULL ||
         p->cursor == NULL || p->polls == NULL)
         return TT_ENOMEM;
+    p->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (p->wakefd < 0) {
+        if (err != NULL && errlen > 0)
+            snprintf(err, errlen, "eventfd: %s", strerror(errno));
+        return TT_ESYS;
+    }
     zmq_ctx_set(p->zctx, ZMQ_IO_THREADS, io);
     tt_zmq_opts_t zo;
     tt_zmq_opts_default(&zo);
@@ -547,6 +566,8 @@ int tt_ps_create(tt_ps_t **out, const tt_ps_opts_t *opts, char *err, size_t errl
     p->seq = opts->first_step;
     p->suspect = -1;
     atomic_init(&p->zc_out, 0);
+    atomic_init(&p->interrupted, 0);
+    p->wakefd = -1;
     snprintf(p->job, sizeof(p->job), "%s", opts->job_id);
     snprintf(p->sender, sizeof(p->sender), "%s", opts->sender_id ? opts->sender_id : "");
     int rc;
@@ -588,8 +609,19 @@ void tt_ps_destroy(tt_ps_t **pp) {
     free(p->inflight);
     free(p->cursor);
     free(p->polls);
+    if (p->wakefd >= 0)
+        close(p->wakefd);
     tt_ps_layout_free(&p->lay);
     free(p);
+}
+
+void tt_ps_interrupt(tt_ps_t *p) {
+    if (p == NULL)
+        return;
+    atomic_store(&p->interrupted, 1);
+    uint64_t one = 1;
+    if (p->wakefd >= 0 && write(p->wakefd, &one, sizeof(one)) < 0)
+        TT_DEBUG(PS_SUBSYS, "rank %d: interrupt wake-up not written", p->o.rank);
 }
 
 int tt_ps_allreduce(tt_ps_t *p, float *buf, size_t count, uint64_t local_count,

@@ -23,7 +23,8 @@
  * generation (like tt_ring) and destroys it when the generation ends. The
  * interface follows tt_ring's so both can sit behind one ops table.
  * Thread safety: one thread at a time per object (ZeroMQ sockets are
- * single-threaded); tt_ps_last_error/status/suspect from any thread, with
+ * single-threaded); tt_ps_interrupt from any thread at any time (it wakes
+ * a call in flight); tt_ps_last_error/status/suspect from any thread, with
  * values that change only inside a call. */
 #ifndef TT_PS_H
 #define TT_PS_H
@@ -150,6 +151,12 @@ int tt_ps_set_params(tt_ps_t *p, tt_ps_part_t part, const float *src, size_t off
  * Same returns as tt_ps_set_params. */
 int tt_ps_get_params(tt_ps_t *p, tt_ps_part_t part, float *dst, size_t offset, size_t count,
                      uint64_t *optim_step);
+
+/* Ends the call in flight (and every later one) with TT_EMEMBERSHIP: the
+ * generation is over, e.g. because a shard it waits for is gone and the
+ * coordinator formed a new one. The only function another thread may call
+ * while a call runs. Accepts NULL. */
+void tt_ps_interrupt(tt_ps_t *p);
 
 /* Sticky status of a poisoned object, 0 while healthy. */
 int tt_ps_status(const tt_ps_t *p);

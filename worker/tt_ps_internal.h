@@ -68,6 +68,8 @@ struct tt_ps {
     uint64_t seq, op_seq;
     float lr;
     atomic_long zc_out;
+    atomic_int interrupted; /* tt_ps_interrupt: the generation ended */
+    int wakefd;             /* eventfd written by tt_ps_interrupt, polled in waits */
     int failed, suspect;
     /* Deterministic aggregate mode: each chunk's last pushed input, its
      * step and example count (saved_step UINT64_MAX: none). NULL else. */

@@ -1,5 +1,6 @@
-/* coord: life cycle of the coordinator daemon, its timer, the outbox of
- * replies held behind state writes, and the asynchronous state writes. */
+/* coord: life cycle of the coordinator daemon, its timer (rendezvous
+ * deadlines, shard-server expiry, lazy saves), the outbox of replies held
+ * behind state writes, and the asynchronous state writes. */
 #include "coord_internal.h"
 #include "shards.h"
 #include "tt_clock.h"
@@ -41,7 +42,7 @@ int coord_add_job(tt_coord_t *c, tt_rdzv_t **rdzv) {
         c->jobs = j;
         c->capjobs = cap;
     }
-    c->jobs[c->njobs++].rdzv = *rdzv;
+    c->jobs[c->njobs++] = (coord_job_t){.rdzv = *rdzv, .resume_step = -1};
     *rdzv = NULL;
     return TT_OK;
 }
@@ -165,6 +166,7 @@ static void on_timer(uv_timer_t *t) {
         tt_rdzv_tick(c->jobs[i].rdzv, now);
         coord_drain_events(c, &c->jobs[i]);
     }
+    coord_check_shards(c, now);
     if (c->dirty_since_ms != 0 && now - c->dirty_since_ms >= COORD_LAZY_SAVE_MS)
         coord_request_save(c);
     coord_rearm(c);
@@ -178,6 +180,8 @@ void coord_rearm(tt_coord_t *c) {
         uint64_t d = tt_rdzv_next_deadline(c->jobs[i].rdzv);
         next = d < next ? d : next;
     }
+    uint64_t shard = coord_shards_deadline(c, now);
+    next = shard < next ? shard : next;
     if (c->dirty_since_ms != 0 && c->dirty_since_ms + COORD_LAZY_SAVE_MS < next)
         next = c->dirty_since_ms + COORD_LAZY_SAVE_MS;
     if (next == UINT64_MAX) {

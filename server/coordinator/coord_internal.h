@@ -15,8 +15,9 @@
 
 typedef struct coord_job {
     tt_rdzv_t *rdzv;
-    uint64_t formed_gen; /* last generation formed while we ran */
-    int64_t resume_step; /* its first step, for members catching up */
+    uint64_t formed_gen;   /* last generation formed while we ran */
+    int64_t resume_step;   /* its first step, for members catching up */
+    uint64_t lost_version; /* shard placement already regrouped for a lost shard */
 } coord_job_t;
 
 /* Which worker a TCP connection (by fd) belongs to, learned from ZMQ_SRCFD
@@ -112,6 +113,13 @@ void coord_on_shards(const coord_req_t *q);
 void coord_on_declare(const coord_req_t *q);
 void coord_on_placement(const coord_req_t *q);
 void coord_on_shard_stall(const coord_req_t *q);
+/* Regroups every RUNNING job whose placement still puts chunks on a shard
+ * that stopped heartbeating (once per placement version), so its workers
+ * fetch a placement on the live shards. Called from the timer. */
+void coord_check_shards(tt_coord_t *c, uint64_t now);
+/* When coord_check_shards next has something to look at (UINT64_MAX: no
+ * shard alive, or no job). */
+uint64_t coord_shards_deadline(const tt_coord_t *c, uint64_t now);
 /* Shard list for replies: *infos and *ptrs are malloc'd (free both); the
  * strings point into the registry. 0 or TT_ENOMEM. */
 int coord_shard_infos(tt_coord_t *c, uint64_t now, Tether__ShardInfo **infos,

@@ -3,9 +3,12 @@
  * operators list them (tetherctl shards); workers declare a job's tensor
  * table and fetch its placement; shards report rounds stalled past their
  * deadline. State lives in shards.c (pure); this file only translates
- * messages. A stall report is logged and counted, not acted on: only
- * members may accuse members (tt_rdzv_report_failure), and the workers
- * blocked on that round report the same ranks through their own timeouts. */
+ * messages. From the timer it regroups a running job whose placement
+ * uses a shard that stopped heartbeating: its workers are stuck on that
+ * shard until a new generation makes them fetch a placement without it.
+ * A stall report is logged and counted, not acted on: only members may
+ * accuse members (tt_rdzv_report_failure), and the workers blocked on that
+ * round report the same ranks through their own timeouts. */
 #include "coord_internal.h"
 #include "shards.h"
 #include "tt_log.h"
@@ -227,4 +230,34 @@ void coord_on_shard_stall(const coord_req_t *q) {
             q->env->sender_id, q->env->job_id, q->env->generation, st->step, st->chunk,
             st->n_missing_ranks, st->world, ranks);
     ack(q);
+}
+
+uint64_t coord_shards_deadline(const tt_coord_t *c, uint64_t now) {
+    return c->shards != NULL && c->njobs > 0 ? tt_shards_next_expiry(c->shards, now) : UINT64_MAX;
+}
+
+static void regroup_for_lost(tt_coord_t *c, coord_job_t *job, const char *shard, uint64_t now) {
+    const char *id = tt_rdzv_job_id(job->rdzv);
+    char why[TT_RDZV_REASON_MAX];
+    TT_WARN("coord", "job %s: shard %s lost; regrouping to re-place its chunks", id, shard);
+    snprintf(why, sizeof(why), "shard %s holding its chunks stopped heartbeating", shard);
+    int rc = tt_rdzv_regroup_now(job->rdzv, why, now);
+    if (rc != TT_OK)
+        TT_WARN("coord", "job %s: regroup for shard %s: %s", id, shard, tt_strerror(rc));
+    coord_drain_events(c, job);
+}
+
+void coord_check_shards(tt_coord_t *c, uint64_t now) {
+    for (size_t i = 0; c->shards != NULL && i < c->njobs; i++) {
+        coord_job_t *job = &c->jobs[i];
+        uint64_t version = 0;
+        const char *shard = tt_shards_lost(c->shards, tt_rdzv_job_id(job->rdzv), now, &version);
+        /* The workers fetch a new placement in the new generation; until
+         * then this one still names the lost shard: act on it once. */
+        if (shard == NULL || version == job->lost_version ||
+            tt_rdzv_state(job->rdzv) != TT_RDZV_RUNNING)
+            continue;
+        job->lost_version = version;
+        regroup_for_lost(c, job, shard, now);
+    }
 }

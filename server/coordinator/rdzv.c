@@ -1,7 +1,7 @@
 /* rdzv: the request side of the rendezvous state machine - object life, join,
- * leave, finish, heartbeat, failure reports, disconnects, step boundaries and
- * the timer tick. Each entry point checks its arguments, identifies the worker
- * (id and incarnation), records what the request says, and leaves every
+ * leave, finish, heartbeat, failure reports, disconnects, step boundaries,
+ * regroups the daemon asks for and the timer tick. Each entry point checks its arguments,
+ * identifies the worker (id and incarnation), records what the request says, and leaves every
  * consequence (evictions, generations, announcements) to tt_rdzv_settle() in
  * rdzv_group.c. Accessors and persistence are in rdzv_state.c, the guard rails
  * in rdzv_guard.c. No clock, no I/O: time is the caller's now_ms. A job that
@@ -462,6 +462,19 @@ int tt_rdzv_tick(tt_rdzv_t *r, uint64_t now_ms) {
     tt_rdzv_settle(r, now_ms);
     if (r->state == TT_RDZV_WAITING)
         tick_waiting(r, now_ms);
+    return r->call_rc;
+}
+
+int tt_rdzv_regroup_now(tt_rdzv_t *r, const char *reason, uint64_t now_ms) {
+    if (r == NULL)
+        return TT_EINVAL;
+    if (end_status(r) != TT_OK)
+        return end_status(r);
+    if (r->state != TT_RDZV_RUNNING)
+        return TT_EAGAIN;
+    r->call_rc = TT_OK;
+    tt_rdzv_regroup_same(r, reason ? reason : "requested", now_ms);
+    tt_rdzv_settle(r, now_ms);
     return r->call_rc;
 }
 

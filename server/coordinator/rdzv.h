@@ -319,6 +319,18 @@ int tt_rdzv_at_boundary(tt_rdzv_t *r, const char *worker_id, uint64_t generation
  * bound of the earliest expiry. Returns TT_OK or TT_ENOMEM (see "Memory"). */
 int tt_rdzv_tick(tt_rdzv_t *r, uint64_t now_ms);
 
+/* Forms a new generation of a RUNNING job at once, with the same members
+ * (and any waiters a free slot admits, as after a death), because something
+ * outside the membership changed under it (e.g. a shard server holding its
+ * chunks is gone, so every member's current collective cannot complete).
+ * Like a death, the resume step is one past the highest step a member
+ * reported: the members agree on the state among themselves. `reason` is
+ * logged. The regroup counts against max_regroups_per_hour (one too many
+ * fails the job). Returns TT_OK (formed, or the job failed by the guard
+ * rail), TT_EAGAIN (WAITING: no generation runs, the next one is formed
+ * anyway), TT_EJOBFAILED, TT_EJOBDONE, TT_EINVAL or TT_ENOMEM. */
+int tt_rdzv_regroup_now(tt_rdzv_t *r, const char *reason, uint64_t now_ms);
+
 /* Earliest now_ms at which tt_rdzv_tick() may have something to do, or
  * UINT64_MAX. It can be early (a heartbeat arrived meanwhile), never late:
  * arm the timer with it and call tick when it fires. */

@@ -1,8 +1,9 @@
 /* rdzv_group: how membership changes - eviction of members, dropping of
  * pending workers, forming a generation (from participants, after a death,
- * or at an agreed step boundary, each regroup counted against the guard
- * rail), the "regroup after step S" protocol, and the end of the job
- * (failed, or finished by a worker that completed the run). Every public
+ * at an agreed step boundary, or at once with the same members when the
+ * daemon asks, each regroup counted against the guard rail), the "regroup
+ * after step S" protocol, and the end of the job (failed, or finished by a
+ * worker that completed the run). Every public
  * entry point changes state through these helpers and then calls
  * tt_rdzv_settle() once, so a tick that evicts a thousand silent members
  * forms one generation, not a thousand. Request parsing and return codes
@@ -278,6 +279,15 @@ static void regroup_after_death(tt_rdzv_t *r, uint64_t now_ms) {
         r->pending.cap = need;
     }
     demote_survivors(r, now_ms);
+}
+
+/* The members stay; only the generation (and what hangs on it, like the
+ * shard placement workers fetch once per generation) is renewed. */
+void tt_rdzv_regroup_same(tt_rdzv_t *r, const char *reason, uint64_t now_ms) {
+    TT_INFO(TT_RDZV_SUBSYS, "job %s: regrouping generation %" PRIu64 " with its %u members: %s",
+            r->job_id, r->generation, r->members.n, reason);
+    update_committed(r);
+    form_generation(r, free_slots(r), -1, now_ms);
 }
 
 static void announce(tt_rdzv_t *r) {

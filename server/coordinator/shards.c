@@ -1,5 +1,6 @@
 /* shards: registry arrays (a handful of shards, a handful of jobs: linear
- * scans are the clear choice) and the lazy placement recompute. */
+ * scans are the clear choice), the lazy placement recompute, and the check
+ * for placements that still use a dead shard. */
 #include "shards.h"
 #include "tt_status.h"
 
@@ -223,4 +224,43 @@ int tt_shards_placement(tt_shards_t *s, const char *job, uint64_t now_ms,
     if (rc == TT_OK)
         *out = &j->place;
     return rc;
+}
+
+static int shard_has_chunks(const tt_placement_t *p, size_t k) {
+    for (size_t i = 0; i < p->nchunks; i++) {
+        if (p->chunks[i].shard == k)
+            return 1;
+    }
+    return 0;
+}
+
+/* A shard that never heartbeat is as dead as one that stopped. */
+static int id_alive(const tt_shards_t *s, const char *id, uint64_t now_ms) {
+    const tt_shard_info_t *e = find_shard(s, id);
+    return e != NULL && tt_shards_alive(s, (size_t)(e - s->shards), now_ms);
+}
+
+const char *tt_shards_lost(const tt_shards_t *s, const char *job, uint64_t now_ms,
+                           uint64_t *version) {
+    const shards_job_t *j = find_job(s, job);
+    if (version != NULL)
+        *version = j ? j->place.version : 0;
+    if (j == NULL || j->place.version == 0)
+        return NULL;
+    for (size_t k = 0; k < j->place.nshards; k++) {
+        const char *id = j->place.shard_ids[k];
+        if (!id_alive(s, id, now_ms) && shard_has_chunks(&j->place, k))
+            return id;
+    }
+    return NULL;
+}
+
+uint64_t tt_shards_next_expiry(const tt_shards_t *s, uint64_t now_ms) {
+    uint64_t next = UINT64_MAX;
+    for (size_t i = 0; i < s->nshards; i++) {
+        uint64_t at = s->shards[i].last_seen_ms + s->timeout_ms;
+        if (tt_shards_alive(s, i, now_ms) && at < next)
+            next = at;
+    }
+    return next;
 }

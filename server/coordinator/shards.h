@@ -8,6 +8,8 @@
  * (common/tt_placement) is computed on demand and recomputed whenever the
  * set of live shards differs from the one it was made for, keeping chunks
  * where they were when it can; its version tells workers that it changed.
+ * It also says whether a placement still puts chunks on a dead shard (the
+ * coordinator then regroups the job so its workers fetch a new one).
  * It does not talk to anyone: coord_shards.c turns requests into calls.
  * Thread safety: one thread (the coordinator's loop). */
 #ifndef TT_SHARDS_H
@@ -63,6 +65,17 @@ int tt_shards_declare(tt_shards_t *s, const char *job, const tt_tensor_decl_t *t
  * says which), TT_ENOMEM. */
 int tt_shards_placement(tt_shards_t *s, const char *job, uint64_t now_ms,
                         const tt_placement_t **out, char *err, size_t errlen);
+
+/* A shard holding chunks of `job`'s placement as last computed (not
+ * recomputed here) that is not alive at now_ms, or NULL (all alive, job
+ * unknown or never placed). *version (may be NULL) gets that placement's
+ * version (0: never computed), so a caller can act once per placement. */
+const char *tt_shards_lost(const tt_shards_t *s, const char *job, uint64_t now_ms,
+                           uint64_t *version);
+
+/* Earliest time at which a shard alive at now_ms expires unless it
+ * heartbeats again, or UINT64_MAX when none is alive. */
+uint64_t tt_shards_next_expiry(const tt_shards_t *s, uint64_t now_ms);
 
 /* Endpoint of a registered shard by id, or NULL. */
 const char *tt_shards_endpoint(const tt_shards_t *s, const char *id);

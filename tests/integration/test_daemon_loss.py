@@ -18,6 +18,14 @@ daemons killed for real with SIGKILL and restarted by the launcher.
     state file, every worker is heard from again by the new instance
     (tetherctl members), and the job completes with the same checks.
 
+  * shard lost for good: the same job with the coordinator, two shard
+    servers and the 3 workers started directly (no launcher to restart
+    anything); the shard holding chunks is killed and stays dead. The
+    coordinator notices its heartbeats stop, regroups the job with the same
+    members, the workers' PS calls stuck on it end at once, the new
+    generation's placement uses the survivor only, and the job completes
+    with the same checks (each worker exits 0).
+
 The reference runs and the equivalence argument are test_failover.py's
 (--lr 0.05, 2 epochs of 20 steps); --pace-ms stretches each step so that
 the kill lands mid-run and the restart has steps left to serve.
@@ -29,8 +37,9 @@ import re
 import signal
 import time
 
+from test_collectives import shard
 from test_failover import DATA, FAST, global_step, have_data, params, reference, rel_diff, train_args
-from tt_harness import binary, run_tests
+from tt_harness import binary, free_port, run_tests
 
 STEPS_PER_EPOCH = 20
 EPOCHS = 2
@@ -75,14 +84,10 @@ def wait_step(p, at, timeout=90):
     p.wait_line(lambda l: global_step(l) >= at, timeout, f"step {at}", stream="log")
 
 
-def check_result(h, name, p, rc, out, metrics, seed):
-    """Exit 0, the summary, one metrics row per epoch with exact counts,
-    every global step logged once in order, the fault-free parameters."""
-    text = "\n".join(p.lines() + p.lines("log"))
-    summary = [l for l in text.splitlines() if "summary:" in l]
-    assert rc == 0, f"launcher exit {rc}:\n" + text[-4000:]
-    assert summary and "finished=3 failed=0 restarts=0 daemon-restarts=1" in summary[-1], \
-        summary[-1] if summary else text[-4000:]
+def check_training(h, name, text, out, metrics, seed):
+    """One metrics row per epoch with exact counts, every global step logged
+    once in order (rank 0's log is in text), the fault-free parameters.
+    Returns (generations of the rows, relative difference)."""
     with open(metrics) as f:
         rows = [json.loads(line) for line in f if line.strip()]
     assert [r["epoch"] for r in rows] == list(range(1, EPOCHS + 1)), rows
@@ -94,22 +99,36 @@ def check_result(h, name, p, rc, out, metrics, seed):
     steps = [global_step(l) for l in text.splitlines() if global_step(l) >= 0]
     assert steps == list(range(1, STEPS_PER_EPOCH * EPOCHS + 1)), steps
     d = rel_diff(params(out), reference(h, seed, STEPS_PER_EPOCH, EPOCHS))
-    print(f"  {name}: {summary[-1].split('summary: ')[-1]}; generations "
-          f"{[r['generation'] for r in rows]}; relative difference to the fault-free run {d:.2e}")
     assert d < 1e-5, f"{name}: parameters differ by {d:.2e} (limit 1e-5)"
+    return [r["generation"] for r in rows], d
+
+
+def check_result(h, name, p, rc, out, metrics, seed):
+    """Exit 0, the summary, and check_training's checks."""
+    text = "\n".join(p.lines() + p.lines("log"))
+    summary = [l for l in text.splitlines() if "summary:" in l]
+    assert rc == 0, f"launcher exit {rc}:\n" + text[-4000:]
+    assert summary and "finished=3 failed=0 restarts=0 daemon-restarts=1" in summary[-1], \
+        summary[-1] if summary else text[-4000:]
+    gens, d = check_training(h, name, text, out, metrics, seed)
+    print(f"  {name}: {summary[-1].split('summary: ')[-1]}; generations {gens}; relative "
+          f"difference to the fault-free run {d:.2e}")
     return text
 
 
-def chunk_holders(h, p):
-    """Shard indices whose heartbeats report chunks of the job."""
-    ep = coordinator_endpoint(p)
+def shard_table(h, ep):
+    """tetherctl shards --json, or None while it does not answer."""
+    rc, out, _ = h.ctl(ep, "shards", "--json", check=False)
+    return json.loads(out)["shards"] if rc == 0 else None
+
+
+def chunk_holders(h, ep):
+    """Ids of the shards whose heartbeats report chunks of the job."""
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        rc, out, _ = h.ctl(ep, "shards", "--json", check=False)
-        if rc == 0:
-            held = [int(s["shard_id"][1:]) for s in json.loads(out)["shards"] if s["chunks"] > 0]
-            if held:
-                return held
+        held = [s["shard_id"] for s in shard_table(h, ep) or [] if s["chunks"] > 0]
+        if held:
+            return held
         time.sleep(0.1)
     raise AssertionError("no shard reported holding chunks")
 
@@ -122,7 +141,7 @@ def test_kill_shard_during_ps_steps(h):
         name = f"shard-{seed}"
         p, out, metrics = launch(h, name, seed, "ps", shards=2, pace_ms=pace)
         wait_step(p, 2)
-        victim = rng.choice(chunk_holders(h, p))
+        victim = int(rng.choice(chunk_holders(h, coordinator_endpoint(p)))[1:])
         wait_step(p, at)
         time.sleep(rng.uniform(0, max(pace, 20) / 1000))  # anywhere inside the step
         pid = daemon_pid(p, f"shard {victim}")
@@ -144,6 +163,54 @@ def test_kill_shard_during_ps_steps(h):
         setups = [l for l in text.splitlines()
                   if l.startswith(f"[shard {victim}]") and "job launch: placement version" in l]
         assert len(setups) >= 2, "the restarted shard never served the job:\n" + text[-4000:]
+
+
+def test_shard_lost_for_good(h):
+    """A shard server killed for good (no launcher to restart it): the
+    coordinator sees its heartbeats stop, regroups the job with the same
+    members, every worker's PS call in flight ends at once (tt_ps_interrupt)
+    instead of at its deadline, the new generation's placement puts every
+    chunk on the surviving shard, and the run completes exactly."""
+    seed = SEEDS[0] + 30
+    rng = random.Random(seed)
+    coord = h.coordinator()
+    shards = {sid: shard(h, coord, sid) for sid in ("s0", "s1")}
+    out, metrics = os.path.join(h.dir, "lost.bin"), os.path.join(h.dir, "lost.json")
+    # a collective deadline far beyond the coordinator's shard timeout (5 s):
+    # only the regroup can end the steps stuck on the dead shard in time
+    env = dict(FAST, TETHER_COORDINATOR=coord.endpoint, TETHER_JOB="lost",
+               TETHER_MIN_WORKERS="3", TETHER_MAX_WORKERS="3", TETHER_COLL_DEADLINE_MS="60000")
+    argv = [binary("tether-train"), "--data", DATA, "--backend", "ps",
+            *train_args(seed, STEPS_PER_EPOCH, EPOCHS), "--dump-params", out,
+            "--metrics-json", metrics, "--pace-ms", str(PACE_MS)]
+    ws = [h.spawn(f"w{i}", argv, env=dict(env, TETHER_WORKER_ID=f"w{i}",
+                                           TETHER_ENDPOINT=f"tcp://127.0.0.1:{free_port()}"))
+          for i in range(3)]  # w0 is rank 0: it logs every step
+    at = rng.randrange(3, STEPS_PER_EPOCH * EPOCHS - 15)
+    wait_step(ws[0], 2)
+    victim = rng.choice(chunk_holders(h, coord.endpoint))
+    wait_step(ws[0], at)
+    shards[victim].kill9()
+    killed = time.monotonic()
+    rcs = [w.wait(120) for w in ws]
+    took = time.monotonic() - killed
+    texts = ["\n".join(w.lines() + w.lines("log")) for w in ws]
+    for w, rc, text in zip(ws, rcs, texts):
+        assert rc == 0, f"{w.name} exit {rc}:\n" + text[-4000:]
+    clog = "\n".join(coord.lines("log"))
+    assert f"job lost: shard {victim} lost; regrouping to re-place its chunks" in clog, clog[-4000:]
+    interrupted = sum("ended while rank" in t for t in texts)
+    gens, d = check_training(h, "lost", texts[0], out, metrics, seed)
+    print(f"  killed shard {victim} at step >= {at}; {took:.1f} s to the end; {interrupted} "
+          f"PS call(s) interrupted; generations {gens}; relative difference {d:.2e}")
+    assert gens[-1] >= 2, gens
+    assert interrupted >= 1, "no PS call was ended by the new generation:\n" + texts[0][-4000:]
+    # the dead shard holds nothing any more; the survivor holds every chunk
+    table = {s["shard_id"]: s for s in shard_table(h, coord.endpoint)}
+    assert not table[victim]["alive"], table
+    survivor = "s1" if victim == "s0" else "s0"
+    assert any(f"job lost: placement version {v}" in l for l in shards[survivor].lines("log")
+               for v in range(2, 10)), "the survivor never got the new placement"
 
 
 def members(h, ep):
@@ -195,4 +262,5 @@ if __name__ == "__main__":
     if not have_data():
         print(f"SKIPPED: no Fashion-MNIST at {DATA} (install dataset-fashion-mnist)")
         raise SystemExit(77)
-    run_tests([test_kill_shard_during_ps_steps, test_kill_coordinator_mid_epoch])
+    run_tests([test_kill_shard_during_ps_steps, test_kill_coordinator_mid_epoch,
+               test_shard_lost_for_good])

@@ -1,8 +1,9 @@
 /* Unit tests of the rendezvous regroup protocol (server/coordinator/rdzv.h):
  * late joiners admitted at an agreed step boundary, the boundary step
  * raised when a member is already past it, cancellation, deaths that admit
- * waiters, admission order, stale generations and re-joins with a new
- * incarnation. Time is injected as now_ms; nothing sleeps. */
+ * waiters, admission order, stale generations, re-joins with a new
+ * incarnation, and regroups the daemon asks for (tt_rdzv_regroup_now). Time is injected as now_ms;
+ * nothing sleeps. */
 #include "rdzv_testlib.h"
 
 /* Brings members a, b (min 2, max 3) to steps 5 and 4, then c joins. */
@@ -219,6 +220,65 @@ static void rdzv_rejoin_new_incarnation(void) {
     tt_rdzv_destroy(&r);
 }
 
+/* A regroup the daemon asks for (a shard server is gone): same members,
+ * same ranks, the next generation, resuming after the highest step. */
+static void rdzv_regroup_now_keeps_members(void) {
+    static const char *const ids[] = {"a", "b", "c"};
+    tt_rdzv_t *r = running(2, 3, ids, 3);
+    CU_ASSERT_EQUAL(hb(r, "a", 5, 500), TT_OK);
+    CU_ASSERT_EQUAL(hb(r, "b", 5, 500), TT_OK);
+    CU_ASSERT_EQUAL(hb(r, "c", 4, 500), TT_OK);
+    CU_ASSERT_EQUAL(drain_count(r), 0);
+    CU_ASSERT_EQUAL(tt_rdzv_regroup_now(r, "shard s1 lost", 600), TT_OK);
+    evlog_t log = {0};
+    drain(r, &log);
+    CU_ASSERT_EQUAL(log.n, 1);
+    CU_ASSERT_EQUAL(count_ev(&log, TT_RDZV_EV_MEMBER_EVICTED), 0);
+    const tt_rdzv_event_t *f = formed(&log, 2, 3, 6);
+    for (int i = 0; i < 3; i++)
+        CU_ASSERT_EQUAL(rank_of(f, ids[i]), i);
+    CU_ASSERT_EQUAL(f->members[2].last_step, 4); /* c catches up from the others */
+    CU_ASSERT_EQUAL(tt_rdzv_generation(r), 2);
+    CU_ASSERT_EQUAL(tt_rdzv_member_count(r), 3);
+    CU_ASSERT_EQUAL(tt_rdzv_state(r), TT_RDZV_RUNNING);
+    evlog_free(&log);
+    /* The members go on in the new generation; the old one is stale. */
+    tt_rdzv_hb_reply_t rep;
+    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "a", 1, 2, 6, 700, &rep), TT_OK);
+    CU_ASSERT_EQUAL(rep.rank, 0);
+    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "b", 1, 1, 6, 700, &rep), TT_ESTALE);
+    tt_rdzv_destroy(&r);
+}
+
+/* Nothing to renew unless a generation runs. */
+static void rdzv_regroup_now_noop_unless_running(void) {
+    tt_rdzv_t *r = mk(2, 3, 0);
+    CU_ASSERT_EQUAL(join(r, "a", 0), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_regroup_now(r, "shard s1 lost", 100), TT_EAGAIN);
+    CU_ASSERT_EQUAL(drain_count(r), 0);
+    CU_ASSERT_EQUAL(tt_rdzv_generation(r), 0);
+    CU_ASSERT_EQUAL(tt_rdzv_state(r), TT_RDZV_WAITING);
+    /* Below min for longer than the join timeout: FAILED. */
+    tt_rdzv_tick(r, 100 + tt_rdzv_settings(r)->join_timeout_ms);
+    CU_ASSERT_EQUAL_FATAL(tt_rdzv_state(r), TT_RDZV_FAILED);
+    drain_count(r);
+    CU_ASSERT_EQUAL(tt_rdzv_regroup_now(r, "shard s1 lost", 200000000), TT_EJOBFAILED);
+    CU_ASSERT_EQUAL(drain_count(r), 0);
+    CU_ASSERT_EQUAL(tt_rdzv_generation(r), 0);
+    tt_rdzv_destroy(&r);
+
+    static const char *const ids[] = {"a", "b"};
+    r = running(2, 2, ids, 2);
+    CU_ASSERT_EQUAL(tt_rdzv_finish(r, "a", 1, 3000), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_state(r), TT_RDZV_FINISHED);
+    drain_count(r);
+    CU_ASSERT_EQUAL(tt_rdzv_regroup_now(r, "shard s1 lost", 3100), TT_EJOBDONE);
+    CU_ASSERT_EQUAL(drain_count(r), 0);
+    CU_ASSERT_EQUAL(tt_rdzv_generation(r), 1);
+    CU_ASSERT_EQUAL(tt_rdzv_regroup_now(NULL, "x", 0), TT_EINVAL);
+    tt_rdzv_destroy(&r);
+}
+
 static const tt_cunit_test_t tests[] = {
     {"rdzv_late_joiner_admitted_at_boundary", rdzv_late_joiner_admitted_at_boundary},
     {"rdzv_regroup_step_raised_sends_continue", rdzv_regroup_step_raised_sends_continue},
@@ -227,6 +287,8 @@ static const tt_cunit_test_t tests[] = {
     {"rdzv_survivors_first_when_slots_short", rdzv_survivors_first_when_slots_short},
     {"rdzv_stale_generation_heartbeat", rdzv_stale_generation_heartbeat},
     {"rdzv_rejoin_new_incarnation", rdzv_rejoin_new_incarnation},
+    {"rdzv_regroup_now_keeps_members", rdzv_regroup_now_keeps_members},
+    {"rdzv_regroup_now_noop_unless_running", rdzv_regroup_now_noop_unless_running},
     {NULL, NULL},
 };
 

@@ -1,7 +1,8 @@
 /* Unit tests of the coordinator's shard registry (server/coordinator/
  * shards): registration and liveness by heartbeat age, tensor-table
- * declaration (idempotent; a different table names the difference), and
- * the placement recomputed when the live set changes. Injected clock. */
+ * declaration (idempotent; a different table names the difference), the
+ * placement recomputed when the live set changes, and the report of a
+ * placement that still uses a dead shard. Injected clock. */
 #include "shards.h"
 #include "tt_cunit.h"
 #include "tt_status.h"
@@ -85,10 +86,50 @@ static void shards_placement_follows_live_set(void) {
     tt_shards_destroy(&s);
 }
 
+/* A placement that still puts chunks on a dead shard is reported (once per
+ * version is the caller's business) until it is recomputed without it. */
+static void shards_lost_shard_of_placement(void) {
+    tt_shards_t *s = NULL;
+    CU_ASSERT_EQUAL_FATAL(tt_shards_create(&s, 1000), TT_OK);
+    const tt_placement_t *p = NULL;
+    char err[256] = "";
+    uint64_t v = 99;
+    tt_tensor_decl_t t[] = {{"x", 10 * 256}}; /* 10 chunks of 1 KiB */
+    CU_ASSERT_PTR_NULL(tt_shards_lost(s, "job", 0, &v));
+    CU_ASSERT_EQUAL(v, 0);
+    CU_ASSERT_EQUAL(tt_shards_next_expiry(s, 0), UINT64_MAX);
+    CU_ASSERT_EQUAL(tt_shards_declare(s, "job", t, 1, 1024, err, sizeof(err)), TT_OK);
+    beat(s, "s0", 0);
+    beat(s, "s1", 200);
+    CU_ASSERT_EQUAL(tt_shards_next_expiry(s, 300), 1000);
+    CU_ASSERT_PTR_NULL(tt_shards_lost(s, "job", 1100, &v)); /* never placed */
+    CU_ASSERT_EQUAL(v, 0);
+    CU_ASSERT_EQUAL_FATAL(tt_shards_placement(s, "job", 10, &p, err, sizeof(err)), TT_OK);
+    uint64_t placed = p->version;
+    beat(s, "s0", 900);
+    CU_ASSERT_PTR_NULL(tt_shards_lost(s, "job", 950, &v));
+    CU_ASSERT_EQUAL(v, placed);
+    CU_ASSERT_EQUAL(tt_shards_next_expiry(s, 950), 1200); /* s1 first */
+    /* s1 stops at 200: dead at 1200, while the placement still uses it */
+    const char *lost = tt_shards_lost(s, "job", 1200, &v);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(lost);
+    CU_ASSERT_STRING_EQUAL(lost, "s1");
+    CU_ASSERT_EQUAL(v, placed);
+    CU_ASSERT_EQUAL(tt_shards_next_expiry(s, 1200), 1900); /* only s0 left */
+    CU_ASSERT_PTR_NULL(tt_shards_lost(s, "other", 1200, NULL));
+    /* re-placed on the live set: nothing lost any more */
+    CU_ASSERT_EQUAL_FATAL(tt_shards_placement(s, "job", 1200, &p, err, sizeof(err)), TT_OK);
+    CU_ASSERT_EQUAL(p->version, placed + 1);
+    CU_ASSERT_PTR_NULL(tt_shards_lost(s, "job", 1200, &v));
+    CU_ASSERT_EQUAL(v, placed + 1);
+    tt_shards_destroy(&s);
+}
+
 static const tt_cunit_test_t tests[] = {
     {"shards_liveness_by_heartbeat_age", shards_liveness_by_heartbeat_age},
     {"shards_declaration_conflict_names_difference", shards_declaration_conflict_names_difference},
     {"shards_placement_follows_live_set", shards_placement_follows_live_set},
+    {"shards_lost_shard_of_placement", shards_lost_shard_of_placement},
     {NULL, NULL},
 };
 
