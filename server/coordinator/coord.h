@@ -26,6 +26,9 @@ typedef struct tt_coord_opts {
     int64_t max_msg_bytes; /* ZMQ_MAXMSGSIZE of the control socket */
     /* Guard rails of every job (created or restored); NULL: defaults. */
     const tt_rdzv_guard_t *guard;
+    /* A shard server silent this long is dead (its chunks are re-placed
+     * and the jobs using them regroup); 0: TT_SHARDS_TIMEOUT_DEFAULT_MS. */
+    uint32_t shard_timeout_ms;
 } tt_coord_opts_t;
 
 /* Creates the daemon on `loop` (borrowed), binds the control socket and

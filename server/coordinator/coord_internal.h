@@ -69,8 +69,9 @@ struct tt_coord {
     uint64_t dirty_since_ms;  /* non-durable progress to flush lazily */
     struct coord_dump *dumps; /* flight-recorder collections in flight (coord_dump.c) */
     uint64_t next_dump_id;
-    struct tt_shards *shards; /* shard registry (coord_shards.c), created on first use */
-    tt_rdzv_guard_t guard;    /* applied to every job's rdzv */
+    struct tt_shards *shards;  /* shard registry (coord_shards.c), created on first use */
+    tt_rdzv_guard_t guard;     /* applied to every job's rdzv */
+    uint32_t shard_timeout_ms; /* of the shard registry, made on first use */
 };
 
 /* coord.c */

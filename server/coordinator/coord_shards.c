@@ -20,7 +20,7 @@
 #include <string.h>
 
 static tt_shards_t *registry(const coord_req_t *q) {
-    if (q->c->shards == NULL && tt_shards_create(&q->c->shards, 0) != TT_OK) {
+    if (q->c->shards == NULL && tt_shards_create(&q->c->shards, q->c->shard_timeout_ms) != TT_OK) {
         coord_reply_error(q, TT_ENOMEM, "out of memory");
         return NULL;
     }

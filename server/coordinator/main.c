@@ -24,6 +24,7 @@ typedef struct coord_config {
     int64_t max_regroups_per_hour;
     int64_t flap_cooldown_ms;
     int64_t flap_cooldown_max_ms;
+    int64_t shard_timeout_ms;
     int print_config_md;
 } coord_config_t;
 
@@ -50,6 +51,10 @@ static const tt_config_entry_t coord_table[] = {
      0, CFG_OFF(flap_cooldown_ms)},
     {"flap-cooldown-max-ms", TT_CFG_INT, "300000", 0, TT_RDZV_MS_LIMIT, "cap of that cool-down", 0,
      CFG_OFF(flap_cooldown_max_ms)},
+    {"shard-timeout-ms", TT_CFG_INT, "5000", 100, TT_RDZV_MS_LIMIT,
+     "a shard server silent this long is dead: its chunks are re-placed and the jobs using "
+     "them regroup",
+     0, CFG_OFF(shard_timeout_ms)},
     {"print-config-md", TT_CFG_BOOL, "false", 0, 0, "print this table as Markdown and exit", 0,
      CFG_OFF(print_config_md)},
 };
@@ -153,7 +158,8 @@ int main(int argc, char **argv) {
                          .state_dir = cfg.state_dir,
                          .id = cfg.id,
                          .max_msg_bytes = cfg.max_msg_bytes,
-                         .guard = &guard};
+                         .guard = &guard,
+                         .shard_timeout_ms = (uint32_t)cfg.shard_timeout_ms};
     rc = tt_coord_create(&a.coord, a.loop, &o, err, sizeof(err));
     if (rc != TT_OK) {
         TT_ERROR("coord", "cannot start: %s", err);

@@ -173,7 +173,7 @@ def test_shard_lost_for_good(h):
     chunk on the surviving shard, and the run completes exactly."""
     seed = SEEDS[0] + 30
     rng = random.Random(seed)
-    coord = h.coordinator()
+    coord = h.coordinator(extra=("--shard-timeout-ms", "1500"))  # shards beat every 200 ms
     shards = {sid: shard(h, coord, sid) for sid in ("s0", "s1")}
     out, metrics = os.path.join(h.dir, "lost.bin"), os.path.join(h.dir, "lost.json")
     # a collective deadline far beyond the coordinator's shard timeout (5 s):
