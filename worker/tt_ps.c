@@ -6,8 +6,8 @@
  * recognised and dropped. Refusals a shard may answer in normal work or
  * after a restart (busy, not set up, a duplicate, an older round still
  * open) and lost connections are tt_ps_recover.c's. tt_ps_interrupt (any
- * thread) sets a flag and writes an eventfd the waits poll, so a call stuck
- * on a shard that is gone ends as soon as the generation does.
+ * thread) raises a tt_wake the waits poll, so a call stuck on a shard that
+ * is gone ends as soon as the generation does.
  * Zero-copy: chunk payloads point into the caller's buffer; a counter of
  * frames ZeroMQ still references (decremented from its I/O thread) must
  * reach zero before a call returns. The result of a push can only arrive
@@ -25,7 +25,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -428,7 +427,7 @@ static int wait_replies(tt_ps_t *p, ps_op_t *op, uint64_t deadline, int blocked)
         items[s] = (zmq_pollitem_t){p->socks[s], 0, ZMQ_POLLIN, 0};
         items[n + s] = (zmq_pollitem_t){p->link[s].mon, 0, ZMQ_POLLIN, 0};
     }
-    items[2 * n] = (zmq_pollitem_t){NULL, p->wakefd, ZMQ_POLLIN, 0};
+    items[2 * n] = (zmq_pollitem_t){NULL, tt_wake_fd(&p->wake), ZMQ_POLLIN, 0};
     uint64_t now = tt_clock_mono_ms();
     long tmo = deadline > now ? (long)(deadline - now) : 0;
     if (blocked && tmo > 1)
@@ -477,7 +476,7 @@ static int run_op(tt_ps_t *p, ps_op_t *op) {
         rc = ps_watch_link(p, op, s, start); /* a shard lost between calls */
     while (rc == TT_OK && op->remaining > 0) {
         uint64_t now = tt_clock_mono_ms();
-        if (atomic_load(&p->interrupted)) {
+        if (tt_wake_raised(&p->wake)) {
             PS_ERR(p, "generation %" PRIu64 " ended while rank %d waited for %zu of %zu item(s)",
                    p->o.generation, p->o.rank, op->remaining, op->nitems);
             rc = TT_EMEMBERSHIP;
@@ -526,8 +525,7 @@ static int open_sockets(tt_ps_t *p, char *err, size_t errlen) {
     if (p->zctx == NULL || p->socks == NULL || p->link == NULL || p->inflight == NULL ||
         p->cursor == NULL || p->polls == NULL)
         return TT_ENOMEM;
-    p->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (p->wakefd < 0) {
+    if (tt_wake_open(&p->wake) != TT_OK) {
         if (err != NULL && errlen > 0)
             snprintf(err, errlen, "eventfd: %s", strerror(errno));
         return TT_ESYS;
@@ -566,8 +564,7 @@ int tt_ps_create(tt_ps_t **out, const tt_ps_opts_t *opts, char *err, size_t errl
     p->seq = opts->first_step;
     p->suspect = -1;
     atomic_init(&p->zc_out, 0);
-    atomic_init(&p->interrupted, 0);
-    p->wakefd = -1;
+    tt_wake_init(&p->wake);
     snprintf(p->job, sizeof(p->job), "%s", opts->job_id);
     snprintf(p->sender, sizeof(p->sender), "%s", opts->sender_id ? opts->sender_id : "");
     int rc;
@@ -609,8 +606,7 @@ void tt_ps_destroy(tt_ps_t **pp) {
     free(p->inflight);
     free(p->cursor);
     free(p->polls);
-    if (p->wakefd >= 0)
-        close(p->wakefd);
+    tt_wake_close(&p->wake);
     tt_ps_layout_free(&p->lay);
     free(p);
 }
@@ -618,10 +614,7 @@ void tt_ps_destroy(tt_ps_t **pp) {
 void tt_ps_interrupt(tt_ps_t *p) {
     if (p == NULL)
         return;
-    atomic_store(&p->interrupted, 1);
-    uint64_t one = 1;
-    if (p->wakefd >= 0 && write(p->wakefd, &one, sizeof(one)) < 0)
-        TT_DEBUG(PS_SUBSYS, "rank %d: interrupt wake-up not written", p->o.rank);
+    tt_wake_raise(&p->wake);
 }
 
 int tt_ps_allreduce(tt_ps_t *p, float *buf, size_t count, uint64_t local_count,

@@ -8,6 +8,7 @@
 #define TT_PS_INTERNAL_H
 
 #include "tt_ps.h"
+#include "tt_wake.h"
 #include "tt_wire.h"
 #include "tt_zmq.h"
 
@@ -68,8 +69,7 @@ struct tt_ps {
     uint64_t seq, op_seq;
     float lr;
     atomic_long zc_out;
-    atomic_int interrupted; /* tt_ps_interrupt: the generation ended */
-    int wakefd;             /* eventfd written by tt_ps_interrupt, polled in waits */
+    tt_wake_t wake; /* tt_ps_interrupt: the generation ended; polled in waits */
     int failed, suspect;
     /* Deterministic aggregate mode: each chunk's last pushed input, its
      * step and example count (saved_step UINT64_MAX: none). NULL else. */

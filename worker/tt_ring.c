@@ -111,9 +111,8 @@ int tt_ring_create(tt_ring_t **out, const tt_ring_opts_t *o, char *err, size_t e
     r->step = -1;
     r->suspect = -1;
     r->evfd = -1;
-    r->wakefd = -1;
     atomic_init(&r->zc_pending, 0);
-    atomic_init(&r->interrupted, 0);
+    tt_wake_init(&r->wake);
     TT_CHECK_GOTO(tt_flight_create(&r->flight, o->flight_capacity), rc, fail);
     pin_malloc_thresholds(o);
     if (r->world > 1)
@@ -142,8 +141,7 @@ void tt_ring_destroy(tt_ring_t **rp) {
         zmq_ctx_term(r->zctx); /* returns once every zero-copy frame is freed */
     if (r->evfd >= 0)
         close(r->evfd);
-    if (r->wakefd >= 0)
-        close(r->wakefd);
+    tt_wake_close(&r->wake);
     tt_flight_destroy(&r->flight);
     free(r);
     *rp = NULL;
@@ -359,7 +357,7 @@ static int fail_interrupted(coll_t *c) {
 static int wait_input(coll_t *c) {
     tt_ring_t *r = c->r;
     uint64_t now = tt_clock_mono_ms();
-    if (atomic_load(&r->interrupted))
+    if (tt_wake_raised(&r->wake))
         return fail_interrupted(c);
     if (now >= c->deadline_at)
         return fail_timeout(c, current_suspect(c, now), "");
@@ -520,7 +518,7 @@ static int handshake(coll_t *c) {
     uint64_t last_hello = 0;
     for (;;) {
         uint64_t now = tt_clock_mono_ms();
-        if (atomic_load(&r->interrupted))
+        if (tt_wake_raised(&r->wake))
             return fail_interrupted(c);
         if (now >= c->deadline_at)
             return fail_timeout(c, r->left, " to join the ring of this generation");
@@ -579,11 +577,11 @@ static int wait_released(coll_t *c) {
             return fail_timeout(c, r->right, " to take its data");
         if (r->right_gone_ms != 0 && since(r->right_gone_ms, now) > GONE_GRACE_MS)
             return fail_gone(c, r->right);
-        if (atomic_load(&r->interrupted))
+        if (tt_wake_raised(&r->wake))
             return fail_interrupted(c);
         zmq_pollitem_t it[3] = {{NULL, r->evfd, ZMQ_POLLIN, 0},
                                 {r->mon_push, 0, ZMQ_POLLIN, 0},
-                                {NULL, r->wakefd, ZMQ_POLLIN, 0}};
+                                {NULL, tt_wake_fd(&r->wake), ZMQ_POLLIN, 0}};
         int64_t tmo = (int64_t)(c->deadline_at - now);
         zmq_poll(it, 3, (long)(tmo < 50 ? tmo : 50));
         if (it[0].revents && read(r->evfd, &v, sizeof(v)) < 0)
@@ -762,10 +760,7 @@ int tt_ring_barrier(tt_ring_t *r) {
 void tt_ring_interrupt(tt_ring_t *r) {
     if (r == NULL)
         return;
-    atomic_store(&r->interrupted, 1);
-    uint64_t one = 1;
-    if (r->wakefd >= 0 && write(r->wakefd, &one, sizeof(one)) < 0)
-        TT_DEBUG(SUBSYS, "rank %d: interrupt wake-up not written", r->rank);
+    tt_wake_raise(&r->wake);
 }
 
 void tt_ring_set_step(tt_ring_t *r, int64_t step) {

@@ -5,6 +5,7 @@
 
 #include "tt_flight.h"
 #include "tt_ring.h"
+#include "tt_wake.h"
 
 #include <stdatomic.h>
 #include <stddef.h>
@@ -19,9 +20,8 @@ struct tt_ring {
     size_t seg_bytes;
     int64_t step;
     void *zctx, *pull, *push, *mon_pull, *mon_push;
-    int evfd;   /* zero-copy releases */
-    int wakefd; /* tt_ring_interrupt */
-    atomic_int interrupted;
+    int evfd;               /* zero-copy releases */
+    tt_wake_t wake;         /* tt_ring_interrupt */
     int ready;              /* handshake done: every link ends in this generation */
     atomic_long zc_pending; /* zero-copy frames ZeroMQ still references */
     uint64_t left_gone_ms, right_gone_ms;

@@ -68,8 +68,7 @@ int tt_ring_net_open(tt_ring_t *r, const tt_ring_opts_t *o, char *err, size_t er
                               &r->mon_push, err, errlen),
                   rc, out);
     r->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    r->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    rc = r->evfd < 0 || r->wakefd < 0 ? TT_ESYS : TT_OK;
+    rc = r->evfd < 0 || tt_wake_open(&r->wake) != TT_OK ? TT_ESYS : TT_OK;
 out:
     return rc;
 }
@@ -106,7 +105,7 @@ void tt_ring_net_poll(tt_ring_t *r, int64_t tmo) {
     zmq_pollitem_t it[4] = {{r->pull, 0, ZMQ_POLLIN, 0},
                             {r->mon_pull, 0, ZMQ_POLLIN, 0},
                             {r->mon_push, 0, ZMQ_POLLIN, 0},
-                            {NULL, r->wakefd, ZMQ_POLLIN, 0}};
+                            {NULL, tt_wake_fd(&r->wake), ZMQ_POLLIN, 0}};
     if (zmq_poll(it, 4, (long)tmo) < 0)
         return; /* EINTR: the caller just tries again */
     if (it[1].revents)
