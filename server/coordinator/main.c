@@ -3,14 +3,13 @@
  * and re-reads the log level (from the config file and environment). */
 #include "coord.h"
 #include "tt_config.h"
+#include "tt_daemon.h"
 #include "tt_log.h"
 #include "tt_status.h"
 
-#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -63,63 +62,29 @@ static const tt_config_entry_t coord_table[] = {
 typedef struct app {
     uv_loop_t *loop;
     tt_coord_t *coord;
-    uv_signal_t sigterm, sigint, sighup;
+    tt_daemon_signals_t sigs;
     int argc;
     char **argv;
 } app_t;
 
-static int apply_logging(const coord_config_t *cfg) {
-    tt_log_level_t level;
-    if (tt_log_parse_level(cfg->log_level, &level) != TT_OK) {
-        fprintf(stderr, "tether-coordinator: log-level '%s' is not error|warn|info|debug\n",
-                cfg->log_level);
-        return TT_EINVAL;
-    }
-    tt_log_set_level(level);
-    tt_log_init_from_env();
-    return tt_log_set_file(cfg->log_file[0] ? cfg->log_file : NULL);
-}
-
-static void on_stop(uv_signal_t *s, int signum) {
-    app_t *a = s->data;
+static void on_stop(void *ctx, int signum) {
+    app_t *a = ctx;
     TT_INFO("coord", "signal %d: saving state and stopping", signum);
     tt_coord_save_now(a->coord);
     tt_coord_close(a->coord);
-    uv_close((uv_handle_t *)&a->sigterm, NULL);
-    uv_close((uv_handle_t *)&a->sigint, NULL);
-    uv_close((uv_handle_t *)&a->sighup, NULL);
 }
 
-static void on_hup(uv_signal_t *s, int signum) {
-    app_t *a = s->data;
+static void on_hup(void *ctx) {
+    app_t *a = ctx;
     coord_config_t cfg;
-    char err[512];
+    char err[512] = "";
     int first;
-    (void)signum;
     if (tt_config_load(coord_table, COORD_TABLE_N, &cfg, a->argc, a->argv, "", &first, err,
                        sizeof(err)) == TT_CONFIG_RUN &&
-        apply_logging(&cfg) == TT_OK)
+        tt_daemon_logging("tether-coordinator", cfg.log_level, cfg.log_file) == TT_OK)
         TT_INFO("coord", "SIGHUP: log file reopened, level %s", cfg.log_level);
     else
         TT_WARN("coord", "SIGHUP: configuration not reloaded: %s", err);
-}
-
-static void raise_fd_limit(void) {
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-        rl.rlim_cur = rl.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &rl);
-    }
-}
-
-static void start_signals(app_t *a) {
-    uv_signal_t *sigs[3] = {&a->sigterm, &a->sigint, &a->sighup};
-    int nums[3] = {SIGTERM, SIGINT, SIGHUP};
-    for (int i = 0; i < 3; i++) {
-        uv_signal_init(a->loop, sigs[i]);
-        sigs[i]->data = a;
-        uv_signal_start(sigs[i], i == 2 ? on_hup : on_stop, nums[i]);
-    }
 }
 
 static const char usage[] =
@@ -143,12 +108,11 @@ int main(int argc, char **argv) {
         tt_config_write_markdown(coord_table, COORD_TABLE_N, "tether-coordinator", stdout);
         return 0;
     }
-    if (apply_logging(&cfg) != TT_OK)
+    if (tt_daemon_logging("tether-coordinator", cfg.log_level, cfg.log_file) != TT_OK)
         return 2;
     tt_log_set_identity("coordinator", cfg.id);
     tt_config_log_nondefault(coord_table, COORD_TABLE_N, &cfg);
-    raise_fd_limit();
-    signal(SIGPIPE, SIG_IGN);
+    tt_daemon_raise_fd_limit();
 
     app_t a = {.loop = uv_default_loop(), .argc = argc, .argv = argv};
     tt_rdzv_guard_t guard = {.max_regroups_per_hour = (uint32_t)cfg.max_regroups_per_hour,
@@ -168,7 +132,7 @@ int main(int argc, char **argv) {
     }
     TT_INFO("coord", "listening on %s, state in %s", tt_coord_endpoint(a.coord),
             cfg.state_dir[0] ? cfg.state_dir : "(none)");
-    start_signals(&a);
+    tt_daemon_signals_start(&a.sigs, a.loop, on_stop, on_hup, &a);
     uv_run(a.loop, UV_RUN_DEFAULT);
     tt_coord_destroy(&a.coord);
     uv_loop_close(a.loop);

@@ -4,10 +4,10 @@
  * "LISTENING <endpoint>" on stdout tells scripts which port was bound. */
 #include "shard.h"
 #include "tt_config.h"
+#include "tt_daemon.h"
 #include "tt_log.h"
 #include "tt_status.h"
 
-#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,46 +60,19 @@ static const tt_config_entry_t shard_table[] = {
 typedef struct app {
     uv_loop_t *loop;
     tt_shard_t *shard;
-    uv_signal_t sigterm, sigint, sighup;
-    char log_file[TT_CFG_STR_MAX];
+    tt_daemon_signals_t sigs;
 } app_t;
 
-static int apply_logging(const shard_config_t *cfg) {
-    tt_log_level_t level;
-    if (tt_log_parse_level(cfg->log_level, &level) != TT_OK) {
-        fprintf(stderr, "tether-shard: log-level '%s' is not error|warn|info|debug\n",
-                cfg->log_level);
-        return TT_EINVAL;
-    }
-    tt_log_set_level(level);
-    tt_log_init_from_env();
-    return tt_log_set_file(cfg->log_file[0] ? cfg->log_file : NULL);
-}
-
-static void on_stop(uv_signal_t *sig, int signum) {
-    app_t *a = sig->data;
+static void on_stop(void *ctx, int signum) {
+    app_t *a = ctx;
     TT_INFO("shard", "signal %d: stopping", signum);
     tt_shard_close(a->shard);
-    uv_close((uv_handle_t *)&a->sigterm, NULL);
-    uv_close((uv_handle_t *)&a->sigint, NULL);
-    uv_close((uv_handle_t *)&a->sighup, NULL);
 }
 
-static void on_hup(uv_signal_t *sig, int signum) {
-    (void)sig;
-    (void)signum;
+static void on_hup(void *ctx) {
+    (void)ctx;
     if (tt_log_reopen() == TT_OK)
         TT_INFO("shard", "SIGHUP: log file reopened");
-}
-
-static void start_signals(app_t *a) {
-    uv_signal_t *sigs[3] = {&a->sigterm, &a->sigint, &a->sighup};
-    int nums[3] = {SIGTERM, SIGINT, SIGHUP};
-    for (int i = 0; i < 3; i++) {
-        uv_signal_init(a->loop, sigs[i]);
-        sigs[i]->data = a;
-        uv_signal_start(sigs[i], i == 2 ? on_hup : on_stop, nums[i]);
-    }
 }
 
 static const char usage[] =
@@ -122,7 +95,7 @@ static int load(shard_config_t *cfg, int argc, char **argv) {
         tt_config_write_markdown(shard_table, SHARD_TABLE_N, "tether-shard", stdout);
         return 0;
     }
-    return apply_logging(cfg) == TT_OK ? -1 : 2;
+    return tt_daemon_logging("tether-shard", cfg->log_level, cfg->log_file) == TT_OK ? -1 : 2;
 }
 
 int main(int argc, char **argv) {
@@ -135,7 +108,6 @@ int main(int argc, char **argv) {
     setenv("UV_THREADPOOL_SIZE", threads, 0); /* before the pool starts */
     tt_log_set_identity("shard", cfg.id);
     tt_config_log_nondefault(shard_table, SHARD_TABLE_N, &cfg);
-    signal(SIGPIPE, SIG_IGN);
     app_t a = {.loop = uv_default_loop()};
     tt_shard_opts_t o = {.listen = cfg.listen,
                          .advertise = cfg.advertise,
@@ -152,7 +124,7 @@ int main(int argc, char **argv) {
     printf("LISTENING %s\n", tt_shard_endpoint(a.shard));
     fflush(stdout);
     TT_INFO("shard", "shard %s listening on %s", cfg.id, tt_shard_endpoint(a.shard));
-    start_signals(&a);
+    tt_daemon_signals_start(&a.sigs, a.loop, on_stop, on_hup, &a);
     uv_run(a.loop, UV_RUN_DEFAULT);
     tt_shard_destroy(&a.shard);
     uv_loop_close(a.loop);
