@@ -69,6 +69,7 @@ struct tt_ckpt_sink {
     int head, njobs;
     int stop;
     int direct;   /* O_DIRECT currently set on fd */
+    int paced;    /* buffered file: start write-back per window (not for a direct file's tail) */
     int io_errno; /* first I/O failure, 0: none */
     const char *io_step;
     /* thread only */
@@ -130,6 +131,7 @@ static int write_job(tt_ckpt_sink_t *s, const uint8_t *p, size_t len, uint64_t o
     int e = errno;
     pthread_mutex_lock(&s->mu);
     if (rc != 0 && direct && e == EINVAL && drop_direct(s) == 0) {
+        s->paced = 1;
         pthread_mutex_unlock(&s->mu);
         rc = pwrite_all(s->fd, p, len, off);
         e = errno;
@@ -139,7 +141,7 @@ static int write_job(tt_ckpt_sink_t *s, const uint8_t *p, size_t len, uint64_t o
         s->io_errno = e ? e : EIO;
         s->io_step = "write";
     }
-    if (rc == 0 && !s->direct) {
+    if (rc == 0 && s->paced) {
         pthread_mutex_unlock(&s->mu);
         writeback(s, off + len);
         pthread_mutex_lock(&s->mu);
@@ -218,6 +220,7 @@ static int open_fd(tt_ckpt_sink_t *s, tt_ckpt_sink_mode_t mode) {
     int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
     s->fd = mode == TT_CKPT_SINK_AUTO ? open(s->path, flags | O_DIRECT, 0644) : -1;
     s->direct = s->fd >= 0;
+    s->paced = !s->direct;
     if (s->fd < 0)
         s->fd = open(s->path, flags, 0644);
     return s->fd < 0 ? fail(s, "create", errno) : TT_OK;
