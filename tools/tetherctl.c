@@ -341,29 +341,41 @@ static void members_table(const char *job, const Tether__MembersReply *r) {
     tbl_print(&t, stdout);
 }
 
-static int cmd_members(ctl_t *ctl, char **args) {
-    const char *job = args[0];
+typedef void (*ctl_show_fn)(const ctl_t *ctl, const char *job, const tt_env_t *reply);
+
+/* A request about `job` (env, its body set): sends it and hands a reply of
+ * body `want` to show(); an error reply is printed by reply_is_error. */
+static int job_query(ctl_t *ctl, const char *job, tt_env_t *env, int want, ctl_show_fn show) {
     if (strlen(job) > TT_WIRE_MAX_ID) {
         fprintf(stderr, "tetherctl: job id longer than %u bytes\n", TT_WIRE_MAX_ID);
         return CTL_EXIT_USAGE;
     }
-    Tether__MembersRequest req = TETHER__MEMBERS_REQUEST__INIT;
-    tt_env_t env;
-    tt_wire_env_init(&env, job, "tetherctl", 0, 1);
-    env.body_case = TETHER__ENVELOPE__BODY_MEMBERS;
-    env.members = &req;
     tt_zmq_rx_t rx;
-    int rc = ctl_request(ctl, &env, &rx);
+    int rc = ctl_request(ctl, env, &rx);
     if (rc != CTL_EXIT_OK)
         return rc;
-    if (reply_is_error(rx.env, TETHER__ENVELOPE__BODY_MEMBERS_REPLY, job))
+    if (reply_is_error(rx.env, want, job))
         rc = CTL_EXIT_FAIL;
-    else if (ctl->cfg.json)
-        members_json(job, rx.env->members_reply);
     else
-        members_table(job, rx.env->members_reply);
+        show(ctl, job, rx.env);
     tt_zmq_rx_close(&rx);
     return rc;
+}
+
+static void show_members(const ctl_t *ctl, const char *job, const tt_env_t *reply) {
+    if (ctl->cfg.json)
+        members_json(job, reply->members_reply);
+    else
+        members_table(job, reply->members_reply);
+}
+
+static int cmd_members(ctl_t *ctl, char **args) {
+    Tether__MembersRequest req = TETHER__MEMBERS_REQUEST__INIT;
+    tt_env_t env;
+    tt_wire_env_init(&env, args[0], "tetherctl", 0, 1);
+    env.body_case = TETHER__ENVELOPE__BODY_MEMBERS;
+    env.members = &req;
+    return job_query(ctl, args[0], &env, TETHER__ENVELOPE__BODY_MEMBERS_REPLY, show_members);
 }
 
 /* ---- shards ---- */
@@ -467,31 +479,22 @@ static void dump_text(const char *job, const Tether__DumpReply *r) {
 }
 
 /* The coordinator collects for up to 2 s, so the wait is at least 4 s. */
+static void show_dump(const ctl_t *ctl, const char *job, const tt_env_t *reply) {
+    if (ctl->cfg.json)
+        dump_json(job, reply->dump_reply);
+    else
+        dump_text(job, reply->dump_reply);
+}
+
 static int cmd_dump(ctl_t *ctl, char **args) {
-    const char *job = args[0];
-    if (strlen(job) > TT_WIRE_MAX_ID) {
-        fprintf(stderr, "tetherctl: job id longer than %u bytes\n", TT_WIRE_MAX_ID);
-        return CTL_EXIT_USAGE;
-    }
     if (ctl->cfg.timeout_ms < 4000)
         ctl->cfg.timeout_ms = 4000;
     Tether__DumpRequest req = TETHER__DUMP_REQUEST__INIT;
     tt_env_t env;
-    tt_wire_env_init(&env, job, "tetherctl", 0, 1);
+    tt_wire_env_init(&env, args[0], "tetherctl", 0, 1);
     env.body_case = TETHER__ENVELOPE__BODY_DUMP;
     env.dump = &req;
-    tt_zmq_rx_t rx;
-    int rc = ctl_request(ctl, &env, &rx);
-    if (rc != CTL_EXIT_OK)
-        return rc;
-    if (reply_is_error(rx.env, TETHER__ENVELOPE__BODY_DUMP_REPLY, job))
-        rc = CTL_EXIT_FAIL;
-    else if (ctl->cfg.json)
-        dump_json(job, rx.env->dump_reply);
-    else
-        dump_text(job, rx.env->dump_reply);
-    tt_zmq_rx_close(&rx);
-    return rc;
+    return job_query(ctl, args[0], &env, TETHER__ENVELOPE__BODY_DUMP_REPLY, show_dump);
 }
 
 /* ---- checkpoint verify DIR (offline) ---- */

@@ -5,7 +5,6 @@
  * covered by the integration tests and test_client_live.c; here only
  * create/destroy and a join that cannot reach anyone. */
 #include "tt_client.h"
-#include "tt_clock.h"
 #include "tt_cunit.h"
 #include "tt_status.h"
 
