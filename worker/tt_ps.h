@@ -72,8 +72,9 @@ typedef struct tt_ps_fetch_opts {
 /* Asks the coordinator for the job's placement (declaring the tensor table
  * first when one is given) and fills *out (owned by the caller, free with
  * tt_ps_layout_free). Returns 0, TT_ETIMEDOUT (no answer), TT_EREMOTE or
- * the coordinator's code (e.g. TT_ECONFLICT, TT_ENOTFOUND when no shard is
- * live) with its sentence in `err`, TT_EPROTO. Blocking; any thread. */
+ * the coordinator's code (e.g. TT_ECONFLICT; TT_EAGAIN while no shard is
+ * live, asked again with a growing pause until timeout_ms) with its
+ * sentence in `err`, TT_EPROTO. Blocking; any thread. */
 int tt_ps_layout_fetch(const tt_ps_fetch_opts_t *o, tt_ps_layout_t *out, char *err, size_t errlen);
 
 typedef struct tt_ps_opts {

@@ -119,9 +119,10 @@ static int await_reply(void *sock, int timeout_ms, tt_zmq_rx_t *rx, char *err, s
 }
 
 /* Shard servers and workers start independently (systemd, Kubernetes, the
- * launcher): a job may form before any shard has registered. "No live
- * shard" is therefore waited out, asking again with a growing pause, until
- * the fetch's own timeout; every other answer is final. */
+ * launcher): a job may form before any shard has registered, and the
+ * coordinator then answers TT_EAGAIN. That is waited out, asking again with
+ * a growing pause, until the fetch's own timeout; every other answer is
+ * final. */
 static int request_until_placed(void *sock, const tt_ps_fetch_opts_t *o, tt_zmq_rx_t *rx, char *err,
                                 size_t errlen) {
     int timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 10000;
@@ -133,7 +134,7 @@ static int request_until_placed(void *sock, const tt_ps_fetch_opts_t *o, tt_zmq_
             return rc;
         uint64_t now = tt_clock_mono_ms();
         rc = await_reply(sock, now < end ? (int)(end - now) : 0, rx, err, errlen);
-        if (rc != TT_ENOTFOUND || err == NULL || strstr(err, "no live shard") == NULL)
+        if (rc != TT_EAGAIN)
             return rc;
         now = tt_clock_mono_ms();
         if (now + (uint64_t)pause_ms >= end)

@@ -161,10 +161,19 @@ static int build_placement(const tt_shards_t *s, const tt_placement_t *p, place_
     return TT_OK;
 }
 
+static int no_live_shard(const tt_shards_t *s, uint64_t now) {
+    for (size_t i = 0; i < tt_shards_count(s); i++)
+        if (tt_shards_alive(s, i, now))
+            return 0;
+    return 1;
+}
+
 static void reply_placement(const coord_req_t *q, tt_shards_t *s) {
     const tt_placement_t *p = NULL;
     char err[256] = "";
     int rc = tt_shards_placement(s, q->env->job_id, q->now, &p, err, sizeof(err));
+    if (rc == TT_ENOTFOUND && no_live_shard(s, q->now))
+        rc = TT_EAGAIN; /* shards and workers start in any order: ask again */
     if (rc != TT_OK) {
         coord_reply_error(q, rc, err[0] ? err : tt_strerror(rc));
         return;
