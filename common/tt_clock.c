@@ -1,4 +1,4 @@
-/* tt_clock: thin wrappers over clock_gettime. */
+/* tt_clock: thin wrappers over clock_gettime and nanosleep. */
 #include "tt_clock.h"
 
 #include <time.h>
@@ -11,6 +11,17 @@ uint64_t tt_clock_mono_ns(void) {
 
 uint64_t tt_clock_mono_ms(void) {
     return tt_clock_mono_ns() / 1000000ull;
+}
+
+void tt_clock_sleep_us(uint64_t us) {
+    struct timespec ts = {(time_t)(us / 1000000u), (long)(us % 1000000u) * 1000L};
+    while (nanosleep(&ts, &ts) != 0) {
+        /* EINTR: sleep the rest */
+    }
+}
+
+void tt_clock_sleep_ms(uint64_t ms) {
+    tt_clock_sleep_us(ms * 1000u);
 }
 
 uint64_t tt_clock_wall_ms(void) {

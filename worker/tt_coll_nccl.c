@@ -99,11 +99,6 @@ static int nc_rc(nccl_inst_t *ni, ncclResult_t r, const char *what) {
                    last != NULL && last[0] ? ": " : "", last != NULL ? last : "");
 }
 
-static void nap_us(long us) {
-    struct timespec ts = {0, us * 1000L};
-    nanosleep(&ts, NULL);
-}
-
 /* Takes the comm lock for reading; TT_ECLOSED (lock not held) once the
  * communicator was aborted. */
 static int comm_lock(nccl_inst_t *ni) {
@@ -127,7 +122,7 @@ static int settle_within(nccl_inst_t *ni, ncclResult_t r, const char *what, int 
         if (tt_clock_mono_ms() >= end)
             return set_err(ni, TT_ETIMEDOUT, "%s: still in progress after %d ms", what, ms);
         comm_unlock(ni);
-        nap_us(100);
+        tt_clock_sleep_us(100);
         pthread_rwlock_rdlock(&ni->cl);
         if (atomic_load(&ni->aborted))
             return set_err(ni, TT_ECLOSED, "%s: the communicator was aborted", what);
@@ -339,7 +334,7 @@ static tt_wd_state_t settle_abort(nccl_inst_t *ni) {
     uint64_t end = tt_clock_mono_ms() + 2u * (uint64_t)ni->deadline_ms;
     tt_wd_state_t st = tt_nccl_wd_state(ni->wd);
     while (st == TT_WD_ABORTING && tt_clock_mono_ms() < end) {
-        nap_us(1000);
+        tt_clock_sleep_us(1000);
         st = tt_nccl_wd_state(ni->wd);
     }
     return st;
@@ -468,7 +463,7 @@ static int wait_seq(nccl_inst_t *ni, uint64_t seq) {
             return TT_OK;
         if (e != cudaErrorNotReady)
             return cu_rc(ni, e, "cudaEventQuery");
-        nap_us(20);
+        tt_clock_sleep_us(20);
     }
 }
 

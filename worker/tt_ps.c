@@ -451,8 +451,7 @@ static int wait_released(tt_ps_t *p, uint64_t ms) {
     while (atomic_load(&p->zc_out) > 0) {
         if (tt_clock_mono_ms() >= until)
             return TT_ETIMEDOUT;
-        struct timespec ts = {0, 50000};
-        nanosleep(&ts, NULL);
+        tt_clock_sleep_us(50);
     }
     return TT_OK;
 }

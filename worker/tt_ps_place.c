@@ -139,7 +139,7 @@ static int request_until_placed(void *sock, const tt_ps_fetch_opts_t *o, tt_zmq_
         now = tt_clock_mono_ms();
         if (now + (uint64_t)pause_ms >= end)
             return rc;
-        zmq_poll(NULL, 0, pause_ms); /* a portable sleep that needs no extra header */
+        tt_clock_sleep_ms((uint64_t)pause_ms);
         pause_ms = pause_ms < 400 ? pause_ms * 2 : 500;
     }
 }

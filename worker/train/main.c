@@ -323,12 +323,8 @@ typedef struct {
  * so the ranks stay in step; the training itself is unchanged. */
 static void pace(step_ctx_t *sc) {
     uint64_t now = tt_clock_mono_ms();
-    if (sc->last_ms != 0 && now < sc->last_ms + sc->pace_ms) {
-        uint64_t ms = sc->last_ms + sc->pace_ms - now;
-        struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-        while (nanosleep(&ts, &ts) != 0) {
-        }
-    }
+    if (sc->last_ms != 0 && now < sc->last_ms + sc->pace_ms)
+        tt_clock_sleep_ms(sc->last_ms + sc->pace_ms - now);
     sc->last_ms = tt_clock_mono_ms();
 }
 

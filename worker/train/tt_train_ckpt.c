@@ -215,10 +215,7 @@ static void stall_for_test(const tt_tc_job_t *j) {
         return;
     TT_WARN("ckpt", "test knob: rank %d stalls inside the part writer of step %llu", j->rank,
             (unsigned long long)j->step);
-    for (int i = 0; i < 1200; i++) {
-        struct timespec ts = {0, 100 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
+    tt_clock_sleep_ms(120000);
 }
 
 static int write_part(tt_tc_job_t *j, const tt_ckpt_part_opts_t *po, const uint8_t *data,

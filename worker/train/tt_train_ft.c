@@ -263,11 +263,6 @@ out:
     return rc;
 }
 
-static void pause_ms(uint32_t ms) {
-    struct timespec ts = {0, (long)ms * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 /* Polls tether_step_done until the next generation is acknowledged; a
  * fenced worker joins again as a new member. */
 static int await_generation(tt_train_ft_t *ft) {
@@ -300,7 +295,7 @@ static int await_generation(tt_train_ft_t *ft) {
                      ft->o.regroup_deadline_ms);
             return TT_ETIMEDOUT;
         }
-        pause_ms(POLL_MS);
+        tt_clock_sleep_ms(POLL_MS);
     }
 }
 
