@@ -5,6 +5,7 @@
  * multi-rank paths (slices, reshard, a killed writer) are exercised by
  * tests/integration/test_checkpoint.py. */
 #include "tt_ckpt_dir.h"
+#include "train_testlib.h"
 #include "tt_cunit.h"
 #include "tt_status.h"
 #include "tt_train_ckpt.h"
@@ -21,18 +22,7 @@ static float xs[NEX * NIN];
 static uint8_t ys[NEX];
 
 static tt_idx_set_t make_set(void) {
-    uint64_t s = 777;
-    for (int i = 0; i < NEX; i++) {
-        int best = 0;
-        for (int j = 0; j < NIN; j++) {
-            s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-            xs[i * NIN + j] = (float)(s >> 40) / 16777216.0f;
-            best = xs[i * NIN + j] > xs[i * NIN + best] ? j : best;
-        }
-        ys[i] = (uint8_t)best;
-    }
-    tt_idx_set_t set = {xs, ys, NEX, 2, 3};
-    return set;
+    return tt_test_argmax_set(xs, ys, NEX, NIN, 777);
 }
 
 static tt_trainer_opts_t opts(uint64_t max_steps, int hidden, tt_opt_kind_t opt) {

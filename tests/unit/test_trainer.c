@@ -2,6 +2,7 @@
  * one): per-rank gradient sums of an uneven 3-way split add up to the
  * single-rank sum with the right counts; micro-batching does not change an
  * update; a learnable task is learned; the epoch ends with TT_ECLOSED. */
+#include "train_testlib.h"
 #include "tt_cunit.h"
 #include "tt_status.h"
 #include "tt_trainer.h"
@@ -16,21 +17,8 @@
 static float xs[NEX * NIN];
 static uint8_t ys[NEX];
 
-/* Label = index of the largest of the 6 inputs: learnable, not linear in
- * one step. */
 static tt_idx_set_t make_set(void) {
-    uint64_t s = 12345;
-    for (int i = 0; i < NEX; i++) {
-        int best = 0;
-        for (int j = 0; j < NIN; j++) {
-            s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-            xs[i * NIN + j] = (float)(s >> 40) / 16777216.0f;
-            best = xs[i * NIN + j] > xs[i * NIN + best] ? j : best;
-        }
-        ys[i] = (uint8_t)best;
-    }
-    tt_idx_set_t set = {xs, ys, NEX, 2, 3};
-    return set;
+    return tt_test_argmax_set(xs, ys, NEX, NIN, 12345);
 }
 
 static tt_trainer_opts_t base_opts(uint64_t batch, uint64_t micro) {
