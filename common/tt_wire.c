@@ -402,6 +402,55 @@ static int check_dump_body(const tt_env_t *e, const tt_wire_limits_t *lim, char 
     return TT_OK;
 }
 
+/* ---- coordinated checkpoints ---- */
+
+static int check_ckpt_record(const Tether__CheckpointRecord *r) {
+    return r != NULL && r->checkpoint_id != NULL && r->checkpoint_id[0] != '\0' &&
+           str_ok(r->checkpoint_id, TT_WIRE_MAX_ID) && str_ok(r->dir, TT_WIRE_MAX_TEXT);
+}
+
+static int check_ckpt_records(Tether__CheckpointRecord *const *v, size_t n,
+                              const tt_wire_limits_t *lim, const char *what, char *err,
+                              size_t errlen) {
+    if (n > lim->max_members) {
+        WIRE_SET_ERR(err, errlen, "%s lists %zu checkpoints", what, n);
+        return TT_EPROTO;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!check_ckpt_record(v[i])) {
+            WIRE_SET_ERR(err, errlen, "%s checkpoint %zu is malformed", what, i);
+            return TT_EPROTO;
+        }
+    }
+    return TT_OK;
+}
+
+/* A commit carries the manifest as its one frame; everything else none. */
+static int check_ckpt_body(const tt_env_t *e, const tt_wire_limits_t *lim, char *err,
+                           size_t errlen) {
+    if (e->body_case != TETHER__ENVELOPE__BODY_CHECKPOINT_COMMIT) {
+        int rc = check_no_frames(e, tt_wire_body_name(e->body_case), err, errlen);
+        if (rc == TT_OK && e->body_case == TETHER__ENVELOPE__BODY_CHECKPOINTS_REPLY)
+            rc = check_ckpt_records(e->checkpoints_reply->checkpoints,
+                                    e->checkpoints_reply->n_checkpoints, lim, "checkpoints reply",
+                                    err, errlen);
+        return rc;
+    }
+    if (e->n_payload_sizes != 1 || e->payload_sizes[0] == 0 ||
+        e->payload_sizes[0] > TT_WIRE_MAX_MANIFEST) {
+        WIRE_SET_ERR(err, errlen,
+                     "checkpoint commit needs one manifest frame of 1..%zu bytes (%zu frames)",
+                     TT_WIRE_MAX_MANIFEST, e->n_payload_sizes);
+        return TT_ESIZE;
+    }
+    const char *root = e->checkpoint_commit->root;
+    if (root == NULL || root[0] != '/') {
+        WIRE_SET_ERR(err, errlen, "checkpoint commit needs an absolute root directory");
+        return TT_EPROTO;
+    }
+    return check_str("checkpoint root", root, TT_WIRE_MAX_TEXT, err, errlen);
+}
+
 /* protobuf-c sets the oneof case only with the submessage, but a decoder
  * that trusts that is one refactor away from a NULL dereference. */
 static int body_present(const tt_env_t *e) {
@@ -463,6 +512,12 @@ static int check_body(const tt_env_t *e, const tt_wire_limits_t *lim, char *err,
     case TETHER__ENVELOPE__BODY_DUMP_REPORT:
     case TETHER__ENVELOPE__BODY_DUMP_REPLY:
         return check_dump_body(e, lim, err, errlen);
+    case TETHER__ENVELOPE__BODY_CHECKPOINT_REQUEST:
+    case TETHER__ENVELOPE__BODY_CHECKPOINT_REQUEST_REPLY:
+    case TETHER__ENVELOPE__BODY_CHECKPOINT_COMMIT:
+    case TETHER__ENVELOPE__BODY_CHECKPOINTS:
+    case TETHER__ENVELOPE__BODY_CHECKPOINTS_REPLY:
+        return check_ckpt_body(e, lim, err, errlen);
     default:
         WIRE_SET_ERR(err, errlen, "envelope has no body or an unknown body kind %d",
                      (int)e->body_case);
@@ -607,13 +662,20 @@ static int check_state(const tt_coord_state_pb_t *st, char *err, size_t errlen) 
         const Tether__CoordJobRecord *j = st->jobs[i];
         if (j == NULL || j->job_id == NULL || j->job_id[0] == '\0' ||
             !str_ok(j->job_id, TT_WIRE_MAX_ID) || !str_ok(j->failure, TT_WIRE_MAX_TEXT) ||
-            j->settings == NULL || j->n_members > 65536) {
+            j->settings == NULL || j->n_members > 65536 || j->n_checkpoints > 65536) {
             WIRE_SET_ERR(err, errlen, "state file job record %zu is malformed", i);
             return TT_ECORRUPT;
         }
         for (size_t k = 0; k < j->n_members; k++) {
             if (check_member(j->members[k], err, errlen) != TT_OK)
                 return TT_ECORRUPT;
+        }
+        for (size_t k = 0; k < j->n_checkpoints; k++) {
+            if (!check_ckpt_record(j->checkpoints[k])) {
+                WIRE_SET_ERR(err, errlen, "state file job record %zu: checkpoint %zu is malformed",
+                             i, k);
+                return TT_ECORRUPT;
+            }
         }
     }
     return TT_OK;

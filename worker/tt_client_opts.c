@@ -68,6 +68,9 @@ static const env_entry_t env_table[] = {
     ENV_U32("TETHER_HEARTBEAT_TIMEOUT_MS", heartbeat_timeout_ms, 1, MS_LIMIT),
     ENV_U32("TETHER_GLOBAL_BATCH", global_batch, 1, UINT32_MAX),
     ENV_U32("TETHER_JOIN_TIMEOUT_MS", join_timeout_ms, 1, MS_LIMIT),
+    ENV_U32("TETHER_CHECKPOINT_EVERY_STEPS", checkpoint_every_steps, 0, UINT32_MAX),
+    ENV_U32("TETHER_CHECKPOINT_EVERY_MS", checkpoint_every_ms, 0, MS_LIMIT),
+    ENV_U32("TETHER_CHECKPOINT_KEEP", checkpoint_keep, 0, 1000000),
 };
 
 static int apply_env(tt_client_opts_t *o, const env_entry_t *e, const char *v, char *err,

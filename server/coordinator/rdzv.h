@@ -50,6 +50,11 @@ typedef struct {
     uint32_t heartbeat_timeout_ms; /* dead after this much silence (5000) */
     uint32_t global_batch;         /* examples per step over all ranks */
     uint32_t join_timeout_ms;      /* below-min wait before failing (60000) */
+    /* Checkpoints (coord_ckpt.c); the rendezvous only keeps and compares
+     * them. keep 0: the job takes no checkpoints. */
+    uint32_t checkpoint_every_steps; /* 0: off */
+    uint32_t checkpoint_every_ms;    /* 0: off */
+    uint32_t checkpoint_keep;        /* 0 (default): no checkpoints */
 } tt_rdzv_settings_t;
 
 /* Defaults: min = max = 1, last call 2000 ms, heartbeat 1000 ms, heartbeat

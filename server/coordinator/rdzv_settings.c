@@ -28,15 +28,17 @@ tt_rdzv_settings_t tt_rdzv_settings_default(void) {
 typedef struct {
     const char *name;
     size_t offset;
-    int is_ms;
+    int is_ms; /* 1: 1..TT_RDZV_MS_LIMIT; 2: 0 (off) or that */
 } settings_field_t;
 
 #define FIELD(f, ms)                                                                               \
     { #f, offsetof(tt_rdzv_settings_t, f), ms }
 static const settings_field_t settings_fields[] = {
-    FIELD(min_workers, 0),     FIELD(max_workers, 0),          FIELD(last_call_ms, 1),
-    FIELD(heartbeat_ms, 1),    FIELD(heartbeat_timeout_ms, 1), FIELD(global_batch, 0),
-    FIELD(join_timeout_ms, 1),
+    FIELD(min_workers, 0),          FIELD(max_workers, 0),
+    FIELD(last_call_ms, 1),         FIELD(heartbeat_ms, 1),
+    FIELD(heartbeat_timeout_ms, 1), FIELD(global_batch, 0),
+    FIELD(join_timeout_ms, 1),      FIELD(checkpoint_every_steps, 0),
+    FIELD(checkpoint_every_ms, 2),  FIELD(checkpoint_keep, 0),
 };
 #undef FIELD
 #define N_FIELDS (sizeof(settings_fields) / sizeof(settings_fields[0]))
@@ -61,10 +63,11 @@ static int invalid(char *err, size_t errlen, const char *fmt, ...) {
 int tt_rdzv_settings_validate(const tt_rdzv_settings_t *s, char *err, size_t errlen) {
     for (size_t i = 0; i < N_FIELDS; i++) {
         uint32_t v = field_value(s, i);
-        if (settings_fields[i].is_ms && (v == 0 || v > TT_RDZV_MS_LIMIT)) {
+        int kind = settings_fields[i].is_ms;
+        if (kind != 0 && (v > TT_RDZV_MS_LIMIT || (v == 0 && kind == 1))) {
             if (err && errlen)
-                snprintf(err, errlen, "%s: %u is out of range 1..%u ms", settings_fields[i].name, v,
-                         TT_RDZV_MS_LIMIT);
+                snprintf(err, errlen, "%s: %u is out of range %u..%u ms", settings_fields[i].name,
+                         v, kind == 1 ? 1u : 0u, TT_RDZV_MS_LIMIT);
             return TT_EINVAL;
         }
     }
