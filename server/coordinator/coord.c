@@ -1,6 +1,7 @@
 /* coord: life cycle of the coordinator daemon, its timer (rendezvous
- * deadlines, shard-server expiry, lazy saves), the outbox of replies held
- * behind state writes, and the asynchronous state writes. */
+ * deadlines, shard-server expiry, checkpoint timer schedules, lazy saves),
+ * the outbox of replies held behind state writes, and the asynchronous
+ * state writes. */
 #include "coord_internal.h"
 #include "shards.h"
 #include "tt_clock.h"
@@ -42,7 +43,9 @@ int coord_add_job(tt_coord_t *c, tt_rdzv_t **rdzv) {
         c->jobs = j;
         c->capjobs = cap;
     }
-    c->jobs[c->njobs++] = (coord_job_t){.rdzv = *rdzv, .resume_step = -1};
+    coord_job_t *job = &c->jobs[c->njobs++];
+    *job = (coord_job_t){.rdzv = *rdzv, .resume_step = -1};
+    tt_ckpt_book_init(&job->ckpt, tt_clock_mono_ms());
     *rdzv = NULL;
     return TT_OK;
 }
@@ -96,6 +99,16 @@ void coord_send_error(tt_coord_t *c, const uint8_t *peer, size_t peer_len, const
     coord_send(c, peer, peer_len, &env, 0);
 }
 
+void coord_send_ack(tt_coord_t *c, const uint8_t *peer, size_t peer_len, const char *job,
+                    uint64_t req, int hold) {
+    tt_env_t env;
+    Tether__Ack a = TETHER__ACK__INIT;
+    tt_wire_env_init(&env, job, c->id, 0, req);
+    env.body_case = TETHER__ENVELOPE__BODY_ACK;
+    env.ack = &a;
+    coord_send(c, peer, peer_len, &env, hold);
+}
+
 static void save_work(uv_work_t *w) {
     tt_coord_t *c = w->data;
     c->save_rc = tt_fs_write_atomic(c->state_path, c->save_buf, c->save_len, c->save_err,
@@ -111,9 +124,14 @@ static void save_done(uv_work_t *w, int status) {
     c->save_inflight = 0;
     if (status != 0 || c->save_rc != TT_OK)
         TT_ERROR("coord", "state write failed: %s", c->save_err);
-    if (c->save_again && !c->closing) {
+    if (c->save_again) {
         c->save_again = 0;
-        start_save(c);
+        /* Closing: a change made while the loop winds down (a checkpoint
+         * commit finishing) is still written, once, without new work. */
+        if (c->closing)
+            tt_coord_save_now(c);
+        else
+            start_save(c);
     }
     if (!c->save_inflight)
         flush_outbox(c);
@@ -167,6 +185,7 @@ static void on_timer(uv_timer_t *t) {
         coord_drain_events(c, &c->jobs[i]);
     }
     coord_check_shards(c, now);
+    coord_ckpt_tick(c, now);
     if (c->dirty_since_ms != 0 && now - c->dirty_since_ms >= COORD_LAZY_SAVE_MS)
         coord_request_save(c);
     coord_rearm(c);
@@ -182,6 +201,8 @@ void coord_rearm(tt_coord_t *c) {
     }
     uint64_t shard = coord_shards_deadline(c, now);
     next = shard < next ? shard : next;
+    uint64_t ckpt = coord_ckpt_deadline(c, now);
+    next = ckpt < next ? ckpt : next;
     if (c->dirty_since_ms != 0 && c->dirty_since_ms + COORD_LAZY_SAVE_MS < next)
         next = c->dirty_since_ms + COORD_LAZY_SAVE_MS;
     if (next == UINT64_MAX) {
@@ -274,8 +295,10 @@ void tt_coord_destroy(tt_coord_t **cp) {
         return;
     tt_coord_t *c = *cp;
     *cp = NULL;
-    for (size_t i = 0; i < c->njobs; i++)
+    for (size_t i = 0; i < c->njobs; i++) {
         tt_rdzv_destroy(&c->jobs[i].rdzv);
+        tt_ckpt_book_free(&c->jobs[i].ckpt);
+    }
     free(c->jobs);
     free(c->conns);
     tt_shards_destroy(&c->shards);

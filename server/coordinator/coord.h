@@ -7,7 +7,8 @@
  * restarted coordinator never hands out a generation number twice.
  * It does not own membership rules (rdzv.c) or the wire format (tt_wire).
  * Thread safety: everything runs on the loop thread; only the state file
- * write runs on the libuv thread pool. */
+ * write and checkpoint commits (manifest, `latest`, retention) run on the
+ * libuv thread pool. */
 #ifndef TT_COORD_H
 #define TT_COORD_H
 

@@ -71,6 +71,10 @@ static void settings_from_pb(const Tether__JobSettings *p, tt_rdzv_settings_t *s
         s->global_batch = p->global_batch;
     if (p->join_timeout_ms)
         s->join_timeout_ms = p->join_timeout_ms;
+    /* 0 means "off" for these, so they are taken as sent. */
+    s->checkpoint_every_steps = p->checkpoint_every_steps;
+    s->checkpoint_every_ms = p->checkpoint_every_ms;
+    s->checkpoint_keep = p->checkpoint_keep;
 }
 
 static coord_job_t *create_job(const coord_req_t *q, const tt_rdzv_settings_t *s, char *err,
@@ -129,16 +133,21 @@ static void on_join(const coord_req_t *q) {
     coord_drain_events(q->c, job);
 }
 
-static void heartbeat_reply(const coord_req_t *q, const tt_rdzv_hb_reply_t *hr) {
+void coord_send_heartbeat_reply(tt_coord_t *c, const uint8_t *peer, size_t peer_len,
+                                const coord_job_t *job, const tt_rdzv_hb_reply_t *hr,
+                                uint64_t req) {
     Tether__HeartbeatReply r = TETHER__HEARTBEAT_REPLY__INIT;
     r.generation = hr->generation;
     r.regroup_after_step = hr->regroup_after_step;
     r.job_state = hr->state;
+    /* How workers learn of checkpoint requests (timer and tetherctl). */
+    r.checkpoint_requested = job->ckpt.requested;
+    r.checkpoint_served = job->ckpt.served;
     tt_env_t env;
-    coord_init_reply(q, &env, hr->generation);
+    tt_wire_env_init(&env, tt_rdzv_job_id(job->rdzv), c->id, hr->generation, req);
     env.body_case = TETHER__ENVELOPE__BODY_HEARTBEAT_REPLY;
     env.heartbeat_reply = &r;
-    coord_reply(q, &env);
+    coord_send(c, peer, peer_len, &env, 0);
 }
 
 static void on_heartbeat(const coord_req_t *q) {
@@ -151,7 +160,8 @@ static void on_heartbeat(const coord_req_t *q) {
                                h->completed_step, q->now, &hr);
     coord_conn_note(q->c, q->rx->src_fd, q->env->job_id, q->env->sender_id, h->incarnation);
     if (rc == TT_OK || rc == TT_ESTALE || rc == TT_EPROTO)
-        heartbeat_reply(q, &hr);
+        coord_send_heartbeat_reply(q->c, q->rx->peer, q->rx->peer_len, job, &hr,
+                                   q->env->request_id);
     if (rc == TT_ESTALE)
         coord_send_generation(q->c, job, q->env->sender_id, h->incarnation, 0, 0);
     else if (rc == TT_EFENCED)
@@ -175,13 +185,8 @@ static void on_boundary(const coord_req_t *q) {
     coord_drain_events(q->c, job);
 }
 
-static void ack(const coord_req_t *q) {
-    Tether__Ack a = TETHER__ACK__INIT;
-    tt_env_t env;
-    coord_init_reply(q, &env, 0);
-    env.body_case = TETHER__ENVELOPE__BODY_ACK;
-    env.ack = &a;
-    coord_reply(q, &env);
+void coord_reply_ack(const coord_req_t *q) {
+    coord_send_ack(q->c, q->rx->peer, q->rx->peer_len, q->env->job_id, q->env->request_id, 0);
 }
 
 static void on_report(const coord_req_t *q) {
@@ -198,7 +203,7 @@ static void on_report(const coord_req_t *q) {
     TT_INFO("coord", "job %s: %s reports rank %u (%s): %s%s", q->env->job_id, q->env->sender_id,
             f->suspect_rank, f->reason, tt_status_name(rc), confirmed ? ", confirmed" : "");
     if (rc == TT_OK)
-        ack(q);
+        coord_reply_ack(q);
     else
         coord_reply_error(q, rc, tt_strerror(rc));
     coord_drain_events(q->c, job);
@@ -226,7 +231,7 @@ static void on_leave(const coord_req_t *q) {
             tt_status_name(rc));
     /* Gone is gone: a leave from a job that ended needs no error. */
     if (rc == TT_OK || rc == TT_ENOTFOUND || rc == TT_EJOBDONE)
-        ack(q);
+        coord_reply_ack(q);
     else
         coord_reply_error(q, rc, tt_strerror(rc));
     coord_drain_events(q->c, job);
@@ -264,6 +269,12 @@ static handler_fn handler_for(int body) {
         return coord_on_placement;
     case TETHER__ENVELOPE__BODY_SHARD_STALL:
         return coord_on_shard_stall;
+    case TETHER__ENVELOPE__BODY_CHECKPOINT_REQUEST:
+        return coord_on_checkpoint_request;
+    case TETHER__ENVELOPE__BODY_CHECKPOINT_COMMIT:
+        return coord_on_checkpoint_commit;
+    case TETHER__ENVELOPE__BODY_CHECKPOINTS:
+        return coord_on_checkpoints;
     default:
         return NULL;
     }

@@ -1,10 +1,12 @@
 /* coord_internal: the daemon's private struct, shared by coord.c (life
  * cycle, timer, outbox, persistence), coord_handlers.c (requests),
- * coord_events.c (rdzv events to messages) and coord_monitor.c (socket
- * monitor). Not installed, not used outside server/coordinator/. */
+ * coord_events.c (rdzv events to messages), coord_monitor.c (socket
+ * monitor), coord_ckpt.c (coordinated checkpoints) and the other coord_*.c
+ * request files. Not installed, not used outside server/coordinator/. */
 #ifndef TT_COORD_INTERNAL_H
 #define TT_COORD_INTERNAL_H
 
+#include "ckpt_book.h"
 #include "coord.h"
 #include "rdzv.h"
 #include "tt_uvzmq.h"
@@ -18,6 +20,8 @@ typedef struct coord_job {
     uint64_t formed_gen;   /* last generation formed while we ran */
     int64_t resume_step;   /* its first step, for members catching up */
     uint64_t lost_version; /* shard placement already regrouped for a lost shard */
+    tt_ckpt_book_t ckpt;   /* checkpoint requests and committed records */
+    int commit_busy;       /* a CheckpointCommit of this job runs in the pool */
 } coord_job_t;
 
 /* Which worker a TCP connection (by fd) belongs to, learned from ZMQ_SRCFD
@@ -84,6 +88,8 @@ void coord_send(tt_coord_t *c, const uint8_t *peer, size_t peer_len, const tt_en
 void coord_request_save(tt_coord_t *c);
 void coord_send_error(tt_coord_t *c, const uint8_t *peer, size_t peer_len, const char *job,
                       uint64_t req, int code, const char *msg);
+void coord_send_ack(tt_coord_t *c, const uint8_t *peer, size_t peer_len, const char *job,
+                    uint64_t req, int hold);
 
 /* coord_events.c */
 void coord_drain_events(tt_coord_t *c, coord_job_t *job);
@@ -102,6 +108,11 @@ typedef struct coord_req {
 void coord_on_router(void *sock, void *arg);
 void coord_reply(const coord_req_t *q, tt_env_t *env);
 void coord_reply_error(const coord_req_t *q, int code, const char *msg);
+void coord_reply_ack(const coord_req_t *q);
+/* A HeartbeatReply with hr's fields and the job's checkpoint counters, as
+ * the answer to request `req` or pushed (req 0). */
+void coord_send_heartbeat_reply(tt_coord_t *c, const uint8_t *peer, size_t peer_len,
+                                const coord_job_t *job, const tt_rdzv_hb_reply_t *hr, uint64_t req);
 void coord_init_reply(const coord_req_t *q, tt_env_t *env, uint64_t gen);
 
 /* coord_queries.c: operator queries (tetherctl). */
@@ -132,12 +143,26 @@ void coord_on_dump_report(const coord_req_t *q);
 /* Drops collections in flight without replying (shutdown). */
 void coord_dump_close(tt_coord_t *c);
 
+/* coord_ckpt.c: coordinated checkpoints (docs/checkpoints.md). */
+void coord_on_checkpoint_request(const coord_req_t *q);
+void coord_on_checkpoint_commit(const coord_req_t *q);
+void coord_on_checkpoints(const coord_req_t *q);
+/* Fires the timer schedule of every RUNNING job that is due (timer). */
+void coord_ckpt_tick(tt_coord_t *c, uint64_t now);
+/* When coord_ckpt_tick next has something to do (UINT64_MAX: nothing). */
+uint64_t coord_ckpt_deadline(const tt_coord_t *c, uint64_t now);
+/* Record <-> wire. to_pb borrows r's strings; from_pb: TT_ECORRUPT when a
+ * string does not fit. */
+void coord_ckpt_rec_to_pb(const tt_ckpt_rec_t *r, Tether__CheckpointRecord *p);
+int coord_ckpt_rec_from_pb(const Tether__CheckpointRecord *p, tt_ckpt_rec_t *r);
+
 /* coord_monitor.c */
 int coord_monitor_start(tt_coord_t *c, char *err, size_t errlen);
 void coord_conn_note(tt_coord_t *c, int fd, const char *job, const char *worker_id,
                      uint64_t incarnation);
 
 /* coord_state.c */
+void coord_settings_to_pb(const tt_rdzv_settings_t *s, Tether__JobSettings *p);
 int coord_state_encode(tt_coord_t *c, uint8_t **buf, size_t *len);
 int coord_state_load(tt_coord_t *c, char *err, size_t errlen);
 

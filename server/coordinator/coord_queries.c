@@ -7,15 +7,7 @@
 #include <string.h>
 
 static void job_status(const tt_rdzv_t *r, Tether__JobStatus *js, Tether__JobSettings *set) {
-    const tt_rdzv_settings_t *s = tt_rdzv_settings(r);
-    tether__job_settings__init(set);
-    set->min_workers = s->min_workers;
-    set->max_workers = s->max_workers;
-    set->last_call_ms = s->last_call_ms;
-    set->heartbeat_ms = s->heartbeat_ms;
-    set->heartbeat_timeout_ms = s->heartbeat_timeout_ms;
-    set->global_batch = s->global_batch;
-    set->join_timeout_ms = s->join_timeout_ms;
+    coord_settings_to_pb(tt_rdzv_settings(r), set);
     tether__job_status__init(js);
     js->job_id = (char *)tt_rdzv_job_id(r);
     js->state = tt_rdzv_state(r);

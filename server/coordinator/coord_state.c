@@ -1,7 +1,7 @@
-/* coord_state: maps every job's rendezvous record to the CoordState
- * protobuf and back. The file itself is written by coord.c through
- * tt_fs_write_atomic (tmp, fsync, rename) and decoded through tt_wire, the
- * one protobuf seam, which rejects a corrupt file with a clear message. */
+/* coord_state: maps every job's rendezvous record and checkpoint book
+ * (requests, committed checkpoints) to the CoordState protobuf and back. The file itself is written
+ * by coord.c through tt_fs_write_atomic (tmp, fsync, rename) and decoded through tt_wire, the one
+ * protobuf seam, which rejects a corrupt file with a clear message. */
 #include "coord_internal.h"
 #include "tt_fsutil.h"
 #include "tt_log.h"
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void settings_to_pb(const tt_rdzv_settings_t *s, Tether__JobSettings *p) {
+void coord_settings_to_pb(const tt_rdzv_settings_t *s, Tether__JobSettings *p) {
     tether__job_settings__init(p);
     p->min_workers = s->min_workers;
     p->max_workers = s->max_workers;
@@ -21,6 +21,9 @@ static void settings_to_pb(const tt_rdzv_settings_t *s, Tether__JobSettings *p) 
     p->heartbeat_timeout_ms = s->heartbeat_timeout_ms;
     p->global_batch = s->global_batch;
     p->join_timeout_ms = s->join_timeout_ms;
+    p->checkpoint_every_steps = s->checkpoint_every_steps;
+    p->checkpoint_every_ms = s->checkpoint_every_ms;
+    p->checkpoint_keep = s->checkpoint_keep;
 }
 
 static void settings_from_pb(const Tether__JobSettings *p, tt_rdzv_settings_t *s) {
@@ -31,6 +34,9 @@ static void settings_from_pb(const Tether__JobSettings *p, tt_rdzv_settings_t *s
     s->heartbeat_timeout_ms = p->heartbeat_timeout_ms;
     s->global_batch = p->global_batch;
     s->join_timeout_ms = p->join_timeout_ms;
+    s->checkpoint_every_steps = p->checkpoint_every_steps;
+    s->checkpoint_every_ms = p->checkpoint_every_ms;
+    s->checkpoint_keep = p->checkpoint_keep;
 }
 
 /* Everything one job record needs while it is being packed. */
@@ -40,10 +46,31 @@ typedef struct job_pb {
     Tether__JobSettings settings;
     Tether__Member *members;
     Tether__Member **ptrs;
+    Tether__CheckpointRecord *ckpts;
+    Tether__CheckpointRecord **ckpt_ptrs;
 } job_pb_t;
 
-static int job_to_pb(const tt_rdzv_t *r, job_pb_t *j) {
-    if (tt_rdzv_export(r, &j->rec) != TT_OK)
+/* The book's records, borrowed by the packed record. */
+static int book_to_pb(const tt_ckpt_book_t *b, job_pb_t *j) {
+    tt_ckpt_book_saved_t saved;
+    tt_ckpt_book_export(b, &saved);
+    j->ckpts = calloc(saved.n + 1, sizeof(*j->ckpts));
+    j->ckpt_ptrs = calloc(saved.n + 1, sizeof(*j->ckpt_ptrs));
+    if (j->ckpts == NULL || j->ckpt_ptrs == NULL)
+        return TT_ENOMEM;
+    for (size_t i = 0; i < saved.n; i++) {
+        coord_ckpt_rec_to_pb(&saved.recs[i], &j->ckpts[i]);
+        j->ckpt_ptrs[i] = &j->ckpts[i];
+    }
+    j->pb.checkpoint_requested = saved.requested;
+    j->pb.checkpoint_served = saved.served;
+    j->pb.n_checkpoints = saved.n;
+    j->pb.checkpoints = j->ckpt_ptrs;
+    return TT_OK;
+}
+
+static int job_to_pb(const coord_job_t *job, job_pb_t *j) {
+    if (tt_rdzv_export(job->rdzv, &j->rec) != TT_OK)
         return TT_ENOMEM;
     size_t n = j->rec.n_members;
     j->members = calloc(n + 1, sizeof(*j->members));
@@ -62,7 +89,7 @@ static int job_to_pb(const tt_rdzv_t *r, job_pb_t *j) {
         j->ptrs[i] = &j->members[i];
     }
     tether__coord_job_record__init(&j->pb);
-    settings_to_pb(&j->rec.settings, &j->settings);
+    coord_settings_to_pb(&j->rec.settings, &j->settings);
     j->pb.job_id = j->rec.job_id;
     j->pb.settings = &j->settings;
     j->pb.generation = j->rec.generation;
@@ -71,7 +98,7 @@ static int job_to_pb(const tt_rdzv_t *r, job_pb_t *j) {
     j->pb.last_committed_step = j->rec.last_committed_step;
     j->pb.state = j->rec.state;
     j->pb.failure = j->rec.failure_reason;
-    return TT_OK;
+    return book_to_pb(&job->ckpt, j);
 }
 
 int coord_state_encode(tt_coord_t *c, uint8_t **buf, size_t *len) {
@@ -80,7 +107,7 @@ int coord_state_encode(tt_coord_t *c, uint8_t **buf, size_t *len) {
     Tether__CoordJobRecord **ptrs = calloc(n + 1, sizeof(*ptrs));
     int rc = (jobs && ptrs) ? TT_OK : TT_ENOMEM;
     for (size_t i = 0; rc == TT_OK && i < n; i++) {
-        rc = job_to_pb(c->jobs[i].rdzv, &jobs[i]);
+        rc = job_to_pb(&c->jobs[i], &jobs[i]);
         ptrs[i] = &jobs[i].pb;
     }
     if (rc == TT_OK) {
@@ -94,6 +121,8 @@ int coord_state_encode(tt_coord_t *c, uint8_t **buf, size_t *len) {
         tt_rdzv_record_free(&jobs[i].rec);
         free(jobs[i].members);
         free(jobs[i].ptrs);
+        free(jobs[i].ckpts);
+        free(jobs[i].ckpt_ptrs);
     }
     free(jobs);
     free(ptrs);
@@ -125,6 +154,28 @@ static int record_from_pb(const Tether__CoordJobRecord *p, tt_rdzv_record_t *rec
     return TT_OK;
 }
 
+static int book_from_pb(const Tether__CoordJobRecord *p, tt_ckpt_book_t *b, uint64_t now, char *err,
+                        size_t errlen) {
+    tt_ckpt_rec_t *recs = calloc(p->n_checkpoints + 1, sizeof(*recs));
+    int rc = recs != NULL ? TT_OK : TT_ENOMEM;
+    for (size_t i = 0; rc == TT_OK && i < p->n_checkpoints; i++)
+        rc = coord_ckpt_rec_from_pb(p->checkpoints[i], &recs[i]);
+    tt_ckpt_book_saved_t saved = {.requested = p->checkpoint_requested,
+                                  .served = p->checkpoint_served,
+                                  .n = p->n_checkpoints,
+                                  .recs = recs};
+    if (rc == TT_OK)
+        rc = tt_ckpt_book_import(b, &saved, now);
+    free(recs);
+    if (rc == TT_ECORRUPT && err != NULL && errlen > 0)
+        snprintf(err, errlen,
+                 "job %s: checkpoint records are inconsistent (served %llu > "
+                 "requested %llu, or an id twice)",
+                 p->job_id, (unsigned long long)p->checkpoint_served,
+                 (unsigned long long)p->checkpoint_requested);
+    return rc;
+}
+
 static int restore_jobs(tt_coord_t *c, const tt_coord_state_pb_t *st, uint64_t now, char *err,
                         size_t errlen) {
     for (size_t i = 0; i < st->n_jobs; i++) {
@@ -135,6 +186,8 @@ static int restore_jobs(tt_coord_t *c, const tt_coord_state_pb_t *st, uint64_t n
             rc = tt_rdzv_restore(&r, &rec, now, err, errlen);
         if (rc == TT_OK)
             rc = coord_add_job(c, &r);
+        if (rc == TT_OK)
+            rc = book_from_pb(st->jobs[i], &c->jobs[c->njobs - 1].ckpt, now, err, errlen);
         tt_rdzv_record_free(&rec);
         tt_rdzv_destroy(&r);
         if (rc != TT_OK)

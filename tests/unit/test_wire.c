@@ -197,10 +197,18 @@ static void wire_rejects_long_ids(void) {
 static void wire_state_round_trip_and_corrupt(void) {
     Tether__JobSettings s = TETHER__JOB_SETTINGS__INIT;
     s.min_workers = 2;
+    Tether__CheckpointRecord c = TETHER__CHECKPOINT_RECORD__INIT;
+    c.checkpoint_id = "step-10";
+    c.dir = "/ckpt/step-10";
+    Tether__CheckpointRecord *cs[1] = {&c};
     Tether__CoordJobRecord rec = TETHER__COORD_JOB_RECORD__INIT;
     rec.job_id = "job";
     rec.settings = &s;
     rec.generation = 7;
+    rec.checkpoint_requested = 2;
+    rec.checkpoint_served = 1;
+    rec.n_checkpoints = 1;
+    rec.checkpoints = cs;
     Tether__CoordJobRecord *recs[1] = {&rec};
     Tether__CoordState st = TETHER__COORD_STATE__INIT;
     st.version = TT_WIRE_VERSION;
@@ -214,14 +222,114 @@ static void wire_state_round_trip_and_corrupt(void) {
     CU_ASSERT_EQUAL(tt_wire_state_decode(buf, len, &out, err, sizeof(err)), TT_OK);
     CU_ASSERT_PTR_NOT_NULL_FATAL(out);
     CU_ASSERT_EQUAL(out->jobs[0]->generation, 7);
+    CU_ASSERT_EQUAL(out->jobs[0]->checkpoint_requested, 2);
+    CU_ASSERT_STRING_EQUAL(out->jobs[0]->checkpoints[0]->dir, "/ckpt/step-10");
     tt_wire_state_free(&out);
     CU_ASSERT(tt_wire_state_decode(buf, len / 2, &out, err, sizeof(err)) < 0);
     CU_ASSERT_PTR_NULL(out);
     free(buf);
+    c.checkpoint_id = NULL; /* a checkpoint record without its id */
+    CU_ASSERT_EQUAL_FATAL(tt_wire_state_encode(&st, &buf, &len), TT_OK);
+    CU_ASSERT_EQUAL(tt_wire_state_decode(buf, len, &out, err, sizeof(err)), TT_ECORRUPT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "checkpoint 0 is malformed"));
+    free(buf);
+    c.checkpoint_id = "step-10";
     rec.settings = NULL;
     CU_ASSERT_EQUAL_FATAL(tt_wire_state_encode(&st, &buf, &len), TT_OK);
     CU_ASSERT_EQUAL(tt_wire_state_decode(buf, len, &out, err, sizeof(err)), TT_ECORRUPT);
     free(buf);
+}
+
+/* Encodes env and decodes it back with frames of `lens`: the decoder's
+ * code, and *e on TT_OK (release with tt_wire_free). */
+static int round_trip(const tt_env_t *env, const size_t *lens, size_t n, tt_env_t **e, char *err,
+                      size_t errlen) {
+    uint8_t *buf = NULL;
+    size_t len;
+    CU_ASSERT_EQUAL_FATAL(tt_wire_encode(env, &buf, &len), TT_OK);
+    int rc = tt_wire_decode(buf, len, lens, n, NULL, e, err, errlen);
+    free(buf);
+    return rc;
+}
+
+/* Encodes a CheckpointCommit with `n` payload sizes of 16 bytes and
+ * decodes it with matching frames. */
+static int decode_commit(const char *root, size_t n, char *err, size_t errlen) {
+    Tether__CheckpointCommit cc = TETHER__CHECKPOINT_COMMIT__INIT;
+    cc.root = (char *)root;
+    cc.request = 3;
+    uint64_t sizes[2] = {16, 16};
+    size_t lens[2] = {16, 16};
+    tt_env_t env;
+    tt_wire_env_init(&env, "job", "w0", 1, 7);
+    env.body_case = TETHER__ENVELOPE__BODY_CHECKPOINT_COMMIT;
+    env.checkpoint_commit = &cc;
+    env.n_payload_sizes = n;
+    env.payload_sizes = sizes;
+    tt_env_t *e = NULL;
+    int rc = round_trip(&env, lens, n, &e, err, errlen);
+    if (rc == TT_OK) {
+        CU_ASSERT_STRING_EQUAL(e->checkpoint_commit->root, root);
+        CU_ASSERT_EQUAL(e->checkpoint_commit->request, 3);
+    } else {
+        CU_ASSERT_PTR_NULL(e);
+    }
+    tt_wire_free(&e);
+    return rc;
+}
+
+static void wire_checkpoint_commit_needs_one_frame_and_absolute_root(void) {
+    char err[256] = "";
+    CU_ASSERT_EQUAL(decode_commit("/ckpt/root", 1, err, sizeof(err)), TT_OK);
+    CU_ASSERT_EQUAL(decode_commit("/ckpt/root", 0, err, sizeof(err)), TT_ESIZE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "one manifest frame"));
+    CU_ASSERT_EQUAL(decode_commit("/ckpt/root", 2, err, sizeof(err)), TT_ESIZE);
+    CU_ASSERT_EQUAL(decode_commit("ckpt/root", 1, err, sizeof(err)), TT_EPROTO);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "absolute root"));
+    CU_ASSERT_EQUAL(decode_commit("", 1, err, sizeof(err)), TT_EPROTO);
+}
+
+/* A CheckpointsReply listing `rec` (and a valid one before it). */
+static int decode_checkpoints_reply(Tether__CheckpointRecord *rec, char *err, size_t errlen) {
+    Tether__CheckpointRecord ok = TETHER__CHECKPOINT_RECORD__INIT;
+    ok.checkpoint_id = "step-10";
+    ok.dir = "/ckpt/step-10";
+    ok.step = 10;
+    Tether__CheckpointRecord *recs[2] = {&ok, rec};
+    Tether__CheckpointsReply r = TETHER__CHECKPOINTS_REPLY__INIT;
+    r.n_checkpoints = 2;
+    r.checkpoints = recs;
+    r.requested = 4;
+    r.served = 3;
+    tt_env_t env;
+    tt_wire_env_init(&env, "job", "coordinator", 0, 9);
+    env.body_case = TETHER__ENVELOPE__BODY_CHECKPOINTS_REPLY;
+    env.checkpoints_reply = &r;
+    tt_env_t *e = NULL;
+    int rc = round_trip(&env, NULL, 0, &e, err, errlen);
+    if (rc == TT_OK) {
+        CU_ASSERT_EQUAL(e->checkpoints_reply->n_checkpoints, 2);
+        CU_ASSERT_STRING_EQUAL(e->checkpoints_reply->checkpoints[0]->checkpoint_id, "step-10");
+        CU_ASSERT_EQUAL(e->checkpoints_reply->served, 3);
+    }
+    tt_wire_free(&e);
+    return rc;
+}
+
+static void wire_checkpoints_reply_rejects_malformed_records(void) {
+    char err[256] = "", longdir[1100];
+    memset(longdir, 'd', sizeof(longdir) - 1);
+    longdir[sizeof(longdir) - 1] = '\0';
+    Tether__CheckpointRecord rec = TETHER__CHECKPOINT_RECORD__INIT;
+    rec.checkpoint_id = "step-20";
+    rec.dir = "/ckpt/step-20";
+    CU_ASSERT_EQUAL(decode_checkpoints_reply(&rec, err, sizeof(err)), TT_OK);
+    rec.checkpoint_id = ""; /* no id */
+    CU_ASSERT_EQUAL(decode_checkpoints_reply(&rec, err, sizeof(err)), TT_EPROTO);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "checkpoint 1 is malformed"));
+    rec.checkpoint_id = "step-20";
+    rec.dir = longdir; /* longer than any text field */
+    CU_ASSERT_EQUAL(decode_checkpoints_reply(&rec, err, sizeof(err)), TT_EPROTO);
 }
 
 static const tt_cunit_test_t tests[] = {
@@ -235,6 +343,10 @@ static const tt_cunit_test_t tests[] = {
     {"wire_rejects_inconsistent_generation", wire_rejects_inconsistent_generation},
     {"wire_rejects_long_ids", wire_rejects_long_ids},
     {"wire_state_round_trip_and_corrupt", wire_state_round_trip_and_corrupt},
+    {"wire_checkpoint_commit_needs_one_frame_and_absolute_root",
+     wire_checkpoint_commit_needs_one_frame_and_absolute_root},
+    {"wire_checkpoints_reply_rejects_malformed_records",
+     wire_checkpoints_reply_rejects_malformed_records},
     {NULL, NULL},
 };
 
