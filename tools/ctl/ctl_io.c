@@ -1,0 +1,192 @@
+/* ctl_io: what every tetherctl command shares: the DEALER to the
+ * coordinator and its bounded request/reply, the error report of a reply,
+ * and the output helpers (JSON strings, aligned tables). It owns no command
+ * and no answer: tetherctl.c and ctl_ckpt.c do. */
+#include "ctl_io.h"
+#include "tt_clock.h"
+#include "tt_rng.h"
+#include "tt_status.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- talking to the coordinator ---- */
+
+int tt_ctl_connect(tt_ctl_t *ctl) {
+    char pid[32], rid[TT_WIRE_MAX_ID + 1], err[256] = "";
+    uint64_t seed = tt_clock_mono_ns() ^ ((uint64_t)getpid() << 32);
+    snprintf(pid, sizeof(pid), "%ld", (long)getpid());
+    tt_zmq_routing_id(rid, sizeof(rid), "ctl", pid, tt_rng_next(&seed) & 0xffffffffu);
+    tt_zmq_opts_t zo;
+    tt_zmq_opts_default(&zo);
+    zo.routing_id = rid;
+    ctl->zctx = zmq_ctx_new();
+    if (ctl->zctx == NULL)
+        return TT_ESYS;
+    int rc = tt_zmq_dealer(ctl->zctx, ctl->cfg.coordinator, &zo, &ctl->sock, err, sizeof(err));
+    if (rc != TT_OK)
+        fprintf(stderr, "tetherctl: %s\n", err);
+    return rc;
+}
+
+void tt_ctl_close(tt_ctl_t *ctl) {
+    tt_zmq_close(&ctl->sock);
+    if (ctl->zctx != NULL)
+        zmq_ctx_term(ctl->zctx);
+    ctl->zctx = NULL;
+}
+
+long tt_ctl_remaining_ms(uint64_t deadline) {
+    uint64_t now = tt_clock_mono_ms();
+    return now >= deadline ? 0 : (long)(deadline - now);
+}
+
+/* Waits for `events` on the socket until the deadline; 1 when ready. */
+static int wait_for(void *sock, short events, uint64_t deadline) {
+    for (;;) {
+        zmq_pollitem_t it = {.socket = sock, .fd = -1, .events = events};
+        long left = tt_ctl_remaining_ms(deadline);
+        int rc = zmq_poll(&it, 1, left);
+        if (rc > 0)
+            return 1;
+        if (left == 0 || (rc < 0 && zmq_errno() != EINTR))
+            return 0;
+    }
+}
+
+static void unreachable(const tt_ctl_t *ctl) {
+    fprintf(stderr, "tetherctl: cannot reach coordinator at %s: no reply within %" PRId64 " ms\n",
+            ctl->cfg.coordinator, ctl->cfg.timeout_ms);
+}
+
+/* Sends `env` and receives the reply into `rx` within the deadline.
+ * Returns TT_CTL_EXIT_OK with rx->env set, or TT_CTL_EXIT_FAIL (reported). */
+int tt_ctl_request(tt_ctl_t *ctl, const tt_env_t *env, tt_zmq_rx_t *rx) {
+    uint64_t deadline = tt_clock_mono_ms() + (uint64_t)ctl->cfg.timeout_ms;
+    /* ZMQ_IMMEDIATE: the send can only be queued once TCP is connected. */
+    int rc = TT_EAGAIN;
+    while (rc == TT_EAGAIN && wait_for(ctl->sock, ZMQ_POLLOUT, deadline))
+        rc = tt_zmq_send(ctl->sock, NULL, 0, env, NULL, 0, 1);
+    if (rc != TT_OK) {
+        unreachable(ctl);
+        return TT_CTL_EXIT_FAIL;
+    }
+    for (;;) {
+        if (!wait_for(ctl->sock, ZMQ_POLLIN, deadline)) {
+            unreachable(ctl);
+            return TT_CTL_EXIT_FAIL;
+        }
+        char err[256] = "";
+        rc = tt_zmq_recv(ctl->sock, 0, 1, NULL, rx, err, sizeof(err));
+        if (rc == TT_OK && rx->env->request_id == env->request_id)
+            return TT_CTL_EXIT_OK;
+        if (rc == TT_OK)
+            tt_zmq_rx_close(rx); /* not ours: keep waiting */
+        else if (rc != TT_EAGAIN)
+            fprintf(stderr, "tetherctl: ignoring a bad reply: %s\n", err);
+    }
+}
+
+/* Reports an Error body, or a body of the wrong kind. 1 when reported. */
+int tt_ctl_reply_is_error(const tt_env_t *env, int want_case, const char *what) {
+    if (env->body_case == TETHER__ENVELOPE__BODY_ERROR) {
+        const Tether__Error *e = env->error;
+        if (e->code == TT_EJOB)
+            fprintf(stderr, "tetherctl: unknown job '%s' (see 'tetherctl status')\n", what);
+        else
+            fprintf(stderr, "tetherctl: coordinator refused: %s (%s)\n",
+                    e->message ? e->message : "", tt_status_name(e->code));
+        return 1;
+    }
+    if ((int)env->body_case != want_case) {
+        fprintf(stderr, "tetherctl: unexpected '%s' reply from the coordinator\n",
+                tt_wire_body_name(env->body_case));
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- output helpers ---- */
+
+void tt_ctl_json_str(FILE *out, const char *s) {
+    fputc('"', out);
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(out, "\\%c", *p);
+        else if (*p == '\n')
+            fputs("\\n", out);
+        else if (*p == '\t')
+            fputs("\\t", out);
+        else if (*p < 0x20 || *p == 0x7f)
+            fprintf(out, "\\u%04x", *p);
+        else
+            fputc(*p, out);
+    }
+    fputc('"', out);
+}
+
+int tt_ctl_tbl_row(tt_ctl_tbl_t *t, const char *const *vals) {
+    if (t->nrows == t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 16;
+        void *p = realloc(t->cells, cap * sizeof(*t->cells));
+        if (p == NULL)
+            return TT_ENOMEM;
+        t->cells = p;
+        t->cap = cap;
+    }
+    for (int i = 0; i < t->ncols; i++)
+        snprintf(t->cells[t->nrows][i], TT_CTL_TBL_CELL, "%s", vals[i] ? vals[i] : "");
+    t->nrows++;
+    return TT_OK;
+}
+
+/* Prints the rows with each column as wide as its widest cell. */
+void tt_ctl_tbl_print(tt_ctl_tbl_t *t, FILE *out) {
+    size_t w[TT_CTL_TBL_MAX_COLS] = {0};
+    for (size_t r = 0; r < t->nrows; r++) {
+        for (int i = 0; i < t->ncols; i++) {
+            size_t n = strlen(t->cells[r][i]);
+            w[i] = n > w[i] ? n : w[i];
+        }
+    }
+    for (size_t r = 0; r < t->nrows; r++) {
+        for (int i = 0; i < t->ncols; i++) {
+            if (i + 1 == t->ncols)
+                fprintf(out, "%s\n", t->cells[r][i]);
+            else
+                fprintf(out, "%-*s  ", (int)w[i], t->cells[r][i]);
+        }
+    }
+    free(t->cells);
+    t->cells = NULL;
+}
+
+/* A request about `job` (env, its body set): sends it and receives a reply
+ * of body `want` into *rx (TT_CTL_EXIT_OK: release it), or reports why not. */
+int tt_ctl_job_request(tt_ctl_t *ctl, const char *job, const tt_env_t *env, int want,
+                       tt_zmq_rx_t *rx) {
+    if (strlen(job) > TT_WIRE_MAX_ID) {
+        fprintf(stderr, "tetherctl: job id longer than %u bytes\n", TT_WIRE_MAX_ID);
+        return TT_CTL_EXIT_USAGE;
+    }
+    int rc = tt_ctl_request(ctl, env, rx);
+    if (rc == TT_CTL_EXIT_OK && tt_ctl_reply_is_error(rx->env, want, job)) {
+        tt_zmq_rx_close(rx);
+        rc = TT_CTL_EXIT_FAIL;
+    }
+    return rc;
+}
+
+/* tt_ctl_job_request, then the reply goes to show(). */
+int tt_ctl_job_query(tt_ctl_t *ctl, const char *job, tt_env_t *env, int want, tt_ctl_show_fn show) {
+    tt_zmq_rx_t rx;
+    int rc = tt_ctl_job_request(ctl, job, env, want, &rx);
+    if (rc == TT_CTL_EXIT_OK) {
+        show(ctl, job, rx.env);
+        tt_zmq_rx_close(&rx);
+    }
+    return rc;
+}
