@@ -1,13 +1,13 @@
 /* tt_ps_place: the PS backend's one exchange with the coordinator: declare
  * the job's tensor table and/or fetch the placement, turning the
  * PlacementReply into a tt_ps_layout_t. A short-lived DEALER of its own
- * keeps this independent of the membership client's socket. */
+ * (tt_zreq) keeps this independent of the membership client's socket. */
 #include "tt_ps.h"
 
 #include "tt_clock.h"
 #include "tt_status.h"
 #include "tt_wire.h"
-#include "tt_zmq.h"
+#include "tt_zreq.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,9 +62,12 @@ static int check_uniform(const Tether__PlacementReply *r, char *err, size_t errl
     return TT_EPROTO;
 }
 
-static int send_request(void *sock, const tt_ps_fetch_opts_t *o) {
+/* One declare-or-fetch exchange; TT_OK with rx holding a PlacementReply,
+ * or the coordinator's refusal (TT_EAGAIN: no live shard yet). */
+static int ask(tt_zreq_t *z, const tt_ps_fetch_opts_t *o, uint64_t rid, int timeout_ms,
+               tt_zmq_rx_t *rx, char *err, size_t errlen) {
     tt_env_t env;
-    tt_wire_env_init(&env, o->job_id, o->sender_id, 0, 1);
+    tt_wire_env_init(&env, o->job_id, o->sender_id, 0, rid);
     Tether__PlacementRequest pr = TETHER__PLACEMENT_REQUEST__INIT;
     Tether__DeclareTensors d = TETHER__DECLARE_TENSORS__INIT;
     Tether__TensorSpec *specs = calloc(o->ntensors + 1, sizeof(*specs));
@@ -90,21 +93,14 @@ static int send_request(void *sock, const tt_ps_fetch_opts_t *o) {
         env.body_case = TETHER__ENVELOPE__BODY_PLACEMENT;
         env.placement = &pr;
     }
-    int rc = tt_zmq_send(sock, NULL, 0, &env, NULL, 0, 0);
+    char why[256] = "";
+    int rc = tt_zreq_call(z, &env, NULL, 0, (uint32_t)timeout_ms, rx, why, sizeof(why));
     free(specs);
     free(ptrs);
-    return rc;
-}
-
-static int await_reply(void *sock, int timeout_ms, tt_zmq_rx_t *rx, char *err, size_t errlen) {
-    zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
-    if (zmq_poll(&it, 1, timeout_ms) <= 0) {
-        PSET_ERR(err, errlen, "no placement reply from the coordinator within %d ms", timeout_ms);
-        return TT_ETIMEDOUT;
-    }
-    int rc = tt_zmq_recv(sock, 0, 1, NULL, rx, err, errlen);
-    if (rc != TT_OK)
+    if (rc != TT_OK) {
+        PSET_ERR(err, errlen, "placement: %s", why);
         return rc;
+    }
     if (rx->env->body_case == TETHER__ENVELOPE__BODY_ERROR) {
         PSET_ERR(err, errlen, "coordinator: %s", rx->env->error->message);
         rc = rx->env->error->code < 0 ? rx->env->error->code : TT_EREMOTE;
@@ -123,17 +119,14 @@ static int await_reply(void *sock, int timeout_ms, tt_zmq_rx_t *rx, char *err, s
  * coordinator then answers TT_EAGAIN. That is waited out, asking again with
  * a growing pause, until the fetch's own timeout; every other answer is
  * final. */
-static int request_until_placed(void *sock, const tt_ps_fetch_opts_t *o, tt_zmq_rx_t *rx, char *err,
-                                size_t errlen) {
+static int request_until_placed(tt_zreq_t *z, const tt_ps_fetch_opts_t *o, tt_zmq_rx_t *rx,
+                                char *err, size_t errlen) {
     int timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 10000;
     uint64_t end = tt_clock_mono_ms() + (uint64_t)timeout_ms;
     int pause_ms = 20;
-    for (;;) {
-        int rc = send_request(sock, o);
-        if (rc != TT_OK)
-            return rc;
+    for (uint64_t rid = 1;; rid++) {
         uint64_t now = tt_clock_mono_ms();
-        rc = await_reply(sock, now < end ? (int)(end - now) : 0, rx, err, errlen);
+        int rc = ask(z, o, rid, now < end ? (int)(end - now) : 0, rx, err, errlen);
         if (rc != TT_EAGAIN)
             return rc;
         now = tt_clock_mono_ms();
@@ -150,22 +143,16 @@ int tt_ps_layout_fetch(const tt_ps_fetch_opts_t *o, tt_ps_layout_t *out, char *e
         PSET_ERR(err, errlen, "tt_ps_layout_fetch needs a coordinator endpoint and a job id");
         return TT_EINVAL;
     }
-    void *zctx = zmq_ctx_new(), *sock = NULL;
-    if (zctx == NULL)
-        return TT_ESYS;
-    tt_zmq_opts_t zo;
-    tt_zmq_opts_default(&zo);
-    zo.immediate = 0; /* queue the request until the connection is up */
+    tt_zreq_t *z = NULL;
     tt_zmq_rx_t rx;
-    int rc;
-    TT_CHECK_GOTO(tt_zmq_dealer(zctx, o->coordinator, &zo, &sock, err, errlen), rc, out);
-    TT_CHECK_GOTO(request_until_placed(sock, o, &rx, err, errlen), rc, out);
-    rc = check_uniform(rx.env->placement_reply, err, errlen);
-    if (rc == TT_OK && (rc = to_layout(rx.env->placement_reply, out)) != TT_OK)
-        tt_ps_layout_free(out);
-    tt_zmq_rx_close(&rx);
-out:
-    tt_zmq_close(&sock);
-    zmq_ctx_term(zctx);
+    int rc =
+        tt_zreq_open(&z, o->coordinator, "place", o->sender_id ? o->sender_id : "ps", err, errlen);
+    if (rc == TT_OK && (rc = request_until_placed(z, o, &rx, err, errlen)) == TT_OK) {
+        rc = check_uniform(rx.env->placement_reply, err, errlen);
+        if (rc == TT_OK && (rc = to_layout(rx.env->placement_reply, out)) != TT_OK)
+            tt_ps_layout_free(out);
+        tt_zmq_rx_close(&rx);
+    }
+    tt_zreq_close(&z);
     return rc;
 }

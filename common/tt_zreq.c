@@ -1,0 +1,104 @@
+/* tt_zreq: a private DEALER for one request and its reply at a time (see
+ * the header). The context is per object because callers are short-lived
+ * (a command line, a checkpoint commit every few minutes) and must not
+ * share sockets across threads. */
+#include "tt_zreq.h"
+
+#include "tt_clock.h"
+#include "tt_rng.h"
+#include "tt_status.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct tt_zreq {
+    void *zctx;
+    void *sock;
+    char endpoint[256];
+};
+
+int tt_zreq_open(tt_zreq_t **out, const char *endpoint, const char *role, const char *id, char *err,
+                 size_t errlen) {
+    *out = NULL;
+    tt_zreq_t *z = calloc(1, sizeof(*z));
+    if (z == NULL)
+        return TT_ENOMEM;
+    snprintf(z->endpoint, sizeof(z->endpoint), "%s", endpoint);
+    uint64_t seed = tt_clock_mono_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)z;
+    char rid[TT_WIRE_MAX_ID + 1];
+    int rc = tt_zmq_routing_id(rid, sizeof(rid), role, id, tt_rng_next(&seed) & 0xffffffffu);
+    if (rc != TT_OK) {
+        snprintf(err, errlen, "routing id for '%s' does not fit", id);
+        free(z);
+        return rc;
+    }
+    tt_zmq_opts_t zo;
+    tt_zmq_opts_default(&zo);
+    zo.routing_id = rid;
+    z->zctx = zmq_ctx_new();
+    rc = z->zctx == NULL ? TT_ESYS : tt_zmq_dealer(z->zctx, endpoint, &zo, &z->sock, err, errlen);
+    if (rc != TT_OK) {
+        if (z->zctx == NULL)
+            snprintf(err, errlen, "cannot create a ZeroMQ context: %s", zmq_strerror(errno));
+        tt_zreq_close(&z);
+        return rc;
+    }
+    *out = z;
+    return TT_OK;
+}
+
+/* Waits for `events` until the deadline; 1 when ready. */
+static int wait_for(void *sock, short events, uint64_t deadline) {
+    for (;;) {
+        zmq_pollitem_t it = {.socket = sock, .fd = -1, .events = events};
+        uint64_t now = tt_clock_mono_ms();
+        long left = now >= deadline ? 0 : (long)(deadline - now);
+        int rc = zmq_poll(&it, 1, left);
+        if (rc > 0)
+            return 1;
+        if (left == 0 || (rc < 0 && zmq_errno() != EINTR))
+            return 0;
+    }
+}
+
+int tt_zreq_call(tt_zreq_t *z, const tt_env_t *env, const tt_zmq_payload_t *pl, size_t npl,
+                 uint32_t timeout_ms, tt_zmq_rx_t *rx, char *err, size_t errlen) {
+    uint64_t deadline = tt_clock_mono_ms() + timeout_ms;
+    int rc = TT_EAGAIN;
+    while (rc == TT_EAGAIN && wait_for(z->sock, ZMQ_POLLOUT, deadline))
+        rc = tt_zmq_send(z->sock, NULL, 0, env, pl, npl, 1);
+    while (rc == TT_OK) {
+        if (!wait_for(z->sock, ZMQ_POLLIN, deadline)) {
+            rc = TT_ETIMEDOUT;
+            break;
+        }
+        char why[256] = "";
+        rc = tt_zmq_recv(z->sock, 0, 1, NULL, rx, why, sizeof(why));
+        if (rc == TT_OK && rx->env->request_id == env->request_id)
+            return TT_OK;
+        if (rc == TT_OK)
+            tt_zmq_rx_close(rx); /* an answer to an earlier request */
+        rc = TT_OK;              /* a malformed reply is skipped too */
+    }
+    if (rc == TT_EAGAIN || rc == TT_ETIMEDOUT) {
+        snprintf(err, errlen, "no reply from the coordinator at %s within %u ms", z->endpoint,
+                 timeout_ms);
+        return TT_ETIMEDOUT;
+    }
+    snprintf(err, errlen, "cannot send to the coordinator at %s: %s", z->endpoint, tt_strerror(rc));
+    return rc;
+}
+
+void tt_zreq_close(tt_zreq_t **pz) {
+    if (pz == NULL || *pz == NULL)
+        return;
+    tt_zreq_t *z = *pz;
+    tt_zmq_close(&z->sock);
+    if (z->zctx != NULL)
+        zmq_ctx_term(z->zctx);
+    free(z);
+    *pz = NULL;
+}

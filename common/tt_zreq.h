@@ -1,0 +1,34 @@
+/* tt_zreq: one request, one reply, over a DEALER of its own - the way a
+ * program or a library thread that is not a daemon's event loop talks to
+ * the coordinator (tetherctl's queries, libtether's checkpoint commit and
+ * listing). It owns a private ZeroMQ context and socket, the bounded wait
+ * for the send (ZMQ_IMMEDIATE: queued only once TCP is connected) and for
+ * the reply with the request's id; replies to earlier, abandoned requests
+ * are skipped. It does not own retries or the meaning of the reply.
+ * Thread safety: one thread per object. */
+#ifndef TT_ZREQ_H
+#define TT_ZREQ_H
+
+#include "tt_zmq.h"
+
+#include <stdint.h>
+
+typedef struct tt_zreq tt_zreq_t;
+
+/* Connects to `endpoint` with routing id "<role>-<id>.<random>". TT_OK,
+ * TT_EINVAL / TT_ESYS / TT_ENOMEM with `err`. */
+int tt_zreq_open(tt_zreq_t **out, const char *endpoint, const char *role, const char *id, char *err,
+                 size_t errlen);
+
+/* Sends `env` (request_id as set by the caller, which must differ between
+ * calls on one object) with `npl` payload frames and waits at most
+ * `timeout_ms` in all for the reply carrying the same request id. TT_OK
+ * with rx->env set (release with tt_zmq_rx_close before tt_zreq_close), or
+ * TT_ETIMEDOUT ("no reply from ENDPOINT within N ms") / a send error. */
+int tt_zreq_call(tt_zreq_t *z, const tt_env_t *env, const tt_zmq_payload_t *pl, size_t npl,
+                 uint32_t timeout_ms, tt_zmq_rx_t *rx, char *err, size_t errlen);
+
+/* Closes the socket and the context. Accepts NULL; sets *z = NULL. */
+void tt_zreq_close(tt_zreq_t **z);
+
+#endif
