@@ -91,6 +91,9 @@ static int send_join(tt_client_t *c) {
     st.heartbeat_timeout_ms = j->heartbeat_timeout_ms;
     st.global_batch = j->global_batch;
     st.join_timeout_ms = j->join_timeout_ms;
+    st.checkpoint_every_steps = j->checkpoint_every_steps;
+    st.checkpoint_every_ms = j->checkpoint_every_ms;
+    st.checkpoint_keep = j->checkpoint_keep;
     Tether__JoinRequest jr = TETHER__JOIN_REQUEST__INIT;
     jr.settings = &st;
     jr.worker_id = c->opts.worker_id;
@@ -561,8 +564,14 @@ void tt_client_view(tt_client_t *c, tt_client_view_t *v) {
     v->regroup_after_step = c->sm.regroup_after_step;
     v->incarnation = c->incarnation;
     v->app_generation = c->sm.app_generation;
+    v->ckpt_requested = c->sm.ckpt_requested;
+    v->ckpt_served = c->sm.ckpt_served;
     v->status = tt_client_sm_status(&c->sm);
     pthread_mutex_unlock(&c->mu);
+}
+
+const tt_client_opts_t *tt_client_opts(const tt_client_t *c) {
+    return &c->opts;
 }
 
 /* The table is sorted by rank but may list only neighbours: search it. */

@@ -118,6 +118,8 @@ typedef struct tt_client_sm {
      * join's own deadline; busy_refusals counts them for the timeout text. */
     uint64_t retry_at_ms;
     uint32_t busy_refusals;
+    /* Checkpoint requests of the job (HeartbeatReply), newest seen. */
+    uint64_t ckpt_requested, ckpt_served;
     char last_error[512];
 } tt_client_sm_t;
 
@@ -195,9 +197,14 @@ typedef struct tt_client_view {
     int64_t regroup_after_step;
     uint64_t incarnation;
     uint64_t app_generation; /* newest generation handed to the application */
+    uint64_t ckpt_requested; /* the job's checkpoint requests so far */
+    uint64_t ckpt_served;    /* newest request a committed checkpoint served */
 } tt_client_view_t;
 void tt_client_view(tt_client_t *c, tt_client_view_t *v);
 int tt_client_member(tt_client_t *c, uint32_t rank, tether_member_t *info);
+
+/* The options the client was created with (immutable afterwards). */
+const tt_client_opts_t *tt_client_opts(const tt_client_t *c);
 /* Like tt_client_member, but only while `gen` is the current generation:
  * TT_OK, TT_ESTALE (another generation is installed) or TT_ENOTFOUND
  * (rank not in the JoinReply's table). */

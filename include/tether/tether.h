@@ -109,6 +109,11 @@ typedef struct tether_job_settings {
     uint32_t heartbeat_timeout_ms; /* dead after this silence; default 5000 */
     uint32_t global_batch;         /* examples per step; default 256 */
     uint32_t join_timeout_ms;      /* below-min wait; default 60000 */
+    /* Coordinated checkpoints (docs/checkpoints.md); the coordinator keeps
+     * the schedule. checkpoint_keep 0 (default): the job takes none. */
+    uint32_t checkpoint_every_steps; /* global_step % N == 0; 0: off */
+    uint32_t checkpoint_every_ms;    /* the coordinator asks every T ms; 0: off */
+    uint32_t checkpoint_keep;        /* committed checkpoints kept */
 } tether_job_settings_t;
 
 typedef struct tether_opts {
@@ -132,7 +137,9 @@ TETHER_API void tether_opts_default(tether_opts_t *o);
  * TETHER_JOB, TETHER_WORKER_ID, TETHER_HOST, TETHER_ENDPOINT,
  * TETHER_MIN_WORKERS, TETHER_MAX_WORKERS, TETHER_LAST_CALL_MS,
  * TETHER_HEARTBEAT_MS, TETHER_HEARTBEAT_TIMEOUT_MS, TETHER_GLOBAL_BATCH,
- * TETHER_JOIN_TIMEOUT_MS. Unset variables leave the field alone. Then the
+ * TETHER_JOIN_TIMEOUT_MS, TETHER_CHECKPOINT_EVERY_STEPS,
+ * TETHER_CHECKPOINT_EVERY_MS, TETHER_CHECKPOINT_KEEP. Unset variables leave
+ * the field alone. Then the
  * result is validated as by tether_opts_validate. Returns TETHER_OK, or
  * TETHER_EINVAL with a sentence naming the variable and its value in `err`
  * (may be NULL); on error `o` may be partly updated. Call it before
@@ -257,6 +264,45 @@ TETHER_API int tether_report_failure(tether_t *t, uint32_t suspect_rank, const c
  * tether_destroy are useful. TETHER_OK, TETHER_ETIMEDOUT, TETHER_EINVAL
  * (not joined). */
 TETHER_API int tether_leave(tether_t *t, const char *reason);
+
+/* ------------------------------------------------------------------ */
+/* Coordinated checkpoints (docs/checkpoints.md)                       */
+/* ------------------------------------------------------------------ */
+
+/* The job's checkpoint requests as of the newest heartbeat reply: how many
+ * the coordinator has made (its timer, `tetherctl checkpoint JOB`) and the
+ * newest one a committed checkpoint served. A checkpoint is wanted while
+ * requested > served. Either pointer may be NULL. TETHER_OK or
+ * TETHER_EINVAL (t NULL). */
+TETHER_API int tether_checkpoint_requests(tether_t *t, uint64_t *requested, uint64_t *served);
+
+/* Asks the coordinator to commit checkpoint `manifest` (the encoded
+ * CkptManifest, `len` bytes) whose parts are durable under
+ * <root>/<checkpoint id>; `request` is the request it serves (0: the step
+ * schedule). The coordinator checks the parts, writes the MANIFEST (the
+ * commit point), moves `latest`, applies retention and records it. Safe
+ * from any thread; retries while the coordinator is unreachable or busy,
+ * up to `timeout_ms` in all. TETHER_OK, TETHER_ETIMEDOUT, or the
+ * coordinator's refusal (`err` has its sentence). */
+TETHER_API int tether_checkpoint_commit(tether_t *t, const char *root, uint64_t request,
+                                        const void *manifest, size_t len, uint32_t timeout_ms,
+                                        char *err, size_t errlen);
+
+#define TETHER_PATH_MAX 1024 /* checkpoint directories, NUL included */
+
+typedef struct tether_checkpoint {
+    char id[TETHER_ID_MAX];
+    char dir[TETHER_PATH_MAX];
+    uint64_t step, bytes, created_unix_ms, duration_ms, committed_unix_ms;
+} tether_checkpoint_t;
+
+/* The job's committed checkpoints as the coordinator recorded them, oldest
+ * first: up to `cap` of the newest into `out`, their number into *n. Safe
+ * from any thread; bounded by `timeout_ms`. TETHER_OK, TETHER_ETIMEDOUT,
+ * TETHER_EJOB (the coordinator does not know the job), or another
+ * refusal. */
+TETHER_API int tether_checkpoint_list(tether_t *t, tether_checkpoint_t *out, size_t cap, size_t *n,
+                                      uint32_t timeout_ms, char *err, size_t errlen);
 
 /* ------------------------------------------------------------------ */
 /* Collectives                                                         */
