@@ -92,8 +92,10 @@ static const opt_t OPTS[] = {
     U64("threads", threads, 1, 256, "BLAS threads (1)"),
     STR("device", device, "cpu | cuda: where forward/backward/update run (cpu)"),
     STR("checkpoint-dir", ckpt_dir, "checkpoint root shared by all ranks (none)"),
-    U64("checkpoint-every-steps", ckpt_every, 0, 1e12, "checkpoint every N global steps (0)"),
-    F64("checkpoint-every-s", ckpt_every_s, 0, 1e9, "checkpoint every T seconds of rank 0 (0)"),
+    U64("checkpoint-every-steps", ckpt_every, 0, 4294967295.0,
+        "checkpoint every N global steps (0)"),
+    F64("checkpoint-every-s", ckpt_every_s, 0, 86400,
+        "checkpoint every T seconds: the coordinator's timer, rank 0's without one (0)"),
     U64("checkpoint-keep", ckpt_keep, 1, 1e6, "committed checkpoints kept (3)"),
     STR("resume", resume, "auto | latest-valid | none | DIR (none)"),
     FLAG("help", help, "this text"),
@@ -412,7 +414,13 @@ static int setup(cli_t *c, const tt_trainer_opts_t *o, const tt_idx_set_t *train
     tt_train_coll_t coll;
     tt_train_coll_local(&coll);
     if (strcmp(c->backend, "local") != 0) {
-        int rc = tt_train_tether_create(tt, c->backend, err, sizeof(err));
+        /* The checkpoint schedule becomes the job's settings: the
+         * coordinator keeps it, and ranks started differently conflict. */
+        int on = c->ckpt_dir[0] != '\0';
+        tt_train_tether_ckpt_t ck = {on ? (uint32_t)c->ckpt_every : 0,
+                                     on ? (uint32_t)(c->ckpt_every_s * 1000.0) : 0,
+                                     on ? (uint32_t)c->ckpt_keep : 0};
+        int rc = tt_train_tether_create(tt, c->backend, &ck, err, sizeof(err));
         if (rc == TT_EJOBDONE)
             return job_done();
         if (rc < 0) {
@@ -453,7 +461,7 @@ static int failover_start(tt_train_tether_t *tt, tt_trainer_t *t, tt_train_ft_t 
 
 /* Checkpoints and resume (tt_train_ckpt), after setup joined the job. */
 static int ckpt_setup(const cli_t *c, const tt_trainer_opts_t *o, tt_train_ckpt_gate_t *gate,
-                      tt_trainer_t *t, tt_train_ckpt_t **ck) {
+                      tt_trainer_t *t, tt_train_tether_t *tt, tt_train_ckpt_t **ck) {
     if (c->ckpt_dir[0] == '\0' && strcmp(c->resume, "none") == 0)
         return 0;
     tt_train_ckpt_opts_t co = {.root = c->ckpt_dir,
@@ -461,7 +469,8 @@ static int ckpt_setup(const cli_t *c, const tt_trainer_opts_t *o, tt_train_ckpt_
                                .every_s = c->ckpt_every_s,
                                .keep = (size_t)c->ckpt_keep,
                                .job_id = getenv("TETHER_JOB"),
-                               .topts = o};
+                               .topts = o,
+                               .tether = tt != NULL ? tt_train_tether_handle(tt) : NULL};
     char err[1024] = "";
     int rc = tt_train_ckpt_create(ck, &co, t, &gate->inner, err, sizeof(err));
     if (rc == TT_OK)
@@ -499,7 +508,7 @@ int main(int argc, char **argv) {
     tt_train_ckpt_gate_t gate = {0}; /* attach(NULL) at the end must be safe */
     int code = setup(&c, &o, &train_set, &test_set, &gate, &tt, &t);
     if (code == 0)
-        code = ckpt_setup(&c, &o, &gate, t, &ck);
+        code = ckpt_setup(&c, &o, &gate, t, tt, &ck);
     if (code == 0 && tt != NULL)
         code = failover_start(tt, t, &ft);
     if (code == 0)

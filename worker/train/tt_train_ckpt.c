@@ -109,7 +109,19 @@ static int copy_opts(tt_train_ckpt_t *c, const tt_train_ckpt_opts_t *o, char *er
                  "long, or negative period");
         return TT_EINVAL;
     }
-    memcpy(c->root, root, strlen(root) + 1);
+    c->tether = o->tether;
+    if (c->tether != NULL && root[0] != '\0' && root[0] != '/') {
+        /* The coordinator writes the manifest: it needs a path that does
+         * not depend on this process's working directory. */
+        char cwd[TT_CKPT_PATH_MAX];
+        if (getcwd(cwd, sizeof(cwd)) == NULL ||
+            snprintf(c->root, sizeof(c->root), "%s/%s", cwd, root) >= (int)sizeof(c->root)) {
+            snprintf(err, errlen, "checkpoint root %s: cannot make it absolute", root);
+            return TT_EINVAL;
+        }
+    } else {
+        memcpy(c->root, root, strlen(root) + 1);
+    }
     memcpy(c->job_id, job, strlen(job) + 1);
     for (char *p = c->job_id; *p != '\0'; p++) /* manifest ids are [A-Za-z0-9._-] */
         if (!tt_ckpt_name_ok((char[2]){*p, '\0'}))
@@ -145,7 +157,9 @@ int tt_train_ckpt_create(tt_train_ckpt_t **out, const tt_train_ckpt_opts_t *opts
     c->cfg[2] = c->n;
     c->cfg[4] = tt_trainer_steps_per_epoch(t);
     pick_states(c, opts->topts->opt);
-    tt_ckpt_sched_opts_t so = {opts->every_steps, (uint64_t)(opts->every_s * 1000.0)};
+    /* With a coordinator its timer asks (tt_train_ckpt_coord.c). */
+    uint64_t every_ms = opts->tether != NULL ? 0 : (uint64_t)(opts->every_s * 1000.0);
+    tt_ckpt_sched_opts_t so = {opts->every_steps, every_ms};
     tt_ckpt_sched_init(&c->sched, &so, tt_trainer_global_step(t), tt_clock_mono_ms());
     int rank = 0, world = 1;
     uint64_t gen = 0;
@@ -404,11 +418,16 @@ static void *commit_main(void *arg) {
     tt_train_ckpt_t *c = arg;
     char err[512] = "";
     size_t removed = 0;
-    int rc = tt_manifest_store(c->job.dir, &c->commit, err, sizeof(err));
-    if (rc == TT_OK)
-        rc = tt_ckpt_latest_write(c->root, c->commit.id, err, sizeof(err));
-    if (rc == TT_OK)
-        rc = tt_ckpt_retain(c->root, c->keep, &removed, err, sizeof(err));
+    int rc;
+    if (c->tether != NULL) {
+        rc = tt_tc_coord_commit(c, err, sizeof(err));
+    } else {
+        rc = tt_manifest_store(c->job.dir, &c->commit, err, sizeof(err));
+        if (rc == TT_OK)
+            rc = tt_ckpt_latest_write(c->root, c->commit.id, err, sizeof(err));
+        if (rc == TT_OK)
+            rc = tt_ckpt_retain(c->root, c->keep, &removed, err, sizeof(err));
+    }
     if (rc < 0)
         TT_ERROR("ckpt", "commit of checkpoint %s failed: %s", c->commit.id, err);
     else
@@ -468,7 +487,11 @@ static int control_reduce(tt_train_ckpt_t *c, int rank, int world, int time_due,
     return TT_OK;
 }
 
-static int apply(tt_train_ckpt_t *c, int act, int rank, int world) {
+static int apply(tt_train_ckpt_t *c, int act, int rank, int world, int wanted) {
+    if ((act & TT_CKPT_ACT_ABORT) != 0 && c->tether != NULL)
+        tt_tc_coord_aborted(c);
+    if ((act & TT_CKPT_ACT_START) != 0 && c->tether != NULL && rank == 0)
+        tt_tc_coord_started(c, wanted);
     if ((act & TT_CKPT_ACT_ABORT) != 0)
         TT_WARN("ckpt",
                 "checkpoint %s aborted (a writer failed or the membership changed); the "
@@ -564,10 +587,15 @@ int tt_train_ckpt_boundary(tt_train_ckpt_t *c, uint64_t now_ms) {
     uint64_t started = c->sched.started;
     int rc = c->coll.membership(c->coll.ctx, &rank, &world, &tick.generation);
     int act = rc == TT_OK ? tt_ckpt_sched_generation(&c->sched, tick.generation) : 0;
-    if (rc == TT_OK && tt_ckpt_sched_needs_reduce(&c->sched))
-        rc = control_reduce(c, rank, world, tt_ckpt_sched_time_due(&c->sched, now_ms), &tick);
+    /* Rank 0's wish: the coordinator's request, or its own timer. */
+    int wish = c->tether != NULL ? rank == 0 && tt_tc_coord_wanted(c)
+                                 : tt_ckpt_sched_time_due(&c->sched, now_ms);
+    int poll = c->tether != NULL && tick.step % TT_TC_POLL_STEPS == 0;
+    if (rc == TT_OK && (tt_ckpt_sched_needs_reduce(&c->sched) || poll))
+        rc = control_reduce(c, rank, world, wish, &tick);
     if (rc == TT_OK)
-        rc = apply(c, act | tt_ckpt_sched_boundary(&c->sched, &tick, now_ms), rank, world);
+        rc = apply(c, act | tt_ckpt_sched_boundary(&c->sched, &tick, now_ms), rank, world,
+                   tick.time_due);
     uint64_t dt = tt_clock_mono_ns() - t0;
     c->st.boundaries++;
     c->st.stall_ns_total += dt;
@@ -592,7 +620,7 @@ static int finish_inflight(tt_train_ckpt_t *c, int rank, int world, const tt_ckp
     if (rc == TT_OK && act == 0)
         rc = TT_EINTERNAL;
     if (rc == TT_OK)
-        rc = apply(c, act, rank, world);
+        rc = apply(c, act, rank, world, 0);
     join_thread(c);
     return rc;
 }
@@ -612,8 +640,8 @@ int tt_train_ckpt_finish(tt_train_ckpt_t *c) {
         if (c->sched.phase == TT_CKPT_PHASE_WRITING)
             rc = finish_inflight(c, rank, world, &tick);
         if (rc == TT_OK && c->sched.pending && tick.step != c->sched.last_step)
-            rc =
-                apply(c, tt_ckpt_sched_boundary(&c->sched, &tick, tt_clock_mono_ms()), rank, world);
+            rc = apply(c, tt_ckpt_sched_boundary(&c->sched, &tick, tt_clock_mono_ms()), rank, world,
+                       0);
         else
             break;
     }

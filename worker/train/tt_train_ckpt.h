@@ -34,6 +34,12 @@ typedef struct {
     const char *job_id;             /* recorded in the manifest; NULL: "local" */
     const tt_trainer_opts_t *topts; /* the trainer's options (borrowed during
                                      * create): layer shapes, batch, seed */
+    /* The joined libtether handle (borrowed; NULL: a run without a
+     * coordinator). With one, the coordinator keeps the schedule: its
+     * requests (timer every_s, `tetherctl checkpoint JOB`) replace rank 0's
+     * timer, it writes the manifest and `latest` and applies retention, and
+     * resume asks it for the job's newest committed checkpoint first. */
+    struct tether *tether;
 } tt_train_ckpt_opts_t;
 
 typedef struct {

@@ -68,12 +68,39 @@ struct tt_train_ckpt {
     uint64_t stall_knob;
     uint64_t ck_stall_ns; /* stall of the checkpoint in flight so far */
     tt_train_ckpt_stats_t st;
+    /* With a coordinator (tt_train_ckpt_coord.c): the requests rank 0 has
+     * taken up, and the one the checkpoint in flight serves. */
+    struct tether *tether;
+    uint64_t req_taken, req_serving;
+    atomic_int commit_failed; /* set by the commit thread */
     char err[512];
 };
 
 /* Sets the object's first error and logs it; returns rc. */
 int tt_tc_fail(tt_train_ckpt_t *c, int rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* tt_train_ckpt_coord.c: the coordinator's part (c->tether set). */
+
+/* Steps between control reduces that look for a coordinator request when
+ * nothing else needs one (an on-demand checkpoint starts within this many
+ * steps of rank 0 hearing of it). */
+#define TT_TC_POLL_STEPS 16
+
+/* Rank 0's wish: the coordinator asked for a checkpoint not yet taken up. */
+int tt_tc_coord_wanted(tt_train_ckpt_t *c);
+/* Rank 0 at a start: remember which request it serves (`wanted`: rank 0
+ * wished for it); after an abort: forget, so the request is taken again. */
+void tt_tc_coord_started(tt_train_ckpt_t *c, int wanted);
+void tt_tc_coord_aborted(tt_train_ckpt_t *c);
+/* The commit through the coordinator (on the commit thread). 0 or a
+ * status, `err` set. */
+int tt_tc_coord_commit(tt_train_ckpt_t *c, char *err, size_t errlen);
+/* Resume "auto" / "latest-valid" from the coordinator's record: TT_OK with
+ * `dir` (and *verify: 0 when already verified), 1 when the coordinator has
+ * none (look on disk), or a refusal. */
+int tt_tc_coord_pick(tt_train_ckpt_t *c, const char *mode, char *dir, int *verify, char *err,
+                     size_t errlen);
 
 /* Fills m->tensors (names, shapes, flat offsets) from the model. */
 int tt_tc_tensors(const tt_train_ckpt_t *c, tt_manifest_t *m);

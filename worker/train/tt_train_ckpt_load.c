@@ -114,7 +114,9 @@ static int pick_dir(tt_train_ckpt_t *c, const char *mode, char *dir, int *verify
         snprintf(err, errlen, "--resume %s needs --checkpoint-dir", mode);
         return TT_EINVAL;
     }
-    int rc;
+    int rc = c->tether != NULL ? tt_tc_coord_pick(c, mode, dir, verify, err, errlen) : 1;
+    if (rc != 1)
+        return rc;
     if (strcmp(mode, "auto") == 0) {
         rc = tt_ckpt_latest_read(c->root, id, err, errlen);
     } else {

@@ -57,7 +57,8 @@ static int configure(tt_train_tether_t *tt, const char *backend, char *err, size
     return tether_coll_configure(tt->t, &co, err, errlen);
 }
 
-int tt_train_tether_create(tt_train_tether_t **out, const char *backend, char *err, size_t errlen) {
+int tt_train_tether_create(tt_train_tether_t **out, const char *backend,
+                           const tt_train_tether_ckpt_t *ck, char *err, size_t errlen) {
     *out = NULL;
     tt_train_tether_t *tt = calloc(1, sizeof(*tt));
     if (tt == NULL)
@@ -65,6 +66,9 @@ int tt_train_tether_create(tt_train_tether_t **out, const char *backend, char *e
     tether_opts_t o;
     tether_opts_default(&o);
     int rc = tether_opts_from_env(&o, err, errlen);
+    o.job.checkpoint_every_steps = ck->every_steps;
+    o.job.checkpoint_every_ms = ck->every_ms;
+    o.job.checkpoint_keep = ck->keep;
     if (rc == TETHER_OK)
         rc = tether_create(&tt->t, &o, err, errlen);
     if (rc == TETHER_OK)

@@ -19,11 +19,18 @@
 struct tether; /* <tether/tether.h> */
 typedef struct tt_train_tether tt_train_tether_t;
 
-/* Creates a tether object from the environment, selects `backend`
- * ("ring", "ps" or "auto") and joins the job (blocking). TT_OK, or the
- * library's status with a sentence in `err` (TT_EJOBDONE: the job had
- * finished already; nothing to do). */
-int tt_train_tether_create(tt_train_tether_t **out, const char *backend, char *err, size_t errlen);
+/* The job's checkpoint settings (the coordinator keeps the schedule);
+ * keep 0: the run takes no checkpoints. */
+typedef struct {
+    uint32_t every_steps, every_ms, keep;
+} tt_train_tether_ckpt_t;
+
+/* Creates a tether object from the environment, sets the job's checkpoint
+ * settings from `ck`, selects `backend` ("ring", "ps" or "auto") and joins
+ * the job (blocking). TT_OK, or the library's status with a sentence in
+ * `err` (TT_EJOBDONE: the job had finished already; nothing to do). */
+int tt_train_tether_create(tt_train_tether_t **out, const char *backend,
+                           const tt_train_tether_ckpt_t *ck, char *err, size_t errlen);
 
 /* Fills *coll with the interface the trainer calls (ctx = tt). */
 void tt_train_tether_coll(tt_train_tether_t *tt, tt_train_coll_t *coll);
