@@ -9,13 +9,12 @@ seed, the parameters after 50 steps match the single-process CPU run within
 the single-process CUDA run matches it too. Exits 77 (skipped) without a
 GPU, a CUDA build or the Fashion-MNIST data, and says why.
 """
-import array
 import os
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-from tt_harness import BUILD, binary, run_tests  # noqa: E402
+from tt_harness import BUILD, binary, read_params, rel_diff, run_tests  # noqa: E402
 
 DATA = os.environ.get("TETHER_FMNIST", "/usr/share/datasets/fashion-mnist")
 ARGS = ["--max-steps", "50", "--lr", "0.05", "--log-every", "0", "--seed", "7",
@@ -35,19 +34,6 @@ def skip_reason():
     return None if r.returncode == 0 else f"CUDA smoke test failed: {r.stdout.strip()}"
 
 
-def params(path):
-    a = array.array("f")
-    with open(path, "rb") as f:
-        a.frombytes(f.read())
-    return a
-
-
-def rel_diff(a, b):
-    assert len(a) == len(b), (len(a), len(b))
-    num = sum((x - y) ** 2 for x, y in zip(a, b)) ** 0.5
-    return num / sum(y * y for y in b) ** 0.5
-
-
 def single(h, name, device, out):
     p = h.spawn(name, [binary("tether-train"), "--backend", "local", "--device", device,
                        "--data", DATA, *ARGS, "--dump-params", out])
@@ -63,7 +49,7 @@ def launch(h, name, backend, shards, out):
 
 
 def compare(h, name, ref):
-    d = rel_diff(params(os.path.join(h.dir, name + ".bin")), ref)
+    d = rel_diff(read_params(os.path.join(h.dir, name + ".bin")), ref)
     print(f"  {name}: relative difference to the CPU run after 50 steps: {d:.2e}")
     assert d < TOL, f"{name}: parameters differ by {d:.2e} (limit {TOL})"
 
@@ -71,7 +57,7 @@ def compare(h, name, ref):
 def test_two_workers_share_one_gpu(h):
     ref_path = os.path.join(h.dir, "cpu.bin")
     single(h, "cpu", "cpu", ref_path)
-    ref = params(ref_path)
+    ref = read_params(ref_path)
     single(h, "cuda1", "cuda", os.path.join(h.dir, "cuda1.bin"))
     compare(h, "cuda1", ref)
     launch(h, "ring2", "ring", 0, os.path.join(h.dir, "ring2.bin"))

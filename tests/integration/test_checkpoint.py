@@ -20,14 +20,14 @@ Small model and subset (784,64,10 on 2000 examples, batch 64) so the whole
 file runs in well under a minute on two cores; --lr 0.05 for the reason
 test_train.py gives.
 """
-import array
 import json
 import os
 import signal
 import subprocess
 import time
 
-from tt_harness import binary, run_tests, wait_for
+from tt_harness import (binary, committed, read_params, rel_diff,
+                        run_tests, verify_checkpoint, wait_for)
 
 DATA = os.environ.get("TETHER_FMNIST", "/usr/share/datasets/fashion-mnist")
 BASE = ["--layers", "784,64,10", "--train-limit", "2000", "--batch", "64", "--lr", "0.05",
@@ -36,20 +36,6 @@ BASE = ["--layers", "784,64,10", "--train-limit", "2000", "--batch", "64", "--lr
 
 def have_data():
     return os.path.exists(os.path.join(DATA, "train-images-idx3-ubyte.gz"))
-
-
-def params(path):
-    a = array.array("f")
-    with open(path, "rb") as f:
-        a.frombytes(f.read())
-    return a
-
-
-def rel_diff(a, b):
-    assert len(a) == len(b), (len(a), len(b))
-    num = sum((x - y) ** 2 for x, y in zip(a, b)) ** 0.5
-    den = sum(y * y for y in b) ** 0.5
-    return num / den
 
 
 def spawn(h, name, workers, args, env=None, restarts=3, shards=0):
@@ -74,22 +60,11 @@ def straight(h, steps, workers=2, extra=()):
     out = os.path.join(h.dir, f"straight-{steps}-{workers}.bin")
     launch(h, f"straight-{steps}-w{workers}", workers,
            ["--max-steps", str(steps), "--dump-params", out, *extra])
-    return params(out)
+    return read_params(out)
 
 
 def ckdir(h):
     return os.path.join(h.dir, "ckpt")
-
-
-def committed(root):
-    return sorted(d for d in os.listdir(root)
-                  if os.path.isfile(os.path.join(root, d, "MANIFEST")))
-
-
-def verify(path):
-    r = subprocess.run([binary("tetherctl"), "checkpoint", "verify", path], capture_output=True,
-                       text=True, timeout=60)
-    return r.returncode, r.stdout + r.stderr
 
 
 def log_text(p):
@@ -110,7 +85,7 @@ def test_resume_equivalence(h):
                                  "--resume", "auto", "--dump-params", out,
                                  "--checkpoint-every-steps", "10", "--checkpoint-keep", "2"])
     assert "over 40 steps" in log_text(p), "resumed run did not end at step 40"
-    d = rel_diff(params(out), ref)
+    d = rel_diff(read_params(out), ref)
     print(f"  resume equivalence after 20+20 steps: relative difference {d:.2e}")
     assert d < 1e-6, f"resumed parameters differ by {d:.2e} (limit 1e-6)"
     # Retention: the resumed run committed 30 and 40 and kept the newest two.
@@ -131,13 +106,13 @@ def test_reshard(h):
     root = ckdir(h)
     launch(h, "save-w4", 4, ["--max-steps", "10", "--checkpoint-dir", root,
                              "--checkpoint-every-steps", "10", *extra])
-    rc, text = verify(os.path.join(root, "step-000000010"))
+    rc, text = verify_checkpoint(os.path.join(root, "step-000000010"))
     assert rc == 0 and "shard-3.bin" in text, text
     for w in (2, 3):
         out = os.path.join(h.dir, f"resume-w{w}.bin")
         launch(h, f"resume-w{w}", w, ["--max-steps", "20", "--checkpoint-dir", root,
                                       "--resume", "auto", "--dump-params", out, *extra])
-        d = rel_diff(params(out), ref)
+        d = rel_diff(read_params(out), ref)
         print(f"  saved by 4 workers, resumed by {w}: relative difference {d:.2e}")
         assert d < 1e-5, f"W=4 -> W={w}: parameters differ by {d:.2e} (limit 1e-5)"
 
@@ -153,7 +128,7 @@ def test_reshard_ps(h):
     out = os.path.join(h.dir, "ps-resume.bin")
     launch(h, "ps-resume", 2, ["--max-steps", "20", "--checkpoint-dir", root, "--resume", "auto",
                                "--dump-params", out], shards=3)
-    d = rel_diff(params(out), ref)
+    d = rel_diff(read_params(out), ref)
     print(f"  PS: saved by 4 workers + 2 shards, resumed by 2 + 3: relative difference {d:.2e}")
     assert d < 1e-5, f"parameters differ by {d:.2e} (limit 1e-5)"
 
@@ -208,13 +183,13 @@ def test_kill_writer(h):
     assert not os.path.exists(os.path.join(root, stalled, "MANIFEST")), \
         "a checkpoint whose writer died was committed"
     assert committed(root) == ["step-000000006"], os.listdir(root)
-    rc, text = verify(os.path.join(root, "step-000000006"))
+    rc, text = verify_checkpoint(os.path.join(root, "step-000000006"))
     assert rc == 0, text
     out = os.path.join(h.dir, "after-kill.bin")
     launch(h, "after-kill", 2, ["--max-steps", "24", "--checkpoint-dir", root,
                                 "--resume", "auto", "--dump-params", out])
     assert not os.path.exists(os.path.join(root, stalled)), "uncommitted leftover not removed"
-    d = rel_diff(params(out), ref)
+    d = rel_diff(read_params(out), ref)
     print(f"  resumed from step 6 after the kill: relative difference {d:.2e}")
     assert d < 1e-6, f"parameters differ by {d:.2e}"
 
@@ -234,7 +209,7 @@ def test_flipped_byte(h):
                           "--checkpoint-every-steps", "6"])
     bad = os.path.join(root, "step-000000012")
     flip_byte(os.path.join(bad, "shard-1.bin"), 1000)
-    rc, text = verify(bad)
+    rc, text = verify_checkpoint(bad)
     assert rc == 1 and "shard-1.bin" in text, f"verify: rc {rc}: {text}"
     p = launch(h, "refused", 2, ["--max-steps", "24", "--checkpoint-dir", root,
                                  "--resume", "auto"], expect=1)
@@ -243,7 +218,7 @@ def test_flipped_byte(h):
     out = os.path.join(h.dir, "latest-valid.bin")
     p = launch(h, "latest-valid", 2, ["--max-steps", "24", "--checkpoint-dir", root,
                                       "--resume", "latest-valid", "--dump-params", out])
-    d = rel_diff(params(out), ref)
+    d = rel_diff(read_params(out), ref)
     print(f"  --resume latest-valid (step 6) after a flipped byte: relative difference {d:.2e}")
     assert d < 1e-6, f"parameters differ by {d:.2e}"
 
@@ -258,13 +233,13 @@ def test_timer_schedule(h):
     launch(h, "timer", 2, ["--max-steps", "24", "--checkpoint-dir", root,
                            "--checkpoint-every-s", "0.005", "--checkpoint-keep", "2",
                            "--dump-params", out])
-    assert rel_diff(params(out), ref) == 0.0, "checkpoints changed the training result"
+    assert rel_diff(read_params(out), ref) == 0.0, "checkpoints changed the training result"
     ids = committed(root)
     assert 1 <= len(ids) <= 2, os.listdir(root)
     with open(os.path.join(root, "latest")) as f:
         assert f.read().strip() == ids[-1]
     for i in ids:
-        rc, text = verify(os.path.join(root, i))
+        rc, text = verify_checkpoint(os.path.join(root, i))
         assert rc == 0, text
     print(f"  timer schedule: committed {ids} (kept 2)")
 

@@ -32,7 +32,6 @@ optimisation itself; measured for seed 101 with the kill at step 20: 2e-8
 at step 40, 2.5e-8 at step 44, then doubling every two steps to 1e-4 at
 step 64, with no jump at the failover step.
 """
-import array
 import json
 import os
 import random
@@ -40,7 +39,7 @@ import re
 import signal
 import time
 
-from tt_harness import binary, free_port, parse_kv, run_tests
+from tt_harness import binary, free_port, parse_kv, read_params, rel_diff, run_tests
 
 DATA = os.environ.get("TETHER_FMNIST", "/usr/share/datasets/fashion-mnist")
 STEPS_PER_EPOCH = 20
@@ -66,20 +65,6 @@ def train_args(seed, spe=STEPS_PER_EPOCH, epochs=EPOCHS):
             ]
 
 
-def params(path):
-    a = array.array("f")
-    with open(path, "rb") as f:
-        a.frombytes(f.read())
-    return a
-
-
-def rel_diff(a, b):
-    assert len(a) == len(b), (len(a), len(b))
-    num = sum((x - y) ** 2 for x, y in zip(a, b)) ** 0.5
-    den = sum(y * y for y in b) ** 0.5
-    return num / den
-
-
 _refs = {}
 
 
@@ -92,7 +77,7 @@ def reference(h, seed, spe, epochs):
                                                 "--data", DATA, *train_args(seed, spe, epochs),
                                                 "--dump-params", out])
         assert p.wait(120) == 0, f"reference run for seed {seed} failed"
-        _refs[key] = params(out)
+        _refs[key] = read_params(out)
     return _refs[key]
 
 
@@ -142,7 +127,7 @@ def run_with_kill(h, name, seed, restarts, shards=1, spe=STEPS_PER_EPOCH, epochs
           f"{time.monotonic() - killed_at:.1f} s to the end")
     assert "failover" in text and "resumes at step" in text, "no failover happened:\n" + text[-3000:]
     assert rc == 0 or (restarts == 0 and "finished=3 failed=1" in text), text[-3000:]
-    d = rel_diff(params(out), reference(h, seed, spe, epochs))
+    d = rel_diff(read_params(out), reference(h, seed, spe, epochs))
     print(f"  seed {seed}: relative difference to the fault-free run: {d:.2e}")
     assert d < 1e-5, f"seed {seed}: parameters differ by {d:.2e} (limit 1e-5)"
     with open(metrics) as f:
@@ -202,7 +187,7 @@ def test_sigstop_fenced_and_rejoins(h):
     assert evicted < 3.0, evicted
     assert "[worker 2]" in text and "fenced" in text, text[-3000:]
     assert re.search(r"generation \d+ with 4 ranks resumes", text), text[-3000:]
-    d = rel_diff(params(out), reference(h, seed, spe, epochs))
+    d = rel_diff(read_params(out), reference(h, seed, spe, epochs))
     print(f"  relative difference to the fault-free run: {d:.2e}")
     assert d < 1e-5, d
     with open(metrics) as f:

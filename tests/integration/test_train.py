@@ -16,14 +16,13 @@ are amplified by orders of magnitude (measured: 1.3e-4 after 50 steps at
 W=2 with lr 0.15, 3e-8 with lr 0.05); that amplification is a property of
 the optimisation, not of the data parallelism under test.
 """
-import array
 import json
 import os
 import signal
 import subprocess
 import time
 
-from tt_harness import binary, run_tests, wait_for
+from tt_harness import binary, read_params, rel_diff, run_tests, wait_for
 
 DATA = os.environ.get("TETHER_FMNIST", "/usr/share/datasets/fashion-mnist")
 EQ_ARGS = ["--max-steps", "50", "--lr", "0.05", "--log-every", "0", "--seed", "7"]
@@ -31,20 +30,6 @@ EQ_ARGS = ["--max-steps", "50", "--lr", "0.05", "--log-every", "0", "--seed", "7
 
 def have_data():
     return os.path.exists(os.path.join(DATA, "train-images-idx3-ubyte.gz"))
-
-
-def params(path):
-    a = array.array("f")
-    with open(path, "rb") as f:
-        a.frombytes(f.read())
-    return a
-
-
-def rel_diff(a, b):
-    assert len(a) == len(b), (len(a), len(b))
-    num = sum((x - y) ** 2 for x, y in zip(a, b)) ** 0.5
-    den = sum(y * y for y in b) ** 0.5
-    return num / den
 
 
 def launch(h, name, workers, train_args, shards=0, env=None, timeout=240):
@@ -65,13 +50,13 @@ def single(h, name, train_args):
 def check_equivalence(h, backend, shards):
     ref = os.path.join(h.dir, "w1.bin")
     single(h, "w1", [*EQ_ARGS, "--dump-params", ref])
-    base = params(ref)
+    base = read_params(ref)
     cases = [("w2", 2, []), ("w3", 3, []), ("w2m32", 2, ["--micro-batch", "32"])]
     for name, w, extra in cases:
         out = os.path.join(h.dir, f"{backend}-{name}.bin")
         launch(h, f"{backend}-{name}", w,
                [*EQ_ARGS, "--backend", backend, "--dump-params", out, *extra], shards=shards)
-        d = rel_diff(params(out), base)
+        d = rel_diff(read_params(out), base)
         print(f"  {backend} {name}: relative difference to W=1 after 50 steps: {d:.2e}")
         assert d < 1e-5, f"{backend} {name}: parameters differ by {d:.2e} (limit 1e-5)"
 

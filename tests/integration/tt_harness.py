@@ -5,6 +5,7 @@ process a test started is killed when the test ends, whatever happens.
 
 Binaries come from the build tree given by TETHER_BUILD_DIR (ctest sets it).
 """
+import array
 import json
 import os
 import random
@@ -170,6 +171,37 @@ class Harness:
             print(f"--- logs kept in {self.dir} (TETHER_KEEP_LOGS)")
         else:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def read_params(path):
+    """A raw float32 parameter dump (tether-train --dump-params)."""
+    a = array.array("f")
+    with open(path, "rb") as f:
+        a.frombytes(f.read())
+    return a
+
+
+def rel_diff(a, b):
+    """Relative L2 distance |a - b| / |b| of two parameter vectors."""
+    assert len(a) == len(b), (len(a), len(b))
+    num = sum((x - y) ** 2 for x, y in zip(a, b)) ** 0.5
+    den = sum(y * y for y in b) ** 0.5
+    return num / den
+
+
+def committed(root):
+    """Checkpoint ids under `root` that have a MANIFEST (committed)."""
+    if not os.path.isdir(root):
+        return []
+    return sorted(d for d in os.listdir(root)
+                  if os.path.isfile(os.path.join(root, d, "MANIFEST")))
+
+
+def verify_checkpoint(path):
+    """`tetherctl checkpoint verify PATH`: (exit code, its output)."""
+    r = subprocess.run([binary("tetherctl"), "checkpoint", "verify", path], capture_output=True,
+                       text=True, timeout=60)
+    return r.returncode, r.stdout + r.stderr
 
 
 def wait_for(pred, timeout, what):
