@@ -4,11 +4,8 @@
  * and no answer: tetherctl.c and ctl_ckpt.c do. */
 #include "ctl_io.h"
 #include "tt_clock.h"
-#include "tt_rng.h"
 #include "tt_status.h"
 
-#include <errno.h>
-#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -16,27 +13,16 @@
 /* ---- talking to the coordinator ---- */
 
 int tt_ctl_connect(tt_ctl_t *ctl) {
-    char pid[32], rid[TT_WIRE_MAX_ID + 1], err[256] = "";
-    uint64_t seed = tt_clock_mono_ns() ^ ((uint64_t)getpid() << 32);
+    char pid[32], err[256] = "";
     snprintf(pid, sizeof(pid), "%ld", (long)getpid());
-    tt_zmq_routing_id(rid, sizeof(rid), "ctl", pid, tt_rng_next(&seed) & 0xffffffffu);
-    tt_zmq_opts_t zo;
-    tt_zmq_opts_default(&zo);
-    zo.routing_id = rid;
-    ctl->zctx = zmq_ctx_new();
-    if (ctl->zctx == NULL)
-        return TT_ESYS;
-    int rc = tt_zmq_dealer(ctl->zctx, ctl->cfg.coordinator, &zo, &ctl->sock, err, sizeof(err));
+    int rc = tt_zreq_open(&ctl->z, ctl->cfg.coordinator, "ctl", pid, err, sizeof(err));
     if (rc != TT_OK)
         fprintf(stderr, "tetherctl: %s\n", err);
     return rc;
 }
 
 void tt_ctl_close(tt_ctl_t *ctl) {
-    tt_zmq_close(&ctl->sock);
-    if (ctl->zctx != NULL)
-        zmq_ctx_term(ctl->zctx);
-    ctl->zctx = NULL;
+    tt_zreq_close(&ctl->z);
 }
 
 long tt_ctl_remaining_ms(uint64_t deadline) {
@@ -44,50 +30,15 @@ long tt_ctl_remaining_ms(uint64_t deadline) {
     return now >= deadline ? 0 : (long)(deadline - now);
 }
 
-/* Waits for `events` on the socket until the deadline; 1 when ready. */
-static int wait_for(void *sock, short events, uint64_t deadline) {
-    for (;;) {
-        zmq_pollitem_t it = {.socket = sock, .fd = -1, .events = events};
-        long left = tt_ctl_remaining_ms(deadline);
-        int rc = zmq_poll(&it, 1, left);
-        if (rc > 0)
-            return 1;
-        if (left == 0 || (rc < 0 && zmq_errno() != EINTR))
-            return 0;
-    }
-}
-
-static void unreachable(const tt_ctl_t *ctl) {
-    fprintf(stderr, "tetherctl: cannot reach coordinator at %s: no reply within %" PRId64 " ms\n",
-            ctl->cfg.coordinator, ctl->cfg.timeout_ms);
-}
-
-/* Sends `env` and receives the reply into `rx` within the deadline.
+/* Sends `env` and receives the reply into `rx` within --timeout-ms.
  * Returns TT_CTL_EXIT_OK with rx->env set, or TT_CTL_EXIT_FAIL (reported). */
 int tt_ctl_request(tt_ctl_t *ctl, const tt_env_t *env, tt_zmq_rx_t *rx) {
-    uint64_t deadline = tt_clock_mono_ms() + (uint64_t)ctl->cfg.timeout_ms;
-    /* ZMQ_IMMEDIATE: the send can only be queued once TCP is connected. */
-    int rc = TT_EAGAIN;
-    while (rc == TT_EAGAIN && wait_for(ctl->sock, ZMQ_POLLOUT, deadline))
-        rc = tt_zmq_send(ctl->sock, NULL, 0, env, NULL, 0, 1);
-    if (rc != TT_OK) {
-        unreachable(ctl);
-        return TT_CTL_EXIT_FAIL;
-    }
-    for (;;) {
-        if (!wait_for(ctl->sock, ZMQ_POLLIN, deadline)) {
-            unreachable(ctl);
-            return TT_CTL_EXIT_FAIL;
-        }
-        char err[256] = "";
-        rc = tt_zmq_recv(ctl->sock, 0, 1, NULL, rx, err, sizeof(err));
-        if (rc == TT_OK && rx->env->request_id == env->request_id)
-            return TT_CTL_EXIT_OK;
-        if (rc == TT_OK)
-            tt_zmq_rx_close(rx); /* not ours: keep waiting */
-        else if (rc != TT_EAGAIN)
-            fprintf(stderr, "tetherctl: ignoring a bad reply: %s\n", err);
-    }
+    char err[512] = "";
+    if (tt_zreq_call(ctl->z, env, NULL, 0, (uint32_t)ctl->cfg.timeout_ms, rx, err, sizeof(err)) ==
+        TT_OK)
+        return TT_CTL_EXIT_OK;
+    fprintf(stderr, "tetherctl: cannot reach the coordinator: %s\n", err);
+    return TT_CTL_EXIT_FAIL;
 }
 
 /* Reports an Error body, or a body of the wrong kind. 1 when reported. */

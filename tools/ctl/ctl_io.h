@@ -9,6 +9,7 @@
 
 #include "tt_config.h"
 #include "tt_zmq.h"
+#include "tt_zreq.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -28,11 +29,10 @@ typedef struct tt_ctl_cfg {
 
 typedef struct tt_ctl {
     tt_ctl_cfg_t cfg;
-    void *zctx;
-    void *sock; /* NULL until tt_ctl_connect */
+    tt_zreq_t *z; /* NULL until tt_ctl_connect */
 } tt_ctl_t;
 
-/* Opens the DEALER to cfg.coordinator (connecting happens in the
+/* Opens the DEALER to cfg.coordinator (tt_zreq; connecting happens in the
  * background). TT_OK or an error, reported on stderr. */
 int tt_ctl_connect(tt_ctl_t *ctl);
 /* Closes what tt_ctl_connect opened; safe to call when it was not. */
