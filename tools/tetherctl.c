@@ -70,10 +70,12 @@ static void status_json(const tt_ctl_t *ctl, const Tether__StatusReply *r) {
             printf(",\"settings\":{\"min_workers\":%u,\"max_workers\":%u,\"last_call_ms\":%u,"
                    "\"heartbeat_ms\":%u,\"heartbeat_timeout_ms\":%u,\"global_batch\":%u,"
                    "\"join_timeout_ms\":%u,\"checkpoint_every_steps\":%u,"
-                   "\"checkpoint_every_ms\":%u,\"checkpoint_keep\":%u}",
+                   "\"checkpoint_every_ms\":%u,\"checkpoint_keep\":%u,"
+                   "\"max_regroups_per_hour\":%u,\"flap_cooldown_ms\":%u}",
                    s->min_workers, s->max_workers, s->last_call_ms, s->heartbeat_ms,
                    s->heartbeat_timeout_ms, s->global_batch, s->join_timeout_ms,
-                   s->checkpoint_every_steps, s->checkpoint_every_ms, s->checkpoint_keep);
+                   s->checkpoint_every_steps, s->checkpoint_every_ms, s->checkpoint_keep,
+                   s->max_regroups_per_hour, s->flap_cooldown_ms);
         printf("}");
     }
     printf("],\"shards\":");

@@ -94,6 +94,8 @@ static int send_join(tt_client_t *c) {
     st.checkpoint_every_steps = j->checkpoint_every_steps;
     st.checkpoint_every_ms = j->checkpoint_every_ms;
     st.checkpoint_keep = j->checkpoint_keep;
+    st.max_regroups_per_hour = j->max_regroups_per_hour;
+    st.flap_cooldown_ms = j->flap_cooldown_ms;
     Tether__JoinRequest jr = TETHER__JOIN_REQUEST__INIT;
     jr.settings = &st;
     jr.worker_id = c->opts.worker_id;

@@ -71,6 +71,8 @@ static const env_entry_t env_table[] = {
     ENV_U32("TETHER_CHECKPOINT_EVERY_STEPS", checkpoint_every_steps, 0, UINT32_MAX),
     ENV_U32("TETHER_CHECKPOINT_EVERY_MS", checkpoint_every_ms, 0, MS_LIMIT),
     ENV_U32("TETHER_CHECKPOINT_KEEP", checkpoint_keep, 0, 1000000),
+    ENV_U32("TETHER_JOB_MAX_REGROUPS_PER_HOUR", max_regroups_per_hour, 0, 100000),
+    ENV_U32("TETHER_JOB_FLAP_COOLDOWN_MS", flap_cooldown_ms, 0, MS_LIMIT),
 };
 
 static int apply_env(tt_client_opts_t *o, const env_entry_t *e, const char *v, char *err,

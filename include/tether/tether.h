@@ -114,6 +114,9 @@ typedef struct tether_job_settings {
     uint32_t checkpoint_every_steps; /* global_step % N == 0; 0: off */
     uint32_t checkpoint_every_ms;    /* the coordinator asks every T ms; 0: off */
     uint32_t checkpoint_keep;        /* committed checkpoints kept */
+    /* Guard rails (docs/failover.md); 0: the coordinator's own. */
+    uint32_t max_regroups_per_hour; /* more regroups within an hour fail the job */
+    uint32_t flap_cooldown_ms;      /* base wait of a worker evicted twice or more */
 } tether_job_settings_t;
 
 typedef struct tether_opts {
@@ -138,7 +141,8 @@ TETHER_API void tether_opts_default(tether_opts_t *o);
  * TETHER_MIN_WORKERS, TETHER_MAX_WORKERS, TETHER_LAST_CALL_MS,
  * TETHER_HEARTBEAT_MS, TETHER_HEARTBEAT_TIMEOUT_MS, TETHER_GLOBAL_BATCH,
  * TETHER_JOIN_TIMEOUT_MS, TETHER_CHECKPOINT_EVERY_STEPS,
- * TETHER_CHECKPOINT_EVERY_MS, TETHER_CHECKPOINT_KEEP. Unset variables leave
+ * TETHER_CHECKPOINT_EVERY_MS, TETHER_CHECKPOINT_KEEP,
+ * TETHER_JOB_MAX_REGROUPS_PER_HOUR, TETHER_JOB_FLAP_COOLDOWN_MS. Unset variables leave
  * the field alone. Then the
  * result is validated as by tether_opts_validate. Returns TETHER_OK, or
  * TETHER_EINVAL with a sentence naming the variable and its value in `err`

@@ -32,7 +32,8 @@ coord_job_t *coord_find_job(tt_coord_t *c, const char *job_id) {
 }
 
 int coord_add_job(tt_coord_t *c, tt_rdzv_t **rdzv) {
-    int rc = tt_rdzv_set_guard(*rdzv, &c->guard, NULL, 0); /* validated at create */
+    tt_rdzv_guard_t g = tt_rdzv_guard_for_job(&c->guard, tt_rdzv_settings(*rdzv));
+    int rc = tt_rdzv_set_guard(*rdzv, &g, NULL, 0); /* both parts validated */
     if (rc != TT_OK)
         return rc;
     if (c->njobs == c->capjobs) {

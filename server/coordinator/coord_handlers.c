@@ -75,6 +75,8 @@ static void settings_from_pb(const Tether__JobSettings *p, tt_rdzv_settings_t *s
     s->checkpoint_every_steps = p->checkpoint_every_steps;
     s->checkpoint_every_ms = p->checkpoint_every_ms;
     s->checkpoint_keep = p->checkpoint_keep;
+    s->max_regroups_per_hour = p->max_regroups_per_hour;
+    s->flap_cooldown_ms = p->flap_cooldown_ms;
 }
 
 static coord_job_t *create_job(const coord_req_t *q, const tt_rdzv_settings_t *s, char *err,

@@ -24,6 +24,8 @@ void coord_settings_to_pb(const tt_rdzv_settings_t *s, Tether__JobSettings *p) {
     p->checkpoint_every_steps = s->checkpoint_every_steps;
     p->checkpoint_every_ms = s->checkpoint_every_ms;
     p->checkpoint_keep = s->checkpoint_keep;
+    p->max_regroups_per_hour = s->max_regroups_per_hour;
+    p->flap_cooldown_ms = s->flap_cooldown_ms;
 }
 
 static void settings_from_pb(const Tether__JobSettings *p, tt_rdzv_settings_t *s) {
@@ -37,6 +39,8 @@ static void settings_from_pb(const Tether__JobSettings *p, tt_rdzv_settings_t *s
     s->checkpoint_every_steps = p->checkpoint_every_steps;
     s->checkpoint_every_ms = p->checkpoint_every_ms;
     s->checkpoint_keep = p->checkpoint_keep;
+    s->max_regroups_per_hour = p->max_regroups_per_hour;
+    s->flap_cooldown_ms = p->flap_cooldown_ms;
 }
 
 /* Everything one job record needs while it is being packed. */

@@ -55,6 +55,10 @@ typedef struct {
     uint32_t checkpoint_every_steps; /* 0: off */
     uint32_t checkpoint_every_ms;    /* 0: off */
     uint32_t checkpoint_keep;        /* 0 (default): no checkpoints */
+    /* Guard rails of this job (tt_rdzv_guard_for_job); 0: the
+     * coordinator's own. */
+    uint32_t max_regroups_per_hour;
+    uint32_t flap_cooldown_ms;
 } tt_rdzv_settings_t;
 
 /* Defaults: min = max = 1, last call 2000 ms, heartbeat 1000 ms, heartbeat
@@ -77,8 +81,8 @@ int tt_rdzv_settings_equal(const tt_rdzv_settings_t *a, const tt_rdzv_settings_t
 int tt_rdzv_settings_diff(const tt_rdzv_settings_t *job, const tt_rdzv_settings_t *join, char *msg,
                           size_t msglen);
 
-/* Guard rails against a flapping job; the coordinator's policy, not part
- * of the job's settings (not compared with a joiner's, not persisted).
+/* Guard rails against a flapping job: the coordinator's policy, which a
+ * job's settings may override (tt_rdzv_guard_for_job).
  *   max_regroups_per_hour: a generation formed after the first is a
  *     regroup; the one that would make more than this many within the last
  *     hour fails the job instead, with a reason naming the bound. 0: none.
@@ -112,6 +116,11 @@ tt_rdzv_guard_t tt_rdzv_guard_default(void);
  * TT_RDZV_MS_LIMIT and flap_cooldown_max_ms >= flap_cooldown_ms. TT_OK or
  * TT_EINVAL with a sentence naming the field in `err` (may be NULL). */
 int tt_rdzv_guard_validate(const tt_rdzv_guard_t *g, char *err, size_t errlen);
+
+/* The guard rails job `s` runs under: the coordinator's `daemon` ones with
+ * the job's nonzero max_regroups_per_hour / flap_cooldown_ms in their
+ * place (the cap rises to a longer job cool-down). Pure. */
+tt_rdzv_guard_t tt_rdzv_guard_for_job(const tt_rdzv_guard_t *daemon, const tt_rdzv_settings_t *s);
 
 /* One member of a generation (events, member lists, persistence). */
 typedef struct {

@@ -29,6 +29,17 @@ tt_rdzv_guard_t tt_rdzv_guard_default(void) {
     return g;
 }
 
+tt_rdzv_guard_t tt_rdzv_guard_for_job(const tt_rdzv_guard_t *daemon, const tt_rdzv_settings_t *s) {
+    tt_rdzv_guard_t g = *daemon;
+    if (s->max_regroups_per_hour != 0)
+        g.max_regroups_per_hour = s->max_regroups_per_hour;
+    if (s->flap_cooldown_ms != 0)
+        g.flap_cooldown_ms = s->flap_cooldown_ms;
+    if (g.flap_cooldown_max_ms < g.flap_cooldown_ms)
+        g.flap_cooldown_max_ms = g.flap_cooldown_ms;
+    return g;
+}
+
 int tt_rdzv_guard_validate(const tt_rdzv_guard_t *g, char *err, size_t errlen) {
     const char *bad = NULL;
     if (g->max_regroups_per_hour > TT_RDZV_REGROUPS_LIMIT)

@@ -34,11 +34,12 @@ typedef struct {
 #define FIELD(f, ms)                                                                               \
     { #f, offsetof(tt_rdzv_settings_t, f), ms }
 static const settings_field_t settings_fields[] = {
-    FIELD(min_workers, 0),          FIELD(max_workers, 0),
-    FIELD(last_call_ms, 1),         FIELD(heartbeat_ms, 1),
-    FIELD(heartbeat_timeout_ms, 1), FIELD(global_batch, 0),
-    FIELD(join_timeout_ms, 1),      FIELD(checkpoint_every_steps, 0),
-    FIELD(checkpoint_every_ms, 2),  FIELD(checkpoint_keep, 0),
+    FIELD(min_workers, 0),           FIELD(max_workers, 0),
+    FIELD(last_call_ms, 1),          FIELD(heartbeat_ms, 1),
+    FIELD(heartbeat_timeout_ms, 1),  FIELD(global_batch, 0),
+    FIELD(join_timeout_ms, 1),       FIELD(checkpoint_every_steps, 0),
+    FIELD(checkpoint_every_ms, 2),   FIELD(checkpoint_keep, 0),
+    FIELD(max_regroups_per_hour, 0), FIELD(flap_cooldown_ms, 2),
 };
 #undef FIELD
 #define N_FIELDS (sizeof(settings_fields) / sizeof(settings_fields[0]))
@@ -79,6 +80,9 @@ int tt_rdzv_settings_validate(const tt_rdzv_settings_t *s, char *err, size_t err
     if (s->max_workers > TT_RDZV_WORKERS_LIMIT)
         return invalid(err, errlen, "max_workers: %u is above the limit %u", s->max_workers,
                        TT_RDZV_WORKERS_LIMIT);
+    if (s->max_regroups_per_hour > TT_RDZV_REGROUPS_LIMIT)
+        return invalid(err, errlen, "max_regroups_per_hour: %u is above the limit %u",
+                       s->max_regroups_per_hour, TT_RDZV_REGROUPS_LIMIT);
     if (s->heartbeat_timeout_ms <= s->heartbeat_ms)
         return invalid(err, errlen,
                        "heartbeat_timeout_ms: %u must exceed heartbeat_ms %u (a timeout "

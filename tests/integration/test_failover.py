@@ -307,8 +307,11 @@ def test_flapping_worker_guard_rails(h):
     back at once, after the second it waits out a 1 s cool-down, after the
     third a 2 s one, and that admission, the fifth regroup within the hour,
     fails the job (max_regroups_per_hour 4)."""
-    coord = h.coordinator(extra=("--max-regroups-per-hour", "4", "--flap-cooldown-ms", "1000"))
+    # The job's own guard rails (JobSettings) over a coordinator whose
+    # flags would allow 60 regroups an hour and no cool-down.
+    coord = h.coordinator(extra=("--max-regroups-per-hour", "60", "--flap-cooldown-ms", "0"))
     env = {"TETHER_COORDINATOR": coord.endpoint, "TETHER_JOB": "flap",
+           "TETHER_JOB_MAX_REGROUPS_PER_HOUR": "4", "TETHER_JOB_FLAP_COOLDOWN_MS": "1000",
            "TETHER_MIN_WORKERS": "1", "TETHER_MAX_WORKERS": "2", "TETHER_HEARTBEAT_MS": "100",
            "TETHER_HEARTBEAT_TIMEOUT_MS": "1000", "TETHER_LAST_CALL_MS": "300"}
     client = [binary("tt_testclient"), "--run-ms", "60000", "--print"]
@@ -338,6 +341,8 @@ def test_flapping_worker_guard_rails(h):
     assert any("EJOBFAILED" in l and bound in l for l in a.lines()), a.lines()
     st = job_status(h, coord, "flap")
     assert st["state"] == "failed" and bound in st["failure"], st
+    assert st["settings"]["max_regroups_per_hour"] == 4, st
+    assert st["settings"]["flap_cooldown_ms"] == 1000, st
     text = "\n".join(coord.lines("log"))
     assert "flap cool-down of 1000 ms" in text and "flap cool-down of 2000 ms" in text, text[-3000:]
 

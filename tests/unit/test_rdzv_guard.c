@@ -228,7 +228,39 @@ static void rdzv_flap_records_swept_after_an_hour(void) {
     tt_rdzv_destroy(&r);
 }
 
+/* A job's own guard rails replace the coordinator's field by field; 0
+ * keeps the coordinator's; the cap follows a longer job cool-down. The
+ * settings compare like any other: a joiner asking other rails conflicts. */
+static void rdzv_guard_job_settings_override(void) {
+    tt_rdzv_guard_t d = tt_rdzv_guard_default();
+    tt_rdzv_settings_t s = tt_rdzv_settings_default();
+    tt_rdzv_guard_t g = tt_rdzv_guard_for_job(&d, &s);
+    CU_ASSERT_EQUAL(g.max_regroups_per_hour, d.max_regroups_per_hour);
+    CU_ASSERT_EQUAL(g.flap_cooldown_ms, d.flap_cooldown_ms);
+    s.max_regroups_per_hour = 4;
+    g = tt_rdzv_guard_for_job(&d, &s);
+    CU_ASSERT_EQUAL(g.max_regroups_per_hour, 4);
+    CU_ASSERT_EQUAL(g.flap_cooldown_ms, d.flap_cooldown_ms);
+    s.flap_cooldown_ms = 600000;
+    g = tt_rdzv_guard_for_job(&d, &s);
+    CU_ASSERT_EQUAL(g.flap_cooldown_ms, 600000);
+    CU_ASSERT_EQUAL(g.flap_cooldown_max_ms, 600000);
+    CU_ASSERT_EQUAL(tt_rdzv_guard_validate(&g, NULL, 0), TT_OK);
+    char err[256] = "";
+    CU_ASSERT_EQUAL(tt_rdzv_settings_validate(&s, err, sizeof(err)), TT_OK);
+    tt_rdzv_settings_t j = s;
+    j.max_regroups_per_hour = 5;
+    CU_ASSERT_EQUAL(tt_rdzv_settings_diff(&s, &j, err, sizeof(err)), 1);
+    CU_ASSERT_STRING_EQUAL(err, "max_regroups_per_hour: job has 4, join asked 5");
+    s.max_regroups_per_hour = TT_RDZV_REGROUPS_LIMIT + 1;
+    CU_ASSERT_EQUAL(tt_rdzv_settings_validate(&s, err, sizeof(err)), TT_EINVAL);
+    s.max_regroups_per_hour = 4;
+    s.flap_cooldown_ms = TT_RDZV_MS_LIMIT + 1;
+    CU_ASSERT_EQUAL(tt_rdzv_settings_validate(&s, err, sizeof(err)), TT_EINVAL);
+}
+
 static const tt_cunit_test_t tests[] = {
+    {"rdzv_guard_job_settings_override", rdzv_guard_job_settings_override},
     {"rdzv_guard_defaults_and_validation", rdzv_guard_defaults_and_validation},
     {"rdzv_regroups_per_hour_bound_fails_job", rdzv_regroups_per_hour_bound_fails_job},
     {"rdzv_regroups_older_than_an_hour_do_not_count",
