@@ -38,8 +38,8 @@ import signal
 import time
 
 from test_collectives import shard
-from test_failover import DATA, FAST, global_step, have_data, params, reference, rel_diff, train_args
-from tt_harness import binary, free_port, run_tests
+from test_failover import DATA, FAST, global_step, have_data, reference, train_args
+from tt_harness import binary, free_port, read_params, rel_diff, run_tests
 
 STEPS_PER_EPOCH = 20
 EPOCHS = 2
@@ -98,7 +98,7 @@ def check_training(h, name, text, out, metrics, seed):
     # step shows up as a gap or a repetition in this sequence
     steps = [global_step(l) for l in text.splitlines() if global_step(l) >= 0]
     assert steps == list(range(1, STEPS_PER_EPOCH * EPOCHS + 1)), steps
-    d = rel_diff(params(out), reference(h, seed, STEPS_PER_EPOCH, EPOCHS))
+    d = rel_diff(read_params(out), reference(h, seed, STEPS_PER_EPOCH, EPOCHS))
     assert d < 1e-5, f"{name}: parameters differ by {d:.2e} (limit 1e-5)"
     return [r["generation"] for r in rows], d
 
