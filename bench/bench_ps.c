@@ -27,11 +27,11 @@
 
 #define MAXW  4
 #define MAXS  2
-#define MAXIT 64
+#define MAXIT 512
 #define MIB   ((size_t)1 << 20)
 
 static const size_t sizes[] = {1 * MIB, 16 * MIB, 64 * MIB};
-static const int base_iters[] = {40, 10, 5};
+static const int base_iters[] = {400, 20, 5};
 static const int worlds[] = {1, 2, 4};
 static const int nshards_list[] = {1, 2};
 
