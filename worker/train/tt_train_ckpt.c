@@ -445,6 +445,7 @@ static int commit(tt_train_ckpt_t *c, const double *v) {
         TT_ERROR("ckpt", "checkpoint %s not committed: %s", c->job.id, tt_strerror(rc));
         return TT_OK; /* the previous checkpoint stays valid; training goes on */
     }
+    c->commit_request = c->req_serving; /* the commit thread's own copy */
     if (pthread_create(&c->thr, NULL, commit_main, c) != 0) {
         tt_manifest_free(&c->commit);
         return tt_tc_fail(c, TT_ESYS, "cannot start the commit thread");
@@ -490,8 +491,6 @@ static int control_reduce(tt_train_ckpt_t *c, int rank, int world, int time_due,
 static int apply(tt_train_ckpt_t *c, int act, int rank, int world, int wanted) {
     if ((act & TT_CKPT_ACT_ABORT) != 0 && c->tether != NULL)
         tt_tc_coord_aborted(c);
-    if ((act & TT_CKPT_ACT_START) != 0 && c->tether != NULL && rank == 0)
-        tt_tc_coord_started(c, wanted);
     if ((act & TT_CKPT_ACT_ABORT) != 0)
         TT_WARN("ckpt",
                 "checkpoint %s aborted (a writer failed or the membership changed); the "
@@ -506,6 +505,10 @@ static int apply(tt_train_ckpt_t *c, int act, int rank, int world, int wanted) {
         if (rank == 0)
             rc = commit(c, c->ctl);
     }
+    /* After the commit took its request: one boundary may commit the
+     * previous checkpoint and start the next. */
+    if ((act & TT_CKPT_ACT_START) != 0 && c->tether != NULL && rank == 0)
+        tt_tc_coord_started(c, wanted);
     if (rc == TT_OK && (act & TT_CKPT_ACT_START) != 0)
         rc = start(c, c->sched.inflight, rank, world);
     return rc;

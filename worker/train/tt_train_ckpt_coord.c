@@ -51,7 +51,7 @@ int tt_tc_coord_commit(tt_train_ckpt_t *c, char *err, size_t errlen) {
     size_t len = 0;
     int rc = tt_manifest_encode(&c->commit, &buf, &len, err, errlen);
     if (rc == TT_OK)
-        rc = tether_checkpoint_commit(c->tether, c->root, c->req_serving, buf, len,
+        rc = tether_checkpoint_commit(c->tether, c->root, c->commit_request, buf, len,
                                       TC_COMMIT_TIMEOUT_MS, err, errlen);
     free(buf);
     if (rc != TT_OK)

@@ -72,6 +72,7 @@ struct tt_train_ckpt {
      * taken up, and the one the checkpoint in flight serves. */
     struct tether *tether;
     uint64_t req_taken, req_serving;
+    uint64_t commit_request;  /* req_serving of the checkpoint being committed */
     atomic_int commit_failed; /* set by the commit thread */
     char err[512];
 };
