@@ -140,9 +140,10 @@ static const tt_coll_ops_t ring_ops = {
  * all-reduces) are small and go over a ring when the members advertised
  * endpoints, else they return TT_ENODEV. */
 typedef struct ps_inst {
-    tt_ps_t *ps;   /* NULL: no gradients were registered before create */
-    void *ring;    /* ring_inst_t, NULL: no endpoints */
-    char err[256]; /* why a part is missing */
+    tt_ps_t *ps;        /* NULL: no gradients were registered before create */
+    void *ring;         /* ring_inst_t, NULL: no endpoints, or it failed */
+    char err[256];      /* why a part is missing */
+    char ring_err[256]; /* why the ring could not be set up ("": no endpoints) */
 } ps_inst_t;
 
 /* The gradient table as the coordinator's placement wants it. */
@@ -215,9 +216,15 @@ static int ps_create(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t er
         snprintf(pi->err, sizeof(pi->err),
                  "ps: no gradients were registered before the first "
                  "collective of this generation");
+    char why[256] = "";
     if (rc == TT_OK && tt_coll_ring_endpoints_ok(cfg->endpoints, cfg->rank, cfg->world) &&
-        ring_create(&pi->ring, cfg, err, errlen) != TT_OK)
-        pi->ring = NULL; /* plain collectives then say so; gradients still flow */
+        ring_create(&pi->ring, cfg, why, sizeof(why)) != TT_OK) {
+        /* Gradients still flow; plain collectives will fail naming this. */
+        pi->ring = NULL;
+        snprintf(pi->ring_err, sizeof(pi->ring_err), "%s", why);
+        TT_WARN(SUBSYS, "gen=%llu rank %d: ps backend without a ring for plain collectives: %s",
+                (unsigned long long)cfg->generation, cfg->rank, why);
+    }
     if (rc == TT_OK && pi->ps == NULL && pi->ring == NULL) {
         snprintf(err, errlen, "%s, and no ring endpoints for plain collectives", pi->err);
         rc = TT_ENODEV;
@@ -232,9 +239,14 @@ static int ps_create(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t er
 }
 
 static int ps_no_ring(ps_inst_t *pi) {
-    snprintf(pi->err, sizeof(pi->err),
-             "the ps backend reduces only the registered gradients (tether_step_finish); plain "
-             "collectives need ring endpoints (TETHER_ENDPOINT on every worker)");
+    if (pi->ring_err[0] != '\0')
+        snprintf(pi->err, sizeof(pi->err),
+                 "the ps backend's ring for plain collectives could not be set up: %.160s",
+                 pi->ring_err);
+    else
+        snprintf(pi->err, sizeof(pi->err),
+                 "the ps backend reduces only the registered gradients (tether_step_finish); "
+                 "plain collectives need ring endpoints (TETHER_ENDPOINT on every worker)");
     return TT_ENODEV;
 }
 

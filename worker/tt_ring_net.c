@@ -9,6 +9,7 @@
 #include "tt_status.h"
 #include "tt_zmq.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <sys/eventfd.h>
 #include <zmq.h>
@@ -19,6 +20,20 @@ int tt_ring_net_set_int(void *s, int opt, int v) {
 
 /* Connection events a ring socket's monitor PAIR reports. */
 #define RING_MON_EVENTS (ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED | ZMQ_EVENT_ACCEPTED)
+
+/* The ring port was advertised with the generation, so it cannot change
+ * now; a port held for a moment (another process probing for a free one,
+ * this process's previous ring still closing) is waited out for up to 2 s
+ * before the bind counts as failed. */
+static int bind_patiently(void *s, const char *ep) {
+    for (int i = 0;; i++) {
+        if (zmq_bind(s, ep) == 0)
+            return 0;
+        if (zmq_errno() != EADDRINUSE || i == 40)
+            return -1;
+        tt_clock_sleep_ms(50);
+    }
+}
 
 /* The monitor starts before bind/connect so that no connection's events
  * are missed (tt_ring_net_drain counts the PULL's connections). */
@@ -39,7 +54,7 @@ static int ring_socket(tt_ring_t *r, int type, const char *ep, int bind, int64_t
         zmq_close(s);
         return TT_ESYS;
     }
-    if ((bind ? zmq_bind(s, ep) : zmq_connect(s, ep)) != 0)
+    if ((bind ? bind_patiently(s, ep) : zmq_connect(s, ep)) != 0)
         goto fail;
     *out = s;
     return TT_OK;
