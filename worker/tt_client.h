@@ -118,7 +118,7 @@ typedef struct tt_client_sm {
      * join's own deadline; busy_refusals counts them for the timeout text. */
     uint64_t retry_at_ms;
     uint32_t busy_refusals;
-    /* Checkpoint requests of the job (HeartbeatReply), newest seen. */
+    /* Checkpoint requests of the job, from the latest HeartbeatReply. */
     uint64_t ckpt_requested, ckpt_served;
     char last_error[512];
 } tt_client_sm_t;

@@ -211,10 +211,10 @@ static int on_heartbeat_reply(tt_client_sm_t *sm, const Tether__HeartbeatReply *
                  finished ? "finished" : "failed");
         return finished ? on_job_done(sm) : on_job_failed(sm);
     }
-    if (hr->checkpoint_requested > sm->ckpt_requested)
-        sm->ckpt_requested = hr->checkpoint_requested;
-    if (hr->checkpoint_served > sm->ckpt_served)
-        sm->ckpt_served = hr->checkpoint_served;
+    /* The coordinator's word as it stands: after a restart that lost an
+     * unsaved timer request its counters may be lower than before. */
+    sm->ckpt_requested = hr->checkpoint_requested;
+    sm->ckpt_served = hr->checkpoint_served;
     /* Only a member acts on the announced step; the value refers to the
      * job's current generation, so one from a newer generation waits for
      * its JoinReply. */

@@ -1,13 +1,17 @@
 /* tt_train_ckpt: the step-boundary hook, snapshot, background part writer
  * and rank-0 commit of trainer-side checkpoints (see the header and
- * docs/checkpoints.md). Resume lives in tt_train_ckpt_load.c.
+ * docs/checkpoints.md). Resume lives in tt_train_ckpt_load.c, the
+ * coordinator's part (requests, commit, record) in tt_train_ckpt_coord.c.
  *
- * Why a control all-reduce instead of a coordinator announcement: ranks
- * run in lockstep through the step's collectives, so a tiny reduce at the
- * same boundary gives every rank the same inputs (rank 0's timer, how many
- * writers are done) and every copy of tt_ckpt_sched takes the same
- * decision at the same step. It runs only while a checkpoint is in flight
- * or a timer schedule is set; a step schedule needs none. */
+ * Why a control all-reduce even though the coordinator makes the requests:
+ * the ranks hear of a request at different times, but they run in lockstep
+ * through the step's collectives, so a tiny reduce at the same boundary
+ * gives every rank the same inputs (rank 0's wish: the coordinator's open
+ * request, or its own timer without a coordinator; how many writers are
+ * done) and every copy of tt_ckpt_sched takes the same decision at the
+ * same step. It runs while a checkpoint is in flight, at every boundary
+ * with a local timer, and every TT_TC_POLL_STEPS steps with a coordinator;
+ * a step schedule alone needs none. */
 #include "tt_train_ckpt_int.h"
 
 #include "tt_clock.h"

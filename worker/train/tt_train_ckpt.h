@@ -5,8 +5,10 @@
  * snapshot (a memcpy of this rank's slice [r*n/W, (r+1)*n/W) of every state
  * plane, plus the trainer state on rank 0; taken by the writer thread while
  * the next step computes when the trainer runs on a tt_train_ckpt_gate_t),
- * the background thread that writes the part files, the commit on rank 0
- * (manifest, `latest`, retention) once every rank reported a durable part,
+ * the background thread that writes the part files, the commit by rank 0
+ * once every rank reported a durable part (sent to the coordinator, which
+ * writes the manifest, `latest` and applies retention; done by rank 0
+ * itself in a run without one),
  * and resume: loading
  * a committed checkpoint, verified first, into any world size through the
  * manifest's logical layout (tt_reshard). It does not own the trainer, the
