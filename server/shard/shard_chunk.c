@@ -175,6 +175,10 @@ int shard_chunk_answer(shard_chunk_t *ch, const uint8_t *peer, size_t peer_len, 
 
 int shard_chunk_park(shard_chunk_t *ch, const uint8_t *peer, size_t peer_len, uint64_t req,
                      uint64_t gen, uint64_t step, uint64_t now) {
+    /* A small chunk's round may be final already (summed inline): a park
+     * for it would never be woken. */
+    if (shard_chunk_answer(ch, peer, peer_len, req, gen, step))
+        return TT_OK;
     shard_park_t *p = calloc(1, sizeof(*p));
     if (p == NULL)
         return TT_ENOMEM;

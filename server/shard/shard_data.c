@@ -312,10 +312,7 @@ static void on_push(const shard_req_t *q) {
     if (t.dropped_gen || t.first)
         shard_chunk_new_gen(ch, q->env->generation);
     int rc = shard_chunk_enqueue(ch, &q->rx->payload[0], p->rank, &t);
-    /* A small chunk's round may already be final here (summed inline). */
-    if (rc == TT_OK && p->want_result &&
-        !shard_chunk_answer(ch, q->rx->peer, q->rx->peer_len, q->env->request_id,
-                            q->env->generation, p->step))
+    if (rc == TT_OK && p->want_result)
         rc = shard_chunk_park(ch, q->rx->peer, q->rx->peer_len, q->env->request_id,
                               q->env->generation, p->step, q->now);
     else if (rc == TT_OK)

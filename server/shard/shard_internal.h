@@ -100,6 +100,8 @@ void shard_chunk_free(shard_chunk_t **ch);
 /* Queue an admitted contribution (moves the frame) and start work. */
 int shard_chunk_enqueue(shard_chunk_t *ch, zmq_msg_t *frame, uint32_t rank,
                         const tt_accum_ticket_t *t);
+/* Answers at once when the result of (gen, step) is held, else parks the
+ * request until it is (or its deadline). */
 int shard_chunk_park(shard_chunk_t *ch, const uint8_t *peer, size_t peer_len, uint64_t req,
                      uint64_t gen, uint64_t step, uint64_t now);
 /* Answers a request for (gen, step) at once when its result is held;
