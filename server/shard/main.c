@@ -25,6 +25,7 @@ typedef struct shard_config {
     int64_t park_timeout_ms;
     int64_t max_chunk_bytes;
     int64_t threads;
+    int64_t io_threads;
     int print_config_md;
 } shard_config_t;
 
@@ -52,6 +53,9 @@ static const tt_config_entry_t shard_table[] = {
      "largest chunk this shard accepts (sets ZMQ_MAXMSGSIZE)", 0, CFG_OFF(max_chunk_bytes)},
     {"threads", TT_CFG_INT, "4", 1, 128, "aggregation threads (libuv pool size)", 0,
      CFG_OFF(threads)},
+    {"io-threads", TT_CFG_INT, "2", 1, 64,
+     "ZeroMQ I/O threads moving pushes and results (connections are spread over them)", 0,
+     CFG_OFF(io_threads)},
     {"print-config-md", TT_CFG_BOOL, "false", 0, 0, "print this table as Markdown and exit", 0,
      CFG_OFF(print_config_md)},
 };
@@ -115,7 +119,8 @@ int main(int argc, char **argv) {
                          .id = cfg.id,
                          .heartbeat_ms = (uint32_t)cfg.heartbeat_ms,
                          .park_timeout_ms = (uint32_t)cfg.park_timeout_ms,
-                         .max_chunk_bytes = (uint64_t)cfg.max_chunk_bytes};
+                         .max_chunk_bytes = (uint64_t)cfg.max_chunk_bytes,
+                         .io_threads = (uint32_t)cfg.io_threads};
     char err[512] = "";
     if (tt_shard_create(&a.shard, a.loop, &o, err, sizeof(err)) != TT_OK) {
         fprintf(stderr, "tether-shard: cannot start: %s\n", err);

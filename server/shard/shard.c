@@ -178,6 +178,10 @@ static int setup(tt_shard_t *s, const tt_shard_opts_t *o, char *err, size_t errl
         SSET_ERR(err, errlen, "cannot create a ZeroMQ context");
         return TT_ESYS;
     }
+    /* One I/O thread moves every worker's pushes and results in turn; a
+     * second lets the kernel copies of two connections run at once (a
+     * socket's connections are spread over the threads). */
+    zmq_ctx_set(s->zctx, ZMQ_IO_THREADS, o->io_threads ? (int)o->io_threads : 2);
     TT_CHECK_GOTO(open_sockets(s, o, err, errlen), rc, out);
     set_advertise(s, o);
     uv_timer_init(s->loop, &s->timer);

@@ -30,6 +30,7 @@ typedef struct tt_shard_opts {
     uint32_t heartbeat_ms;    /* to the coordinator; 0: 1000 */
     uint32_t park_timeout_ms; /* default round deadline; 0: 30000 */
     uint64_t max_chunk_bytes; /* largest chunk accepted; 0: 64 MiB */
+    uint32_t io_threads;      /* ZeroMQ I/O threads of the data socket; 0: 2 */
 } tt_shard_opts_t;
 
 /* Binds the data endpoint, connects to the coordinator and starts the
