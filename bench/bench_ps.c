@@ -9,7 +9,8 @@
  * its whole buffer and receives the whole result: the gradient in, result
  * out figure). ps/raw is the share of the transport limit the PS backend
  * reaches. Each cell is the median of its iterations.
- * Usage: bench_ps [-i iter_scale_percent] [-c credits] [-k chunk_bytes] */
+ * Usage: bench_ps [-i iter_scale_percent] [-c credits] [-k chunk_bytes] [-m MiB]
+ * (-m: only the rows of that buffer size, e.g. to repeat one noisy cell) */
 #include "shard.h"
 #include "tt_clock.h"
 #include "tt_log.h"
@@ -28,17 +29,24 @@
 #define MAXW  4
 #define MAXS  2
 #define MAXIT 512
+#define MAXR  15
 #define MIB   ((size_t)1 << 20)
 
 static const size_t sizes[] = {1 * MIB, 16 * MIB, 64 * MIB};
 static const int base_iters[] = {400, 20, 5};
+static const int base_rounds[] = {5, 3, 1}; /* fresh servers each: instances differ */
 static const int worlds[] = {1, 2, 4};
 static const int nshards_list[] = {1, 2};
 
 typedef struct bench_cfg {
-    int iter_pct, credits;
+    int iter_pct, credits, io_threads, rounds;
     size_t chunk_bytes;
 } bench_cfg_t;
+
+/* One cell: median call times and the median of the paired ratios. */
+typedef struct cell {
+    double ps_ms, raw_ms, paired;
+} cell_t;
 
 /* ---- shard daemons in threads ---- */
 
@@ -48,7 +56,7 @@ typedef struct shard_thr {
     uv_async_t stop;
     tt_shard_t *shard;
     char endpoint[256];
-    int ready, rc;
+    int ready, rc, io_threads;
     pthread_mutex_t mu;
     pthread_cond_t cv;
 } shard_thr_t;
@@ -64,7 +72,10 @@ static void *shard_main(void *arg) {
     char id[16], err[256] = "";
     snprintf(id, sizeof(id), "b%p", (void *)t);
     uv_loop_init(&t->loop);
-    tt_shard_opts_t o = {.listen = "tcp://127.0.0.1:0", .id = id, .park_timeout_ms = 60000};
+    tt_shard_opts_t o = {.listen = "tcp://127.0.0.1:0",
+                         .id = id,
+                         .park_timeout_ms = 60000,
+                         .io_threads = (uint32_t)t->io_threads};
     t->rc = tt_shard_create(&t->shard, &t->loop, &o, err, sizeof(err));
     if (t->rc == TT_OK) {
         snprintf(t->endpoint, sizeof(t->endpoint), "%s", tt_shard_endpoint(t->shard));
@@ -85,8 +96,9 @@ static void *shard_main(void *arg) {
     return NULL;
 }
 
-static int shard_start(shard_thr_t *t) {
+static int shard_start(shard_thr_t *t, int io_threads) {
     memset(t, 0, sizeof(*t));
+    t->io_threads = io_threads;
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->cv, NULL);
     if (pthread_create(&t->th, NULL, shard_main, t) != 0)
@@ -317,19 +329,35 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* The slowest rank's time of iteration `it`: the call's time for the job. */
+static double slowest(const run_t *r, int kind, int it) {
+    double t = 0;
+    for (int k = 0; k < r->world; k++)
+        t = r->ms[kind][k][it] > t ? r->ms[kind][k][it] : t;
+    return t;
+}
+
 static double median_of(run_t *r, int kind) {
     double per_it[MAXIT] = {0};
-    for (int it = 0; it < r->iters; it++) {
-        per_it[it] = 0;
-        for (int k = 0; k < r->world; k++)
-            per_it[it] = r->ms[kind][k][it] > per_it[it] ? r->ms[kind][k][it] : per_it[it];
-    }
+    for (int it = 0; it < r->iters; it++)
+        per_it[it] = slowest(r, kind, it);
     qsort(per_it, (size_t)r->iters, sizeof(double), cmp_double);
     return per_it[r->iters / 2];
 }
 
+/* Median of raw/PS over the iterations, each pair measured back to back:
+ * on a shared 2-CPU box the scheduler's mood changes within a cell, and a
+ * ratio of two medians taken over different moments mixes that in. */
+static double paired_ratio(run_t *r) {
+    double q[MAXIT] = {0};
+    for (int it = 0; it < r->iters; it++)
+        q[it] = slowest(r, 1, it) / slowest(r, 0, it);
+    qsort(q, (size_t)r->iters, sizeof(double), cmp_double);
+    return q[r->iters / 2];
+}
+
 /* Median over iterations of the slowest rank's time, PS and raw. */
-static int run_workers(run_t *r, double *ps_ms, double *raw_ms) {
+static int run_workers(run_t *r, cell_t *out) {
     pthread_t th[MAXW];
     worker_arg_t args[MAXW];
     pthread_barrier_init(&r->bar, NULL, (unsigned)r->world);
@@ -344,8 +372,9 @@ static int run_workers(run_t *r, double *ps_ms, double *raw_ms) {
         if (r->rc[k] != TT_OK)
             return r->rc[k];
     }
-    *ps_ms = median_of(r, 0);
-    *raw_ms = median_of(r, 1);
+    out->ps_ms = median_of(r, 0);
+    out->raw_ms = median_of(r, 1);
+    out->paired = paired_ratio(r);
     return TT_OK;
 }
 
@@ -374,14 +403,16 @@ typedef struct servers {
 static int servers_start(servers_t *v, const bench_cfg_t *cfg, int nshards) {
     v->nshards = nshards;
     v->zctx = zmq_ctx_new();
-    zmq_ctx_set(v->zctx, ZMQ_IO_THREADS, nshards);
+    zmq_ctx_set(v->zctx, ZMQ_IO_THREADS, nshards * cfg->io_threads); /* as many as the shards */
     int rc = TT_OK;
     for (; rc == TT_OK && v->started < nshards; v->started++) {
-        rc = shard_start(&v->shards[v->started]);
+        rc = shard_start(&v->shards[v->started], cfg->io_threads);
         memcpy(v->eps[v->started], v->shards[v->started].endpoint, 256);
     }
     for (; rc == TT_OK && v->echoed < nshards; v->echoed++) {
-        rc = echo_start(&v->echos[v->echoed], v->zctx, cfg->chunk_bytes + 4096);
+        rc =
+            echo_start(&v->echos[v->echoed], v->zctx,
+                       (cfg->chunk_bytes ? cfg->chunk_bytes : TT_PLACE_CHUNK_BYTES_DEFAULT) + 4096);
         memcpy(v->raw_eps[v->echoed], v->echos[v->echoed].endpoint, 256);
     }
     return rc;
@@ -397,7 +428,7 @@ static void servers_stop(servers_t *v) {
 }
 
 static int measure(const bench_cfg_t *cfg, int nshards, int world, size_t bytes, int iters,
-                   double *ps_ms, double *raw_ms) {
+                   cell_t *out) {
     servers_t *v = calloc(1, sizeof(*v));
     run_t *r = calloc(1, sizeof(*r));
     tt_ps_layout_t lay, raw_lay;
@@ -410,7 +441,7 @@ static int measure(const bench_cfg_t *cfg, int nshards, int world, size_t bytes,
         rc = make_layout(v->raw_eps, nshards, bytes, cfg->chunk_bytes, &raw_lay);
     if (rc == TT_OK) {
         *r = (run_t){.cfg = cfg, .lay = &lay, .raw_lay = &raw_lay, .world = world, .iters = iters};
-        rc = run_workers(r, ps_ms, raw_ms);
+        rc = run_workers(r, out);
     }
     free(lay.endpoints); /* the strings live in v */
     free(raw_lay.endpoints);
@@ -423,48 +454,83 @@ static int measure(const bench_cfg_t *cfg, int nshards, int world, size_t bytes,
     return rc;
 }
 
-static void row(const bench_cfg_t *cfg, size_t bytes, int iters, int world, int nshards) {
-    double ps = -1, raw = -1;
-    if (measure(cfg, nshards, world, bytes, iters, &ps, &raw) != TT_OK) {
-        printf("%6zu %7d %6d   (failed)\n", bytes / MIB, world, nshards);
-        return;
+static double median_n(double *v, int n) {
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return v[n / 2];
+}
+
+/* A cell is the median over `rounds` instances (fresh servers and workers
+ * each) of the per-instance medians: on a shared 2-CPU box one instance
+ * can land its threads badly for all its iterations. */
+static void row(const bench_cfg_t *cfg, size_t bytes, int iters, int rounds, int world,
+                int nshards) {
+    double ps[MAXR] = {0}, raw[MAXR] = {0}, q[MAXR] = {0}, qlo = 1e9, qhi = 0;
+    for (int i = 0; i < rounds; i++) {
+        cell_t c = {-1, -1, -1};
+        if (measure(cfg, nshards, world, bytes, iters, &c) != TT_OK) {
+            printf("%6zu %6s %7d %6d   (failed)\n", bytes / MIB, "", world, nshards);
+            return;
+        }
+        ps[i] = c.ps_ms, raw[i] = c.raw_ms, q[i] = c.paired;
+        qlo = c.paired < qlo ? c.paired : qlo;
+        qhi = c.paired > qhi ? c.paired : qhi;
     }
-    double gb = (double)bytes / 1e9;
-    printf("%6zu %7d %6d %10.2f %9.2f %10.2f %9.2f %7.0f%%\n", bytes / MIB, world, nshards, ps,
-           gb / (ps / 1e3), raw, gb / (raw / 1e3), 100.0 * raw / ps);
+    double p = median_n(ps, rounds), r = median_n(raw, rounds), gb = (double)bytes / 1e9;
+    uint64_t chunk = cfg->chunk_bytes ? cfg->chunk_bytes : tt_placement_auto_chunk_bytes(bytes / 4);
+    printf("%6zu %5lluK %7d %6d %10.2f %9.2f %10.2f %9.2f %7.0f%% %7.0f%%  %3.0f-%.0f%%\n",
+           bytes / MIB, (unsigned long long)(chunk >> 10), world, nshards, p, gb / (p / 1e3), r,
+           gb / (r / 1e3), 100.0 * r / p, 100.0 * median_n(q, rounds), 100.0 * qlo, 100.0 * qhi);
     fflush(stdout);
 }
 
 int main(int argc, char **argv) {
     bench_cfg_t cfg = {.iter_pct = 100,
                        .credits = TT_PS_CREDITS_DEFAULT,
-                       .chunk_bytes = TT_PLACE_CHUNK_BYTES_DEFAULT};
+                       .chunk_bytes = 0, /* the size a job gets by default */
+                       .io_threads = 2};
     int opt;
-    while ((opt = getopt(argc, argv, "i:c:k:")) != -1) {
+    size_t only_mib = 0;
+    while ((opt = getopt(argc, argv, "i:c:k:m:r:t:")) != -1) {
         if (opt == 'i')
             cfg.iter_pct = atoi(optarg);
         else if (opt == 'c')
             cfg.credits = atoi(optarg);
         else if (opt == 'k')
             cfg.chunk_bytes = (size_t)strtoull(optarg, NULL, 10);
+        else if (opt == 'r')
+            cfg.rounds = atoi(optarg);
+        else if (opt == 't')
+            cfg.io_threads = atoi(optarg);
+        else if (opt == 'm')
+            only_mib = (size_t)strtoull(optarg, NULL, 10);
         else {
-            fprintf(stderr, "usage: bench_ps [-i iter_pct] [-c credits] [-k chunk_bytes]\n");
+            fprintf(
+                stderr,
+                "usage: bench_ps [-i iter_pct] [-c credits] [-k chunk_bytes] [-m MiB] [-r rounds] "
+                "[-t io_threads]\n");
             return 2;
         }
     }
     tt_log_set_level(TT_LOG_ERROR);
-    printf("# PS backend push+pull vs raw ZeroMQ echo of the same chunks, loopback, %zu-byte "
-           "chunks, %d credits/shard, %ld CPUs\n",
-           cfg.chunk_bytes, cfg.credits, sysconf(_SC_NPROCESSORS_ONLN));
+    printf("# PS backend push+pull vs raw ZeroMQ echo of the same chunks, loopback, %s chunks, "
+           "%d credits/shard, %d I/O threads/shard, %ld CPUs\n",
+           cfg.chunk_bytes ? "fixed" : "default-size", cfg.credits, cfg.io_threads,
+           sysconf(_SC_NPROCESSORS_ONLN));
     printf("# GB/s = buffer bytes / call time, per worker; median over iterations\n");
-    printf("%6s %7s %6s %10s %9s %10s %9s %8s\n", "MiB", "workers", "shards", "ps_ms", "ps_GB/s",
-           "raw_ms", "raw_GB/s", "ps/raw");
+    printf("# ps/raw = ratio of the medians; paired = median of the per-iteration ratios\n");
+    printf("# each cell: median over rounds (fresh servers each); range = paired, all rounds\n");
+    printf("%6s %6s %7s %6s %10s %9s %10s %9s %8s %8s  %s\n", "MiB", "chunk", "workers", "shards",
+           "ps_ms", "ps_GB/s", "raw_ms", "raw_GB/s", "ps/raw", "paired", "range");
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        if (only_mib != 0 && sizes[i] != only_mib * MIB)
+            continue;
         int iters = base_iters[i] * cfg.iter_pct / 100;
         iters = iters < 1 ? 1 : iters > MAXIT ? MAXIT : iters;
+        int rounds = cfg.rounds > 0 ? cfg.rounds : base_rounds[i];
+        rounds = rounds < 1 ? 1 : rounds > MAXR ? MAXR : rounds;
         for (size_t s = 0; s < 2; s++) {
             for (size_t w = 0; w < 3; w++)
-                row(&cfg, sizes[i], iters, worlds[w], nshards_list[s]);
+                row(&cfg, sizes[i], iters, rounds, worlds[w], nshards_list[s]);
         }
     }
     return 0;

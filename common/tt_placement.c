@@ -127,12 +127,21 @@ static size_t assign(tt_placement_t *p, const tt_placement_t *prev) {
     return kept;
 }
 
+uint64_t tt_placement_auto_chunk_bytes(uint64_t total_elems) {
+    const uint64_t page = 4096;
+    if (total_elems >= TT_PLACE_CHUNKS_MIN * (TT_PLACE_CHUNK_BYTES_DEFAULT / 4))
+        return TT_PLACE_CHUNK_BYTES_DEFAULT;
+    uint64_t b = (total_elems * 4 + TT_PLACE_CHUNKS_MIN - 1) / TT_PLACE_CHUNKS_MIN;
+    b = (b + page - 1) / page * page;
+    return b < TT_PLACE_CHUNK_BYTES_MIN ? TT_PLACE_CHUNK_BYTES_MIN : b;
+}
+
 int tt_placement_compute(const tt_placement_t *prev, const char *const *ids, size_t nshards,
                          uint64_t total_elems, uint64_t chunk_bytes, tt_placement_t *out, char *err,
                          size_t errlen) {
     memset(out, 0, sizeof(*out));
     if (chunk_bytes == 0)
-        chunk_bytes = TT_PLACE_CHUNK_BYTES_DEFAULT;
+        chunk_bytes = tt_placement_auto_chunk_bytes(total_elems);
     int rc;
     TT_CHECK_GOTO(check_args(ids, nshards, total_elems, chunk_bytes, err, errlen), rc, fail);
     out->chunk_bytes = chunk_bytes;

@@ -25,6 +25,8 @@
 
 #define TT_PLACE_ID_MAX              128
 #define TT_PLACE_CHUNK_BYTES_DEFAULT ((uint64_t)4 << 20)
+#define TT_PLACE_CHUNK_BYTES_MIN     ((uint64_t)64 << 10) /* of an automatic size */
+#define TT_PLACE_CHUNKS_MIN          4u
 
 typedef struct tt_place_chunk {
     uint64_t offset; /* first element of the chunk in the flat space */
@@ -43,8 +45,18 @@ typedef struct tt_placement {
     uint64_t *shard_bytes;              /* bytes placed on each shard */
 } tt_placement_t;
 
+/* The chunk size of a job that asks for none: TT_PLACE_CHUNK_BYTES_DEFAULT,
+ * or, for a flat space of fewer than TT_PLACE_CHUNKS_MIN such chunks, the
+ * size that cuts it into that many (rounded up to 4 KiB, at least
+ * TT_PLACE_CHUNK_BYTES_MIN). Why: a model of one chunk lives on one shard
+ * however many there are, and its every step is one push and one result per
+ * rank with nothing to overlap; four chunks spread over up to four shards
+ * and pipeline under the PS backend's credits. A function of the size
+ * alone, so every worker and a restarted coordinator agree on it. */
+uint64_t tt_placement_auto_chunk_bytes(uint64_t total_elems);
+
 /* Computes the placement of `total_elems` float32 elements cut into chunks
- * of `chunk_bytes` (0: TT_PLACE_CHUNK_BYTES_DEFAULT) over the shards named
+ * of `chunk_bytes` (0: tt_placement_auto_chunk_bytes) over the shards named
  * by `ids` (any order, distinct, non-empty, shorter than TT_PLACE_ID_MAX).
  * `prev` (may be NULL) is the placement in force: when it has the same
  * chunking its assignments are kept where the balance allows and its version

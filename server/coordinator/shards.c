@@ -162,8 +162,12 @@ int tt_shards_declare(tt_shards_t *s, const char *job, const tt_tensor_decl_t *t
         SHSET_ERR(err, errlen, "a tensor table needs a job id and at least one tensor");
         return TT_EINVAL;
     }
-    if (chunk_bytes == 0)
-        chunk_bytes = TT_PLACE_CHUNK_BYTES_DEFAULT;
+    if (chunk_bytes == 0) {
+        uint64_t total = 0;
+        for (size_t i = 0; i < n; i++)
+            total += t[i].count;
+        chunk_bytes = tt_placement_auto_chunk_bytes(total);
+    }
     shards_job_t *j = find_job(s, job);
     if (j != NULL)
         return compare_table(j, t, n, chunk_bytes, err, errlen);

@@ -58,9 +58,39 @@ static void placement_single_element(void) {
     tt_placement_t p;
     CU_ASSERT_EQUAL_FATAL(tt_placement_compute(NULL, ids, 2, 1, 0, &p, NULL, 0), TT_OK);
     CU_ASSERT_EQUAL(p.nchunks, 1);
-    CU_ASSERT_EQUAL(p.chunk_bytes, TT_PLACE_CHUNK_BYTES_DEFAULT);
+    CU_ASSERT_EQUAL(p.chunk_bytes, TT_PLACE_CHUNK_BYTES_MIN);
     CU_ASSERT_EQUAL(p.chunks[0].count, 1);
     tt_placement_free(&p);
+}
+
+/* A job that names no chunk size gets 4 MiB chunks, or at least
+ * TT_PLACE_CHUNKS_MIN chunks of a smaller space: the reference MLP's 1.07 MB
+ * is cut in four, not left whole on one shard. */
+static void placement_auto_chunk_size(void) {
+    const uint64_t q = MIB / 4; /* elements in 1 MiB */
+    CU_ASSERT_EQUAL(tt_placement_auto_chunk_bytes(1), TT_PLACE_CHUNK_BYTES_MIN);
+    CU_ASSERT_EQUAL(tt_placement_auto_chunk_bytes(16 * 1024), TT_PLACE_CHUNK_BYTES_MIN);
+    CU_ASSERT_EQUAL(tt_placement_auto_chunk_bytes(q), 256 * 1024);
+    CU_ASSERT_EQUAL(tt_placement_auto_chunk_bytes(q + 1), 256 * 1024 + 4096);
+    CU_ASSERT_EQUAL(tt_placement_auto_chunk_bytes(16 * q - 1), TT_PLACE_CHUNK_BYTES_DEFAULT);
+    CU_ASSERT_EQUAL(tt_placement_auto_chunk_bytes(16 * q), TT_PLACE_CHUNK_BYTES_DEFAULT);
+    CU_ASSERT_EQUAL(tt_placement_auto_chunk_bytes(1000 * q), TT_PLACE_CHUNK_BYTES_DEFAULT);
+    /* 784-256-256-10: four chunks, two on each of two shards */
+    uint64_t mlp = 784 * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10;
+    const char *ids[] = {"a", "b"};
+    tt_placement_t p;
+    CU_ASSERT_EQUAL_FATAL(tt_placement_compute(NULL, ids, 2, mlp, 0, &p, NULL, 0), TT_OK);
+    CU_ASSERT_EQUAL(p.nchunks, TT_PLACE_CHUNKS_MIN);
+    CU_ASSERT_EQUAL(p.chunk_bytes % 4096, 0);
+    CU_ASSERT_EQUAL(p.shard_bytes[0] + p.shard_bytes[1], mlp * 4);
+    CU_ASSERT(p.shard_bytes[0] > 0 && p.shard_bytes[1] > 0);
+    tt_placement_free(&p);
+    for (uint64_t n = 1; n < 20 * q; n += q / 3 + 7) { /* never more than 4 small chunks */
+        uint64_t b = tt_placement_auto_chunk_bytes(n);
+        CU_ASSERT(b % 4 == 0);
+        CU_ASSERT(b >= TT_PLACE_CHUNK_BYTES_MIN && b <= TT_PLACE_CHUNK_BYTES_DEFAULT);
+        CU_ASSERT(b == TT_PLACE_CHUNK_BYTES_DEFAULT || (n * 4 + b - 1) / b <= TT_PLACE_CHUNKS_MIN);
+    }
 }
 
 static void placement_stable_when_nothing_changes(void) {
@@ -143,6 +173,7 @@ static const tt_cunit_test_t tests[] = {
     {"placement_chunks_tile_space", placement_chunks_tile_space},
     {"placement_balanced_by_bytes", placement_balanced_by_bytes},
     {"placement_single_element", placement_single_element},
+    {"placement_auto_chunk_size", placement_auto_chunk_size},
     {"placement_stable_when_nothing_changes", placement_stable_when_nothing_changes},
     {"placement_recomputed_on_shard_loss", placement_recomputed_on_shard_loss},
     {"placement_rebalances_on_shard_gain", placement_rebalances_on_shard_gain},
