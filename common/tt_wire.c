@@ -652,6 +652,20 @@ const char *tt_wire_body_name(int body_case) {
     return f ? f->name : "none";
 }
 
+/* A job's guard-rail memory: at most one time per allowed regroup and 32
+ * evictions per worker id (server/coordinator/rdzv.h). */
+static int check_history(const Tether__CoordJobRecord *j) {
+    if (j->n_regroup_unix_ms > 100000 || j->n_flaps > ((size_t)1 << 20))
+        return 0;
+    for (size_t k = 0; k < j->n_flaps; k++) {
+        const Tether__FlapRecord *f = j->flaps[k];
+        if (f == NULL || f->worker_id == NULL || f->worker_id[0] == '\0' ||
+            !str_ok(f->worker_id, TT_WIRE_MAX_ID) || f->n_evicted_unix_ms > 32)
+            return 0;
+    }
+    return 1;
+}
+
 static int check_state(const tt_coord_state_pb_t *st, char *err, size_t errlen) {
     if (st->version != TT_WIRE_VERSION) {
         WIRE_SET_ERR(err, errlen, "state file version %u, this build reads %u", st->version,
@@ -662,7 +676,8 @@ static int check_state(const tt_coord_state_pb_t *st, char *err, size_t errlen) 
         const Tether__CoordJobRecord *j = st->jobs[i];
         if (j == NULL || j->job_id == NULL || j->job_id[0] == '\0' ||
             !str_ok(j->job_id, TT_WIRE_MAX_ID) || !str_ok(j->failure, TT_WIRE_MAX_TEXT) ||
-            j->settings == NULL || j->n_members > 65536 || j->n_checkpoints > 65536) {
+            j->settings == NULL || j->n_members > 65536 || j->n_checkpoints > 65536 ||
+            !check_history(j)) {
             WIRE_SET_ERR(err, errlen, "state file job record %zu is malformed", i);
             return TT_ECORRUPT;
         }

@@ -1,5 +1,8 @@
-/* coord_state: maps every job's rendezvous record and checkpoint book
- * (requests, committed checkpoints) to the CoordState protobuf and back. The file itself is written
+/* coord_state: maps every job's rendezvous record, guard-rail memory
+ * (regroup and eviction times, stored as wall-clock times because the
+ * monotonic clock the rdzv runs on does not survive a reboot or a move to
+ * another machine) and checkpoint book (requests, committed checkpoints)
+ * to the CoordState protobuf and back. The file itself is written
  * by coord.c through tt_fs_write_atomic (tmp, fsync, rename) and decoded through tt_wire, the one
  * protobuf seam, which rejects a corrupt file with a clear message. */
 #include "coord_internal.h"
@@ -52,7 +55,64 @@ typedef struct job_pb {
     Tether__Member **ptrs;
     Tether__CheckpointRecord *ckpts;
     Tether__CheckpointRecord **ckpt_ptrs;
+    tt_rdzv_history_t hist;
+    uint64_t *regroups; /* Unix ms */
+    uint64_t *evicted;  /* Unix ms, TT_RDZV_FLAP_KEEP per flap */
+    Tether__FlapRecord *flaps;
+    Tether__FlapRecord **flap_ptrs;
 } job_pb_t;
+
+/* Both clocks read once per encode or load: ages convert between them. */
+typedef struct {
+    uint64_t mono, wall;
+} clocks_t;
+
+static uint64_t wall_of(const clocks_t *k, uint64_t age) {
+    return age < k->wall ? k->wall - age : 0;
+}
+
+/* The rdzv's memory of regroups and evictions, borrowed by the record. */
+static int history_to_pb(const coord_job_t *job, const clocks_t *k, job_pb_t *j) {
+    if (tt_rdzv_history_export(job->rdzv, k->mono, &j->hist) != TT_OK)
+        return TT_ENOMEM;
+    const tt_rdzv_history_t *h = &j->hist;
+    j->regroups = calloc(h->n_regroups + 1, sizeof(uint64_t));
+    j->evicted = calloc((size_t)h->n_flaps * TT_RDZV_FLAP_KEEP + 1, sizeof(uint64_t));
+    j->flaps = calloc(h->n_flaps + 1, sizeof(*j->flaps));
+    j->flap_ptrs = calloc(h->n_flaps + 1, sizeof(*j->flap_ptrs));
+    if (!j->regroups || !j->evicted || !j->flaps || !j->flap_ptrs)
+        return TT_ENOMEM;
+    for (uint32_t i = 0; i < h->n_regroups; i++)
+        j->regroups[i] = wall_of(k, h->regroup_age_ms[i]);
+    for (uint32_t i = 0; i < h->n_flaps; i++) {
+        uint64_t *at = j->evicted + (size_t)i * TT_RDZV_FLAP_KEEP;
+        for (uint32_t e = 0; e < h->flaps[i].n; e++)
+            at[e] = wall_of(k, h->flaps[i].age_ms[e]);
+        tether__flap_record__init(&j->flaps[i]);
+        j->flaps[i].worker_id = (char *)h->flaps[i].worker_id;
+        j->flaps[i].n_evicted_unix_ms = h->flaps[i].n;
+        j->flaps[i].evicted_unix_ms = at;
+        j->flap_ptrs[i] = &j->flaps[i];
+    }
+    j->pb.n_regroup_unix_ms = h->n_regroups;
+    j->pb.regroup_unix_ms = j->regroups;
+    j->pb.n_flaps = h->n_flaps;
+    j->pb.flaps = j->flap_ptrs;
+    return TT_OK;
+}
+
+static void job_pb_free(job_pb_t *j) {
+    tt_rdzv_record_free(&j->rec);
+    free(j->members);
+    free(j->ptrs);
+    free(j->ckpts);
+    free(j->ckpt_ptrs);
+    tt_rdzv_history_free(&j->hist);
+    free(j->regroups);
+    free(j->evicted);
+    free(j->flaps);
+    free(j->flap_ptrs);
+}
 
 /* The book's records, borrowed by the packed record. */
 static int book_to_pb(const tt_ckpt_book_t *b, job_pb_t *j) {
@@ -73,7 +133,7 @@ static int book_to_pb(const tt_ckpt_book_t *b, job_pb_t *j) {
     return TT_OK;
 }
 
-static int job_to_pb(const coord_job_t *job, job_pb_t *j) {
+static int job_to_pb(const coord_job_t *job, const clocks_t *k, job_pb_t *j) {
     if (tt_rdzv_export(job->rdzv, &j->rec) != TT_OK)
         return TT_ENOMEM;
     size_t n = j->rec.n_members;
@@ -102,7 +162,8 @@ static int job_to_pb(const coord_job_t *job, job_pb_t *j) {
     j->pb.last_committed_step = j->rec.last_committed_step;
     j->pb.state = j->rec.state;
     j->pb.failure = j->rec.failure_reason;
-    return book_to_pb(&job->ckpt, j);
+    int rc = history_to_pb(job, k, j);
+    return rc == TT_OK ? book_to_pb(&job->ckpt, j) : rc;
 }
 
 int coord_state_encode(tt_coord_t *c, uint8_t **buf, size_t *len) {
@@ -110,8 +171,9 @@ int coord_state_encode(tt_coord_t *c, uint8_t **buf, size_t *len) {
     job_pb_t *jobs = calloc(n + 1, sizeof(*jobs));
     Tether__CoordJobRecord **ptrs = calloc(n + 1, sizeof(*ptrs));
     int rc = (jobs && ptrs) ? TT_OK : TT_ENOMEM;
+    clocks_t k = {tt_clock_mono_ms(), tt_clock_wall_ms()};
     for (size_t i = 0; rc == TT_OK && i < n; i++) {
-        rc = job_to_pb(&c->jobs[i], &jobs[i]);
+        rc = job_to_pb(&c->jobs[i], &k, &jobs[i]);
         ptrs[i] = &jobs[i].pb;
     }
     if (rc == TT_OK) {
@@ -121,13 +183,8 @@ int coord_state_encode(tt_coord_t *c, uint8_t **buf, size_t *len) {
         st.jobs = ptrs;
         rc = tt_wire_state_encode(&st, buf, len);
     }
-    for (size_t i = 0; jobs != NULL && i < n; i++) {
-        tt_rdzv_record_free(&jobs[i].rec);
-        free(jobs[i].members);
-        free(jobs[i].ptrs);
-        free(jobs[i].ckpts);
-        free(jobs[i].ckpt_ptrs);
-    }
+    for (size_t i = 0; jobs != NULL && i < n; i++)
+        job_pb_free(&jobs[i]);
     free(jobs);
     free(ptrs);
     return rc;
@@ -180,8 +237,37 @@ static int book_from_pb(const Tether__CoordJobRecord *p, tt_ckpt_book_t *b, uint
     return rc;
 }
 
+/* Ages as of the load; a time in the future (the wall clock went back)
+ * counts as now: remembered longer, never shorter. */
+static uint64_t age_of(const clocks_t *k, uint64_t unix_ms) {
+    return unix_ms < k->wall ? k->wall - unix_ms : 0;
+}
+
+static int history_from_pb(const Tether__CoordJobRecord *p, const clocks_t *k, tt_rdzv_t *r) {
+    tt_rdzv_history_t h = {0};
+    h.regroup_age_ms = calloc(p->n_regroup_unix_ms + 1, sizeof(uint64_t));
+    h.flaps = calloc(p->n_flaps + 1, sizeof(*h.flaps));
+    if (h.regroup_age_ms == NULL || h.flaps == NULL) {
+        tt_rdzv_history_free(&h);
+        return TT_ENOMEM;
+    }
+    for (size_t i = 0; i < p->n_regroup_unix_ms; i++)
+        h.regroup_age_ms[h.n_regroups++] = age_of(k, p->regroup_unix_ms[i]);
+    for (size_t i = 0; i < p->n_flaps; i++) {
+        const Tether__FlapRecord *f = p->flaps[i];
+        tt_rdzv_flap_saved_t *d = &h.flaps[h.n_flaps++];
+        snprintf(d->worker_id, sizeof(d->worker_id), "%s", f->worker_id);
+        for (size_t e = 0; e < f->n_evicted_unix_ms && e < TT_RDZV_FLAP_KEEP; e++)
+            d->age_ms[d->n++] = age_of(k, f->evicted_unix_ms[e]);
+    }
+    tt_rdzv_history_import(r, &h, k->mono);
+    tt_rdzv_history_free(&h);
+    return TT_OK;
+}
+
 static int restore_jobs(tt_coord_t *c, const tt_coord_state_pb_t *st, uint64_t now, char *err,
                         size_t errlen) {
+    clocks_t k = {now, tt_clock_wall_ms()};
     for (size_t i = 0; i < st->n_jobs; i++) {
         tt_rdzv_record_t rec;
         tt_rdzv_t *r = NULL;
@@ -192,6 +278,8 @@ static int restore_jobs(tt_coord_t *c, const tt_coord_state_pb_t *st, uint64_t n
             rc = coord_add_job(c, &r);
         if (rc == TT_OK)
             rc = book_from_pb(st->jobs[i], &c->jobs[c->njobs - 1].ckpt, now, err, errlen);
+        if (rc == TT_OK) /* after coord_add_job: setting the guard forgets regroups */
+            rc = history_from_pb(st->jobs[i], &k, c->jobs[c->njobs - 1].rdzv);
         tt_rdzv_record_free(&rec);
         tt_rdzv_destroy(&r);
         if (rc != TT_OK)

@@ -367,6 +367,40 @@ const tt_rdzv_guard_t *tt_rdzv_guard(const tt_rdzv_t *r);
  * max_regroups_per_hour is 0: nothing is counted then). */
 uint32_t tt_rdzv_regroups_last_hour(const tt_rdzv_t *r, uint64_t now_ms);
 
+/* The guard rails' memory for the state file, so that a restarted
+ * coordinator keeps counting a flapping job's regroups and evictions
+ * instead of starting both windows empty. Times are ages (now_ms minus the
+ * event) because the caller's clock does not survive a restart (nor a
+ * reboot, nor a move to another machine); the daemon stores wall-clock
+ * times. Only events within the last hour are exported. */
+#define TT_RDZV_FLAP_KEEP 32 /* evictions kept per worker id */
+typedef struct {
+    char worker_id[TT_RDZV_ID_MAX];
+    uint32_t n;
+    uint64_t age_ms[TT_RDZV_FLAP_KEEP]; /* oldest first */
+} tt_rdzv_flap_saved_t;
+
+typedef struct {
+    uint32_t n_regroups;
+    uint64_t *regroup_age_ms; /* oldest first */
+    uint32_t n_flaps;
+    tt_rdzv_flap_saved_t *flaps;
+} tt_rdzv_history_t;
+
+/* Fills *out (owned arrays; free with tt_rdzv_history_free). TT_OK or
+ * TT_ENOMEM (*out empty). */
+int tt_rdzv_history_export(const tt_rdzv_t *r, uint64_t now_ms, tt_rdzv_history_t *out);
+
+/* Adds a saved memory to r's, as of now_ms; call it after tt_rdzv_set_guard
+ * (which forgets regroups). Ages of an hour or more are dropped; of the
+ * regroups only the newest max_regroups_per_hour are kept. An age larger
+ * than now_ms (a clock younger than an hour, e.g. after a reboot) counts
+ * as at time 0: remembered a little longer, never shorter. Entries that do
+ * not fit in memory only shorten a cool-down, as in tt_rdzv_flap_note. */
+void tt_rdzv_history_import(tt_rdzv_t *r, const tt_rdzv_history_t *h, uint64_t now_ms);
+
+void tt_rdzv_history_free(tt_rdzv_history_t *h);
+
 /* Accessors; borrowed strings live as long as the rdzv. */
 const char *tt_rdzv_job_id(const tt_rdzv_t *r);
 tt_rdzv_state_t tt_rdzv_state(const tt_rdzv_t *r);
@@ -408,9 +442,9 @@ typedef struct {
 
 /* Fills *out with the durable part of the state: members of the running
  * generation (none in WAITING, FAILED or FINISHED). Participants, the wait
- * list, suspicions, a pending regroup and the guard rails' history (regroup and
- * eviction times) are not kept: after a restore those workers get TT_EFENCED
- * and re-join, and both windows start empty. Persist the record whenever a
+ * list, suspicions and a pending regroup are not kept: after a restore those
+ * workers get TT_EFENCED and re-join. The guard rails' history travels
+ * separately (tt_rdzv_history_export). Persist the record whenever a
  * GENERATION_FORMED event is popped, before sending its replies, so a restored
  * coordinator never hands out a generation number twice. Returns TT_OK or
  * TT_ENOMEM; free with tt_rdzv_record_free(). */

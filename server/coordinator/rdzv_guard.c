@@ -5,9 +5,10 @@
  * evictions, from which the exponential cool-down before its next join is
  * computed. Eviction records outlive the worker's node (a flapping worker
  * is evicted, then comes back as a new node) and are dropped once older
- * than an hour. It decides nothing else: rdzv_group.c asks before forming
- * a generation, rdzv.c before admitting a join, and the eviction path
- * records. Pure: time is the caller's now_ms. */
+ * than an hour. Both memories go to the coordinator's state file as ages
+ * (tt_rdzv_history_*), so a restart does not reset them. It decides nothing else: rdzv_group.c asks
+ * before forming a generation, rdzv.c before admitting a join, and the eviction path records. Pure:
+ * time is the caller's now_ms. */
 #include "rdzv_internal.h"
 
 #include "tt_log.h"
@@ -190,6 +191,14 @@ static tt_rdzv_flap_t *flap_add(tt_rdzv_flaps_t *f, const char *id, uint64_t now
     return e;
 }
 
+static void flap_push(tt_rdzv_flap_t *e, uint64_t t) {
+    if (e->n == TT_RDZV_FLAP_KEEP) {
+        memmove(e->at, e->at + 1, (TT_RDZV_FLAP_KEEP - 1) * sizeof(e->at[0]));
+        e->n--;
+    }
+    e->at[e->n++] = t;
+}
+
 void tt_rdzv_flap_note(tt_rdzv_t *r, const char *id, uint64_t now_ms) {
     tt_rdzv_flap_t *e = flap_find(&r->flaps, id);
     if (e == NULL && (e = flap_add(&r->flaps, id, now_ms)) == NULL) {
@@ -198,11 +207,7 @@ void tt_rdzv_flap_note(tt_rdzv_t *r, const char *id, uint64_t now_ms) {
                 id);
         return;
     }
-    if (e->n == TT_RDZV_FLAP_KEEP) {
-        memmove(e->at, e->at + 1, (TT_RDZV_FLAP_KEEP - 1) * sizeof(e->at[0]));
-        e->n--;
-    }
-    e->at[e->n++] = now_ms;
+    flap_push(e, now_ms);
 }
 
 /* Cool-down after k >= 2 evictions: base * 2^(k-2), capped (rdzv.h says
@@ -247,4 +252,89 @@ void tt_rdzv_guard_free(tt_rdzv_t *r) {
     free(r->regroup_at);
     r->regroup_at = NULL;
     r->regroup_n = r->regroup_head = 0;
+}
+
+/* ---- the memory in the state file ---- */
+
+static int export_regroups(const tt_rdzv_t *r, uint64_t now_ms, tt_rdzv_history_t *h) {
+    uint32_t cap = r->guard.max_regroups_per_hour;
+    h->regroup_age_ms = calloc(r->regroup_n + 1, sizeof(uint64_t));
+    if (h->regroup_age_ms == NULL)
+        return TT_ENOMEM;
+    for (uint32_t i = 0; i < r->regroup_n; i++) {
+        uint64_t t = r->regroup_at[(r->regroup_head + i) % cap];
+        if (within_hour(t, now_ms))
+            h->regroup_age_ms[h->n_regroups++] = now_ms > t ? now_ms - t : 0;
+    }
+    return TT_OK;
+}
+
+static void export_flap(const tt_rdzv_flap_t *e, uint64_t now_ms, tt_rdzv_flap_saved_t *d) {
+    memset(d, 0, sizeof(*d));
+    memcpy(d->worker_id, e->worker_id, sizeof(d->worker_id));
+    for (uint32_t i = 0; i < e->n; i++) {
+        if (within_hour(e->at[i], now_ms))
+            d->age_ms[d->n++] = now_ms > e->at[i] ? now_ms - e->at[i] : 0;
+    }
+}
+
+int tt_rdzv_history_export(const tt_rdzv_t *r, uint64_t now_ms, tt_rdzv_history_t *out) {
+    memset(out, 0, sizeof(*out));
+    const tt_rdzv_flaps_t *f = &r->flaps;
+    int rc = export_regroups(r, now_ms, out);
+    if (rc == TT_OK && (out->flaps = calloc(f->count + 1, sizeof(*out->flaps))) == NULL)
+        rc = TT_ENOMEM;
+    for (uint32_t i = 0; rc == TT_OK && f->buckets != NULL && i < f->nbuckets; i++) {
+        for (const tt_rdzv_flap_t *e = f->buckets[i]; e; e = e->chain) {
+            export_flap(e, now_ms, &out->flaps[out->n_flaps]);
+            out->n_flaps += out->flaps[out->n_flaps].n > 0;
+        }
+    }
+    if (rc != TT_OK)
+        tt_rdzv_history_free(out);
+    return rc;
+}
+
+/* The event `age` ms before now_ms on the caller's clock, or 0 when that
+ * clock is younger (rdzv.h). */
+static uint64_t at_age(uint64_t age, uint64_t now_ms) {
+    return age < now_ms ? now_ms - age : 0;
+}
+
+/* Appends to the ring, oldest first; a full ring drops its oldest. */
+static void import_regroup(tt_rdzv_t *r, uint64_t t) {
+    uint32_t cap = r->guard.max_regroups_per_hour;
+    if (r->regroup_n == cap) {
+        r->regroup_at[r->regroup_head] = t;
+        r->regroup_head = (r->regroup_head + 1) % cap;
+    } else {
+        r->regroup_at[(r->regroup_head + r->regroup_n++) % cap] = t;
+    }
+}
+
+void tt_rdzv_history_import(tt_rdzv_t *r, const tt_rdzv_history_t *h, uint64_t now_ms) {
+    for (uint32_t i = 0; r->regroup_at != NULL && i < h->n_regroups; i++) {
+        if (h->regroup_age_ms[i] < TT_RDZV_HOUR_MS)
+            import_regroup(r, at_age(h->regroup_age_ms[i], now_ms));
+    }
+    for (uint32_t i = 0; i < h->n_flaps; i++) {
+        const tt_rdzv_flap_saved_t *s = &h->flaps[i];
+        tt_rdzv_flap_t *e = NULL;
+        for (uint32_t k = 0; k < s->n && k < TT_RDZV_FLAP_KEEP; k++) {
+            if (s->age_ms[k] >= TT_RDZV_HOUR_MS)
+                continue;
+            if (e == NULL && (e = flap_find(&r->flaps, s->worker_id)) == NULL &&
+                (e = flap_add(&r->flaps, s->worker_id, now_ms)) == NULL)
+                break; /* only a shorter cool-down */
+            flap_push(e, at_age(s->age_ms[k], now_ms));
+        }
+    }
+}
+
+void tt_rdzv_history_free(tt_rdzv_history_t *h) {
+    if (h == NULL)
+        return;
+    free(h->regroup_age_ms);
+    free(h->flaps);
+    memset(h, 0, sizeof(*h));
 }

@@ -52,7 +52,6 @@ typedef struct {
 /* Evictions of one worker id, kept after its node is gone (rdzv_guard.c):
  * the newest TT_RDZV_FLAP_KEEP times, oldest first. More are never needed:
  * with k >= 32 the cool-down (base * 2^(k-2)) is past any cap. */
-#define TT_RDZV_FLAP_KEEP 32
 typedef struct tt_rdzv_flap {
     struct tt_rdzv_flap *chain;
     uint32_t hash;

@@ -39,7 +39,7 @@ import re
 import signal
 import time
 
-from tt_harness import binary, free_port, parse_kv, read_params, rel_diff, run_tests
+from tt_harness import binary, free_port, parse_kv, read_params, rel_diff, run_tests, wait_for
 
 DATA = os.environ.get("TETHER_FMNIST", "/usr/share/datasets/fashion-mnist")
 STEPS_PER_EPOCH = 20
@@ -301,15 +301,15 @@ def test_finished_job_refuses_late_worker(h):
     assert "finished: w" in text, text[-3000:]
 
 
-def test_flapping_worker_guard_rails(h):
-    """Worker "wb" is replaced by a new process again and again (each join
-    evicts the previous incarnation): after its first eviction it comes
-    back at once, after the second it waits out a 1 s cool-down, after the
-    third a 2 s one, and that admission, the fifth regroup within the hour,
-    fails the job (max_regroups_per_hour 4)."""
-    # The job's own guard rails (JobSettings) over a coordinator whose
-    # flags would allow 60 regroups an hour and no cool-down.
-    coord = h.coordinator(extra=("--max-regroups-per-hour", "60", "--flap-cooldown-ms", "0"))
+# The job's own guard rails (JobSettings) over a coordinator whose flags
+# would allow 60 regroups an hour and no cool-down.
+FLAP_COORD_FLAGS = ("--max-regroups-per-hour", "60", "--flap-cooldown-ms", "0")
+FLAP_BOUND = "5 regroups within the last hour exceed max_regroups_per_hour 4"
+
+
+def flapper(h, coord):
+    """start(name, worker_id) -> (tt_testclient process, start time) in job
+    "flap": at most 4 regroups an hour, 1 s cool-down doubling."""
     env = {"TETHER_COORDINATOR": coord.endpoint, "TETHER_JOB": "flap",
            "TETHER_JOB_MAX_REGROUPS_PER_HOUR": "4", "TETHER_JOB_FLAP_COOLDOWN_MS": "1000",
            "TETHER_MIN_WORKERS": "1", "TETHER_MAX_WORKERS": "2", "TETHER_HEARTBEAT_MS": "100",
@@ -318,7 +318,17 @@ def test_flapping_worker_guard_rails(h):
 
     def start(name, wid):
         return h.spawn(name, client, env=dict(env, TETHER_WORKER_ID=wid)), time.monotonic()
+    return start
 
+
+def test_flapping_worker_guard_rails(h):
+    """Worker "wb" is replaced by a new process again and again (each join
+    evicts the previous incarnation): after its first eviction it comes
+    back at once, after the second it waits out a 1 s cool-down, after the
+    third a 2 s one, and that admission, the fifth regroup within the hour,
+    fails the job (max_regroups_per_hour 4)."""
+    coord = h.coordinator(extra=FLAP_COORD_FLAGS)
+    start = flapper(h, coord)
     a, _ = start("a", "wa")
     a.wait_line(lambda l: l.startswith("JOINED"), 10, "a joined")
     waits = []
@@ -332,7 +342,7 @@ def test_flapping_worker_guard_rails(h):
     waits.append(time.monotonic() - t0)
     print("  join waits: " + ", ".join(f"{w:.2f} s" for w in waits))
     assert "EJOBFAILED" in err, err
-    bound = "5 regroups within the last hour exceed max_regroups_per_hour 4"
+    bound = FLAP_BOUND
     assert bound in err, err
     assert max(waits[:3]) < 1.0, waits  # no eviction yet, then one: no cool-down
     assert 0.8 <= waits[3] < 5, waits  # 1 s after b2's eviction (the second)
@@ -347,10 +357,42 @@ def test_flapping_worker_guard_rails(h):
     assert "flap cool-down of 1000 ms" in text and "flap cool-down of 2000 ms" in text, text[-3000:]
 
 
+def test_guard_rails_survive_coordinator_restart(h):
+    """The same flapping with the coordinator killed (-9) after the fourth
+    regroup and restarted on its state directory: the new instance still
+    counts four regroups and three evictions of "wb" within the hour, so
+    the next replacement waits out the 2 s cool-down and its admission
+    fails the job. A coordinator that forgot them would admit it at once
+    and the job would run on."""
+    coord = h.coordinator(extra=FLAP_COORD_FLAGS)
+    start = flapper(h, coord)
+    a, _ = start("a", "wa")
+    a.wait_line(lambda l: l.startswith("JOINED"), 10, "a joined")
+    for i in range(1, 5):
+        b, _ = start(f"b{i}", "wb")
+        b.wait_line(lambda l: l.startswith("JOINED"), 15, f"b{i} joined")
+    coord.kill9()
+    killed = time.monotonic()
+    coord2 = h.coordinator(port=coord.port, name="coord2", extra=FLAP_COORD_FLAGS)
+    wait_for(lambda: all(m["heartbeat_age_ms"] < 500 for m in
+                         h.ctl_json(coord2.endpoint, "members", "flap")["members"]),
+             10, "both members heard by the restarted coordinator")
+    b5, t0 = start("b5", "wb")
+    err = b5.wait_line(lambda l: l.startswith("ERROR"), 15, "b5 refused")
+    print(f"  b5 started {t0 - killed:.2f} s after the kill, refused after "
+          f"{time.monotonic() - t0:.2f} s")
+    assert "EJOBFAILED" in err and FLAP_BOUND in err, err
+    assert a.wait(10) == 1
+    text = "\n".join(coord2.lines("log"))
+    assert "evicted 3 times within the last hour" in text, text[-3000:]
+    st = job_status(h, coord2, "flap")
+    assert st["state"] == "failed" and FLAP_BOUND in st["failure"], st
+
+
 if __name__ == "__main__":
     if not have_data():
         print(f"SKIPPED: no Fashion-MNIST at {DATA} (install dataset-fashion-mnist)")
         raise SystemExit(77)
     run_tests([test_kill_random_worker, test_kill_and_restart, test_sigstop_fenced_and_rejoins,
                test_below_min_workers, test_finished_job_refuses_late_worker,
-               test_flapping_worker_guard_rails])
+               test_flapping_worker_guard_rails, test_guard_rails_survive_coordinator_restart])

@@ -231,6 +231,67 @@ static void rdzv_flap_records_swept_after_an_hour(void) {
 /* A job's own guard rails replace the coordinator's field by field; 0
  * keeps the coordinator's; the cap follows a longer job cool-down. The
  * settings compare like any other: a joiner asking other rails conflicts. */
+/* A coordinator restart keeps both memories: the regroups and evictions
+ * of one rdzv, exported as ages at one clock's now, counted by another
+ * rdzv on a clock that started elsewhere. */
+static void rdzv_guard_history_survives_restore(void) {
+    tt_rdzv_t *r1 = solo(3, 1000, 300000);
+    CU_ASSERT_EQUAL(flap(r1, 1, 1000, 0), TT_OK); /* regroup 1, eviction 1 */
+    CU_ASSERT_EQUAL(tt_rdzv_leave(r1, "a", 2, 2000), TT_OK);
+    CU_ASSERT_EQUAL(join_step(r1, "a", 3, 5, 3000), TT_OK);  /* after 1000 ms: regroup 2 */
+    CU_ASSERT_EQUAL(tt_rdzv_leave(r1, "a", 3, 4000), TT_OK); /* eviction 3: 2000 ms */
+    tt_rdzv_history_t h;
+    CU_ASSERT_EQUAL_FATAL(tt_rdzv_history_export(r1, 4100, &h), TT_OK);
+    CU_ASSERT_EQUAL(h.n_regroups, 2);
+    CU_ASSERT_EQUAL(h.regroup_age_ms[0], 3100);
+    CU_ASSERT_EQUAL(h.regroup_age_ms[1], 1100);
+    CU_ASSERT_EQUAL_FATAL(h.n_flaps, 1);
+    CU_ASSERT_STRING_EQUAL(h.flaps[0].worker_id, "a");
+    CU_ASSERT_EQUAL(h.flaps[0].n, 3);
+    CU_ASSERT_EQUAL(h.flaps[0].age_ms[2], 100);
+    tt_rdzv_destroy(&r1);
+
+    tt_rdzv_t *r2 = solo(3, 1000, 300000); /* "a" is a member again */
+    uint64_t now = 50 * HOUR;
+    tt_rdzv_history_import(r2, &h, now);
+    tt_rdzv_history_free(&h);
+    CU_ASSERT_EQUAL(tt_rdzv_regroups_last_hour(r2, now), 2);
+    expect_cooling(r2, 10, now + 1, 3, 2000, 1899);
+    CU_ASSERT_EQUAL(join_step(r2, "a", 10, 5, now + 1900), TT_OK); /* regroup 3 */
+    CU_ASSERT_EQUAL(tt_rdzv_state(r2), TT_RDZV_RUNNING);
+    drain_count(r2);
+    /* five evictions now (the replacement counts): 8000 ms of cool-down */
+    CU_ASSERT_EQUAL(flap(r2, 10, now + 400000, 8000), TT_OK); /* regroup 4: over the bound */
+    CU_ASSERT_EQUAL(tt_rdzv_state(r2), TT_RDZV_FAILED);
+    tt_rdzv_destroy(&r2);
+}
+
+/* What the import keeps: the last hour, the newest regroups the bound can
+ * count, and an event older than the new clock at that clock's zero. */
+static void rdzv_guard_history_import_edges(void) {
+    uint64_t ages[] = {HOUR + 5, HOUR, HOUR - 1, 5000, 4000, 3000, 2000};
+    tt_rdzv_flap_saved_t f = {.worker_id = "b", .n = 2, .age_ms = {HOUR, 1000}};
+    tt_rdzv_history_t h = {.n_regroups = 7, .regroup_age_ms = ages, .n_flaps = 1, .flaps = &f};
+    tt_rdzv_t *r = solo(3, 1000, 300000);
+    tt_rdzv_history_import(r, &h, 10 * HOUR);
+    CU_ASSERT_EQUAL(tt_rdzv_regroups_last_hour(r, 10 * HOUR), 3); /* 4000, 3000, 2000 */
+    tt_rdzv_history_t back;
+    CU_ASSERT_EQUAL_FATAL(tt_rdzv_history_export(r, 10 * HOUR, &back), TT_OK);
+    CU_ASSERT_EQUAL(back.n_regroups, 3);
+    CU_ASSERT_EQUAL(back.regroup_age_ms[0], 4000);
+    CU_ASSERT_EQUAL_FATAL(back.n_flaps, 1);
+    CU_ASSERT_EQUAL(back.flaps[0].n, 1); /* the hour-old eviction was dropped */
+    tt_rdzv_history_free(&back);
+    tt_rdzv_destroy(&r);
+
+    /* A clock 500 ms old: ages up to an hour land at its zero. */
+    r = solo(100, 1000, 300000);
+    tt_rdzv_history_import(r, &h, 500);
+    CU_ASSERT_EQUAL(tt_rdzv_regroups_last_hour(r, 500), 5);
+    CU_ASSERT_EQUAL(tt_rdzv_regroups_last_hour(r, HOUR), 0);
+    tt_rdzv_destroy(&r);
+}
+
 static void rdzv_guard_job_settings_override(void) {
     tt_rdzv_guard_t d = tt_rdzv_guard_default();
     tt_rdzv_settings_t s = tt_rdzv_settings_default();
@@ -261,6 +322,8 @@ static void rdzv_guard_job_settings_override(void) {
 
 static const tt_cunit_test_t tests[] = {
     {"rdzv_guard_job_settings_override", rdzv_guard_job_settings_override},
+    {"rdzv_guard_history_survives_restore", rdzv_guard_history_survives_restore},
+    {"rdzv_guard_history_import_edges", rdzv_guard_history_import_edges},
     {"rdzv_guard_defaults_and_validation", rdzv_guard_defaults_and_validation},
     {"rdzv_regroups_per_hour_bound_fails_job", rdzv_regroups_per_hour_bound_fails_job},
     {"rdzv_regroups_older_than_an_hour_do_not_count",

@@ -209,6 +209,16 @@ static void wire_state_round_trip_and_corrupt(void) {
     rec.checkpoint_served = 1;
     rec.n_checkpoints = 1;
     rec.checkpoints = cs;
+    uint64_t regroups[2] = {1000, 2000}, evicted[2] = {1500, 2500};
+    Tether__FlapRecord f = TETHER__FLAP_RECORD__INIT;
+    f.worker_id = "w1";
+    f.n_evicted_unix_ms = 2;
+    f.evicted_unix_ms = evicted;
+    Tether__FlapRecord *fs[1] = {&f};
+    rec.n_regroup_unix_ms = 2;
+    rec.regroup_unix_ms = regroups;
+    rec.n_flaps = 1;
+    rec.flaps = fs;
     Tether__CoordJobRecord *recs[1] = {&rec};
     Tether__CoordState st = TETHER__COORD_STATE__INIT;
     st.version = TT_WIRE_VERSION;
@@ -224,6 +234,11 @@ static void wire_state_round_trip_and_corrupt(void) {
     CU_ASSERT_EQUAL(out->jobs[0]->generation, 7);
     CU_ASSERT_EQUAL(out->jobs[0]->checkpoint_requested, 2);
     CU_ASSERT_STRING_EQUAL(out->jobs[0]->checkpoints[0]->dir, "/ckpt/step-10");
+    CU_ASSERT_EQUAL(out->jobs[0]->n_regroup_unix_ms, 2);
+    CU_ASSERT_EQUAL(out->jobs[0]->regroup_unix_ms[1], 2000);
+    CU_ASSERT_EQUAL_FATAL(out->jobs[0]->n_flaps, 1);
+    CU_ASSERT_STRING_EQUAL(out->jobs[0]->flaps[0]->worker_id, "w1");
+    CU_ASSERT_EQUAL(out->jobs[0]->flaps[0]->evicted_unix_ms[0], 1500);
     tt_wire_state_free(&out);
     CU_ASSERT(tt_wire_state_decode(buf, len / 2, &out, err, sizeof(err)) < 0);
     CU_ASSERT_PTR_NULL(out);
@@ -234,6 +249,11 @@ static void wire_state_round_trip_and_corrupt(void) {
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "checkpoint 0 is malformed"));
     free(buf);
     c.checkpoint_id = "step-10";
+    f.worker_id = ""; /* an eviction record of nobody */
+    CU_ASSERT_EQUAL_FATAL(tt_wire_state_encode(&st, &buf, &len), TT_OK);
+    CU_ASSERT_EQUAL(tt_wire_state_decode(buf, len, &out, err, sizeof(err)), TT_ECORRUPT);
+    free(buf);
+    f.worker_id = "w1";
     rec.settings = NULL;
     CU_ASSERT_EQUAL_FATAL(tt_wire_state_encode(&st, &buf, &len), TT_OK);
     CU_ASSERT_EQUAL(tt_wire_state_decode(buf, len, &out, err, sizeof(err)), TT_ECORRUPT);
