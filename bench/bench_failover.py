@@ -2,11 +2,13 @@
 """bench_failover: how long a tether-train job stalls when a worker is
 killed with SIGKILL, split into its phases, from the processes' own logs.
 
-Each repetition starts a 4-worker job through tether-launch (ring backend,
-no restart, --min-workers 3), kills worker 1 after a few steps and reads:
+Each repetition starts a 4-worker job through tether-launch (no restart,
+--min-workers 3), once on the ring backend and once on the PS backend with
+2 shards, kills worker 1 after a few steps and reads:
 
   detection  kill -> the first survivor's collective reports the peer gone
-             (ring socket monitor; the ring's WARN line)
+             (a ring socket monitor: the ring's own, or the PS backend's
+             plain ring while its call waits on the shards; the WARN line)
   regroup    detection -> the last survivor acknowledged the new generation
              (coordinator confirms, generation formed, workers told)
   agreement  state agreement in the new generation (ring rebuild, the
@@ -87,10 +89,10 @@ def pid_of(path, index):
     raise RuntimeError("no worker pid")
 
 
-def one_kill(build, tmp, rep):
-    path = os.path.join(tmp, f"kill-{rep}.log")
+def one_kill(build, tmp, rep, backend, shards):
+    path = os.path.join(tmp, f"kill-{backend}-{rep}.log")
     with open(path, "w") as log:
-        p = launch(build, "ring", 0, log)
+        p = launch(build, backend, shards, log)
         wait_step(path, 20)
         victim = pid_of(path, 1)
         os.kill(victim, signal.SIGKILL)
@@ -98,8 +100,8 @@ def one_kill(build, tmp, rep):
         p.wait(120)
     with open(path, errors="replace") as f:
         lines = f.read().splitlines()
-    detect = [stamp(l) for l in lines if "tt_ring.c" in l and ("disconnected" in l or
-                                                              "timed out" in l)]
+    detect = [stamp(l) for l in lines if ("tt_ring.c" in l or "tt_ps.c" in l) and
+              ("disconnected" in l or "timed out" in l or "ended while" in l)]
     acked = [stamp(l) for l in lines if "resumes at step" in l]
     firsts = [stamp(l) for l in lines if "first step after the regroup" in l]
     agree = [float(m.group(1)) for l in lines
@@ -133,13 +135,15 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="bench-failover-")
-    rows = [one_kill(a.build, tmp, r) for r in range(a.repeat)]
     keys = ["detection", "regroup", "agreement", "redo", "total"]
-    print(f"kill -9 of 1 of 4 workers, ring backend, 784-256-256-10, batch 256 "
-          f"(median of {a.repeat}; ms)\n")
-    print("| " + " | ".join(keys) + " |")
-    print("|" + "---:|" * len(keys))
-    print("| " + " | ".join(f"{statistics.median(r[k] for r in rows):.0f}" for k in keys) + " |")
+    print(f"kill -9 of 1 of 4 workers, 784-256-256-10, batch 256 (median of {a.repeat}; ms)\n")
+    print("| backend | " + " | ".join(keys) + " |")
+    print("|---|" + "---:|" * len(keys))
+    for backend, shards in (("ring", 0), ("ps", 2)):
+        rows = [one_kill(a.build, tmp, r, backend, shards) for r in range(a.repeat)]
+        label = backend if shards == 0 else f"{backend} ({shards} shards)"
+        print(f"| {label} | " +
+              " | ".join(f"{statistics.median(r[k] for r in rows):.0f}" for k in keys) + " |")
     print("\nsteps/s, 4 workers, fault-free runs\n")
     print("| ring | ps (2 shards) |\n|---:|---:|")
     print(f"| {rate(a.build, tmp, 'ring', 0):.1f} | {rate(a.build, tmp, 'ps', 2):.1f} |")

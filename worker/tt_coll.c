@@ -168,6 +168,15 @@ static int ps_fetch(const tt_coll_cfg_t *cfg, tt_ps_layout_t *lay, char *err, si
     return rc;
 }
 
+/* A dead rank's pushes never come, so the shards never complete its
+ * round: the plain ring's neighbours see its connections close and end
+ * the step at once (the others learn of it from the next generation). */
+static int ps_peer_gone(void *ctx) {
+    ps_inst_t *pi = ctx;
+    ring_inst_t *ri = pi->ring;
+    return ri != NULL ? tt_ring_neighbour_gone(ri->ring) : -1;
+}
+
 static int ps_open_shards(ps_inst_t *pi, const tt_coll_cfg_t *cfg, char *err, size_t errlen) {
     tt_ps_layout_t lay;
     memset(&lay, 0, sizeof(lay));
@@ -185,7 +194,9 @@ static int ps_open_shards(ps_inst_t *pi, const tt_coll_cfg_t *cfg, char *err, si
                       /* Rank-order sums: a shard restarted mid-step can then be
                        * refilled by the ranks ahead with the very bits they
                        * applied (tt_ps_recover.c), and replicas stay identical. */
-                      .deterministic = 1};
+                      .deterministic = 1,
+                      .peer_gone = ps_peer_gone,
+                      .peer_ctx = pi};
     rc = tt_ps_create(&pi->ps, &o, err, errlen);
     tt_ps_layout_free(&lay);
     return rc;

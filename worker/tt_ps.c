@@ -28,8 +28,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define ZC_MIN_BYTES ((size_t)32 << 10) /* below this a copy is cheaper */
-#define LINK_EVENTS  (ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED)
+#define ZC_MIN_BYTES  ((size_t)32 << 10) /* below this a copy is cheaper */
+#define LINK_EVENTS   (ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED)
+#define PEER_CHECK_MS 20 /* how often a waiting call asks peer_gone */
 
 /* ZeroMQ runs zero-copy free callbacks on its I/O thread after a hand-off
  * TSan cannot see (tests/sanitizers/tsan.supp): the counter's address is
@@ -432,6 +433,8 @@ static int wait_replies(tt_ps_t *p, ps_op_t *op, uint64_t deadline, int blocked)
     long tmo = deadline > now ? (long)(deadline - now) : 0;
     if (blocked && tmo > 1)
         tmo = 1;
+    if (p->o.peer_gone != NULL && tmo > PEER_CHECK_MS)
+        tmo = PEER_CHECK_MS;
     if (zmq_poll(items, (int)(2 * n + 1), tmo) < 0 && errno != EINTR) {
         PS_ERR(p, "zmq_poll: %s", zmq_strerror(errno));
         return TT_ESYS;
@@ -479,6 +482,16 @@ static int run_op(tt_ps_t *p, ps_op_t *op) {
             PS_ERR(p, "generation %" PRIu64 " ended while rank %d waited for %zu of %zu item(s)",
                    p->o.generation, p->o.rank, op->remaining, op->nitems);
             rc = TT_EMEMBERSHIP;
+            break;
+        }
+        int gone = p->o.peer_gone != NULL ? p->o.peer_gone(p->o.peer_ctx) : -1;
+        if (gone >= 0) {
+            PS_ERR(p,
+                   "rank %d disconnected from rank %d while it waited for %zu of %zu item(s) "
+                   "(generation %" PRIu64 ", step %" PRIu64 "): the round cannot complete",
+                   gone, p->o.rank, op->remaining, op->nitems, p->o.generation, op->step);
+            p->suspect = gone;
+            rc = TT_EUNREACHABLE;
             break;
         }
         if (now >= deadline) {

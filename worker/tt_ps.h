@@ -96,6 +96,14 @@ typedef struct tt_ps_opts {
                                   restarted shard with the same bits */
     uint32_t park_timeout_ms;  /* shard-side round deadline; 0: shard default */
     uint64_t first_step;       /* sequence number of the first call */
+    /* Optional: asked every few ms while a call waits; returns the rank of
+     * a peer known to be gone (its connection closed), or -1. The shards
+     * wait for every rank, so a round missing a dead one never completes:
+     * the call then fails at once with TT_EUNREACHABLE naming that rank,
+     * not at the deadline or the next generation. Called on the calling
+     * thread. */
+    int (*peer_gone)(void *ctx);
+    void *peer_ctx;
 } tt_ps_opts_t;
 
 /* Connects to every shard of the layout and sets the job up on each

@@ -776,6 +776,18 @@ const char *tt_ring_last_error(const tt_ring_t *r) {
 int tt_ring_suspect(const tt_ring_t *r) {
     return r->suspect;
 }
+
+int tt_ring_neighbour_gone(tt_ring_t *r) {
+    if (r->world < 2)
+        return -1;
+    tt_ring_net_poll(r, 0);
+    uint64_t now = tt_clock_mono_ms();
+    if (r->left_gone_ms != 0 && since(r->left_gone_ms, now) > GONE_GRACE_MS)
+        return r->left;
+    if (r->right_gone_ms != 0 && since(r->right_gone_ms, now) > GONE_GRACE_MS)
+        return r->right;
+    return -1;
+}
 uint64_t tt_ring_dropped_stale(const tt_ring_t *r) {
     return r->dropped_stale;
 }

@@ -110,6 +110,13 @@ const char *tt_ring_last_error(const tt_ring_t *r);
  * none (e.g. a desync, where nobody is dead). */
 int tt_ring_suspect(const tt_ring_t *r);
 
+/* Between collectives, for a backend that waits elsewhere (the PS backend
+ * waiting on the shards): reads the sockets' connection events without
+ * blocking and returns the rank of a neighbour whose connection has been
+ * gone for longer than the grace an ABORT gets to overtake a disconnect,
+ * or -1. Only the thread that runs the collectives may call it. */
+int tt_ring_neighbour_gone(tt_ring_t *r);
+
 /* Messages of another generation that were received and dropped. */
 uint64_t tt_ring_dropped_stale(const tt_ring_t *r);
 

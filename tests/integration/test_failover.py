@@ -103,8 +103,8 @@ def worker_pid(p, index):
     raise AssertionError(f"no pid for worker {index}")
 
 
-def run_with_kill(h, name, seed, restarts, shards=1, spe=STEPS_PER_EPOCH, epochs=EPOCHS,
-                  pace_ms=0):
+def run_with_kill(h, name, seed, restarts, shards=2, spe=STEPS_PER_EPOCH, epochs=EPOCHS,
+                  pace_ms=0, backend="ring"):
     rng = random.Random(seed)
     victim = rng.randrange(4)
     at = rng.randrange(2, spe * epochs // 5 if restarts else spe * epochs // 2)
@@ -112,7 +112,7 @@ def run_with_kill(h, name, seed, restarts, shards=1, spe=STEPS_PER_EPOCH, epochs
     metrics = os.path.join(h.dir, f"{name}.json")
     argv = [binary("tether-launch"), "--workers", "4", "--shards", str(shards),
             "--min-workers", "3", "--max-restarts", str(restarts), "--", "tether-train",
-            "--data", DATA, "--backend", "ring", *train_args(seed, spe, epochs), "--dump-params", out,
+            "--data", DATA, "--backend", backend, *train_args(seed, spe, epochs), "--dump-params", out,
             "--metrics-json", metrics, "--pace-ms", str(pace_ms)]
     p = h.spawn(name, argv, env=FAST)
     p.wait_line(lambda l: global_step(l) >= at, 90, f"step {at}", stream="log")
@@ -122,7 +122,7 @@ def run_with_kill(h, name, seed, restarts, shards=1, spe=STEPS_PER_EPOCH, epochs
     rc = p.wait(180)
     text = "\n".join(p.lines() + p.lines("log"))
     summary = [l for l in text.splitlines() if "summary:" in l]
-    print(f"  seed {seed}: killed worker {victim} (pid {pid}) at step >= {at}; launcher exit "
+    print(f"  seed {seed} ({backend}): killed worker {victim} (pid {pid}) at step >= {at}; launcher exit "
           f"{rc}; {summary[-1] if summary else 'no summary'}; "
           f"{time.monotonic() - killed_at:.1f} s to the end")
     assert "failover" in text and "resumes at step" in text, "no failover happened:\n" + text[-3000:]
@@ -142,6 +142,24 @@ def test_kill_random_worker(h):
     for seed in SEEDS:
         rows, _ = run_with_kill(h, f"kill-{seed}", seed, restarts=0)
         assert rows[-1]["world_size"] == 3, rows[-1]
+
+
+def test_kill_worker_during_ps_steps(h):
+    """The same kill with every step's gradients summed on the two shard
+    servers (--backend ps). The shards never complete a round missing a
+    rank, so the dead rank's ring neighbours end their PS call as soon as
+    its connections close ("disconnected from rank", not the heartbeat
+    timeout) and report it; the others' calls end with the new generation;
+    the step is redone on the shards with 3 ranks."""
+    fast = []
+    for seed in SEEDS[:2]:
+        rows, text = run_with_kill(h, f"ps-kill-{seed}", seed, restarts=0, backend="ps")
+        assert rows[-1]["world_size"] == 3, rows[-1]
+        fast.append("disconnected from rank" in text and "heartbeat timeout" not in text)
+    print(f"  detected by a neighbour's ring, not the heartbeat timeout: {fast}")
+    # A sanitizer build may be slow enough for the 1 s heartbeat timeout
+    # to win once; never both times.
+    assert any(fast), fast
 
 
 def test_kill_and_restart(h):
@@ -393,6 +411,6 @@ if __name__ == "__main__":
     if not have_data():
         print(f"SKIPPED: no Fashion-MNIST at {DATA} (install dataset-fashion-mnist)")
         raise SystemExit(77)
-    run_tests([test_kill_random_worker, test_kill_and_restart, test_sigstop_fenced_and_rejoins,
+    run_tests([test_kill_random_worker, test_kill_worker_during_ps_steps, test_kill_and_restart, test_sigstop_fenced_and_rejoins,
                test_below_min_workers, test_finished_job_refuses_late_worker,
                test_flapping_worker_guard_rails, test_guard_rails_survive_coordinator_restart])
