@@ -241,6 +241,15 @@ static int setup(tt_coord_t *c, const tt_coord_opts_t *o, char *err, size_t errl
         TT_CHECK_GOTO(tt_fs_mkdirs(o->state_dir, err, errlen), rc, out);
         snprintf(c->state_path, sizeof(c->state_path), "%s/coordinator.state", o->state_dir);
         TT_CHECK_GOTO(coord_state_load(c, err, errlen), rc, out);
+        /* Durable before anything is served (CoordState.boots). */
+        c->boots++;
+        if (tt_coord_save_now(c) != TT_OK) {
+            CSET_ERR(err, errlen, "cannot write the state file %s", c->state_path);
+            rc = TT_ESYS;
+            goto out;
+        }
+    } else {
+        c->boots = 1;
     }
     uv_timer_init(c->loop, &c->timer);
     c->timer.data = c;

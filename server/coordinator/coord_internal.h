@@ -76,7 +76,11 @@ struct tt_coord {
     struct tt_shards *shards;  /* shard registry (coord_shards.c), created on first use */
     tt_rdzv_guard_t guard;     /* applied to every job's rdzv */
     uint32_t shard_timeout_ms; /* of the shard registry, made on first use */
+    uint64_t boots;            /* starts on this state file, this one included */
 };
+
+/* Placement versions one coordinator start may hand out (CoordState.boots). */
+#define COORD_VERSIONS_PER_BOOT 1000000u
 
 /* coord.c */
 coord_job_t *coord_find_job(tt_coord_t *c, const char *job_id);

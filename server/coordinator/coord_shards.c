@@ -20,10 +20,16 @@
 #include <string.h>
 
 static tt_shards_t *registry(const coord_req_t *q) {
-    if (q->c->shards == NULL && tt_shards_create(&q->c->shards, q->c->shard_timeout_ms) != TT_OK) {
+    tt_coord_t *c = q->c;
+    if (c->shards != NULL)
+        return c->shards;
+    if (tt_shards_create(&c->shards, c->shard_timeout_ms) != TT_OK) {
         coord_reply_error(q, TT_ENOMEM, "out of memory");
         return NULL;
     }
+    /* see CoordState.boots */
+    tt_shards_set_version_base(c->shards,
+                               c->boots > 1 ? (c->boots - 1) * COORD_VERSIONS_PER_BOOT : 0);
     return q->c->shards;
 }
 

@@ -179,6 +179,7 @@ int coord_state_encode(tt_coord_t *c, uint8_t **buf, size_t *len) {
     if (rc == TT_OK) {
         Tether__CoordState st = TETHER__COORD_STATE__INIT;
         st.version = TT_WIRE_VERSION;
+        st.boots = c->boots;
         st.n_jobs = n;
         st.jobs = ptrs;
         rc = tt_wire_state_encode(&st, buf, len);
@@ -302,8 +303,10 @@ int coord_state_load(tt_coord_t *c, char *err, size_t errlen) {
     if (rc == TT_OK)
         rc = tt_wire_state_decode(buf, len, &st, err, errlen);
     free(buf);
-    if (rc == TT_OK)
+    if (rc == TT_OK) {
+        c->boots = st->boots;
         rc = restore_jobs(c, st, tt_clock_mono_ms(), err, errlen);
+    }
     tt_wire_state_free(&st);
     if (rc != TT_OK && err != NULL) {
         char tmp[512];

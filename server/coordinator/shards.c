@@ -26,6 +26,7 @@ typedef struct shards_job {
 
 struct tt_shards {
     uint32_t timeout_ms;
+    uint64_t version_base;
     tt_shard_info_t *shards;
     size_t nshards;
     shards_job_t *jobs;
@@ -38,6 +39,10 @@ int tt_shards_create(tt_shards_t **out, uint32_t timeout_ms) {
         return TT_ENOMEM;
     (*out)->timeout_ms = timeout_ms ? timeout_ms : TT_SHARDS_TIMEOUT_DEFAULT_MS;
     return TT_OK;
+}
+
+void tt_shards_set_version_base(tt_shards_t *s, uint64_t base) {
+    s->version_base = base;
 }
 
 static void job_free(shards_job_t *j) {
@@ -219,6 +224,8 @@ int tt_shards_placement(tt_shards_t *s, const char *job, uint64_t now_ms,
         tt_placement_t next;
         rc = tt_placement_compute(j->place.version ? &j->place : NULL, ids, n, j->total,
                                   j->chunk_bytes, &next, err, errlen);
+        if (rc == TT_OK && j->place.version == 0)
+            next.version += s->version_base;
         if (rc == TT_OK) {
             tt_placement_free(&j->place);
             j->place = next;

@@ -41,6 +41,13 @@ typedef struct tt_tensor_decl {
 
 /* 0 or TT_ENOMEM. timeout_ms 0: TT_SHARDS_TIMEOUT_DEFAULT_MS. */
 int tt_shards_create(tt_shards_t **out, uint32_t timeout_ms);
+
+/* Placement versions of jobs placed from now on start above `base`
+ * (a job's first placement is base + 1). The registry lives in memory,
+ * so after a coordinator restart versions would start at 1 again while
+ * the shard servers hold a newer one and refuse the older as stale; the
+ * daemon passes a base that grows with every start. */
+void tt_shards_set_version_base(tt_shards_t *s, uint64_t base);
 void tt_shards_destroy(tt_shards_t **s);
 
 /* Registers or refreshes a shard. A new incarnation replaces the old

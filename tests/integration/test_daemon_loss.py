@@ -213,6 +213,56 @@ def test_shard_lost_for_good(h):
                for v in range(2, 10)), "the survivor never got the new placement"
 
 
+def test_coordinator_restart_after_shard_loss(h):
+    """Placement versions survive a coordinator restart. A shard is lost
+    for good (placement version 2 on the survivor), then the coordinator is
+    killed (-9) and restarted on its state, then a worker is killed: the
+    next generation's placement must not go back to version 1, which the
+    surviving shard, set up at version 2, would refuse as stale (ESTALE),
+    leaving the survivors without a PS backend. The two survivors finish
+    the run exactly."""
+    seed, epochs = SEEDS[0] + 40, 4
+    coord_flags = ("--shard-timeout-ms", "1500")
+    coord = h.coordinator(extra=coord_flags)
+    shards = {sid: shard(h, coord, sid) for sid in ("s0", "s1")}
+    out, metrics = os.path.join(h.dir, "again.bin"), os.path.join(h.dir, "again.json")
+    env = dict(FAST, TETHER_COORDINATOR=coord.endpoint, TETHER_JOB="again",
+               TETHER_MIN_WORKERS="2", TETHER_MAX_WORKERS="3")
+    argv = [binary("tether-train"), "--data", DATA, "--backend", "ps",
+            *train_args(seed, STEPS_PER_EPOCH, epochs), "--dump-params", out,
+            "--metrics-json", metrics, "--pace-ms", str(PACE_MS)]
+    ws = [h.spawn(f"w{i}", argv, env=dict(env, TETHER_WORKER_ID=f"w{i}",
+                                           TETHER_ENDPOINT=f"tcp://127.0.0.1:{free_port()}"))
+          for i in range(3)]
+    wait_step(ws[0], 3)
+    victim = chunk_holders(h, coord.endpoint)[0]
+    shards[victim].kill9()
+    survivor = "s1" if victim == "s0" else "s0"
+    shards[survivor].wait_line(lambda l: "job again: placement version 2" in l, 20,
+                               "placement version 2 on the surviving shard", stream="log")
+    coord.kill9()
+    coord = h.coordinator(port=coord.port, name="coord2", extra=coord_flags)
+    at = max(global_step(l) for l in ws[0].lines("log")) + 3
+    wait_step(ws[0], at)
+    ws[2].kill9()
+    rcs = [w.wait(120) for w in ws[:2]]
+    texts = ["\n".join(w.lines() + w.lines("log")) for w in ws[:2]]
+    for w, rc, text in zip(ws, rcs, texts):
+        assert rc == 0, f"{w.name} exit {rc}:\n" + text[-4000:]
+    assert not any("placement version is older" in t for t in texts), texts[0][-4000:]
+    with open(metrics) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    assert [r["examples"] for r in rows] == [STEPS_PER_EPOCH * 256] * epochs, rows
+    assert rows[-1]["world_size"] == 2, rows
+    versions = [int(m.group(1)) for l in shards[survivor].lines("log")
+                for m in [re.search(r"job again: placement version (\d+)", l)] if m]
+    d = rel_diff(read_params(out), reference(h, seed, STEPS_PER_EPOCH, epochs))
+    print(f"  shard {victim} lost, coordinator restarted, w2 killed at step >= {at}; "
+          f"placement versions on {survivor}: {versions}; relative difference {d:.2e}")
+    assert versions == sorted(versions) and versions[-1] > 2, versions
+    assert d < 1e-5, d
+
+
 def members(h, ep):
     rc, out, _ = h.ctl(ep, "members", "launch", "--json", check=False, timeout_ms=500)
     return json.loads(out)["members"] if rc == 0 else None
@@ -262,5 +312,5 @@ if __name__ == "__main__":
     if not have_data():
         print(f"SKIPPED: no Fashion-MNIST at {DATA} (install dataset-fashion-mnist)")
         raise SystemExit(77)
-    run_tests([test_kill_shard_during_ps_steps, test_kill_coordinator_mid_epoch,
+    run_tests([test_coordinator_restart_after_shard_loss, test_kill_shard_during_ps_steps, test_kill_coordinator_mid_epoch,
                test_shard_lost_for_good])

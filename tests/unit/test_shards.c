@@ -86,6 +86,27 @@ static void shards_placement_follows_live_set(void) {
     tt_shards_destroy(&s);
 }
 
+/* A registry made after a coordinator restart (base of its start) hands
+ * out versions above every version of the starts before, and counts on
+ * from there. */
+static void shards_version_base_after_restart(void) {
+    tt_shards_t *s = NULL;
+    CU_ASSERT_EQUAL_FATAL(tt_shards_create(&s, 1000), TT_OK);
+    tt_shards_set_version_base(s, 2000000);
+    const tt_placement_t *p = NULL;
+    char err[256] = "";
+    tt_tensor_decl_t t[] = {{"x", 10 * 256}};
+    CU_ASSERT_EQUAL(tt_shards_declare(s, "job", t, 1, 1024, err, sizeof(err)), TT_OK);
+    beat(s, "s0", 0);
+    beat(s, "s1", 0);
+    CU_ASSERT_EQUAL_FATAL(tt_shards_placement(s, "job", 10, &p, err, sizeof(err)), TT_OK);
+    CU_ASSERT_EQUAL(p->version, 2000001);
+    beat(s, "s0", 900);
+    CU_ASSERT_EQUAL_FATAL(tt_shards_placement(s, "job", 1000, &p, err, sizeof(err)), TT_OK);
+    CU_ASSERT_EQUAL(p->version, 2000002); /* s1 lost: one more, not the base again */
+    tt_shards_destroy(&s);
+}
+
 /* A placement that still puts chunks on a dead shard is reported (once per
  * version is the caller's business) until it is recomputed without it. */
 static void shards_lost_shard_of_placement(void) {
@@ -130,6 +151,7 @@ static const tt_cunit_test_t tests[] = {
     {"shards_declaration_conflict_names_difference", shards_declaration_conflict_names_difference},
     {"shards_placement_follows_live_set", shards_placement_follows_live_set},
     {"shards_lost_shard_of_placement", shards_lost_shard_of_placement},
+    {"shards_version_base_after_restart", shards_version_base_after_restart},
     {NULL, NULL},
 };
 
