@@ -262,7 +262,10 @@ static void release_buffer(tt_ring_t *r) {
     if (atomic_load(&r->zc_pending) == 0)
         return;
     if (r->push != NULL) {
-        tt_ring_net_set_int(r->push, ZMQ_LINGER, 200);
+        /* The linger lets an ABORT just queued reach a live right
+         * neighbour; towards a dead one nothing can leave, and 200 ms of
+         * it only delayed this rank's failure and report. */
+        tt_ring_net_set_int(r->push, ZMQ_LINGER, r->right_gone_ms != 0 ? 0 : 200);
         zmq_close(r->push);
         r->push = NULL;
     }

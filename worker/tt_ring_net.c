@@ -45,7 +45,13 @@ static int ring_socket(tt_ring_t *r, int type, const char *ep, int bind, int64_t
     /* Two I/O threads: PULL on thread 0, PUSH on 1, so a step's two kernel
      * copies overlap (ZeroMQ alone may put both on one thread). */
     uint64_t affinity = r->io_threads < 2 ? 0 : type == ZMQ_PULL ? 1 : 2;
-    if (tt_ring_net_set_int(s, ZMQ_LINGER, 0) || tt_ring_net_set_int(s, ZMQ_SNDHWM, 0) ||
+    /* A new generation's ring connects to neighbours that may not have
+     * bound yet; ZeroMQ retries after ZMQ_RECONNECT_IVL (100 ms by
+     * default), which a regroup then waits out. 10 ms, backing off to
+     * 200 ms for a neighbour that stays away. */
+    if (tt_ring_net_set_int(s, ZMQ_RECONNECT_IVL, 10) ||
+        tt_ring_net_set_int(s, ZMQ_RECONNECT_IVL_MAX, 200) ||
+        tt_ring_net_set_int(s, ZMQ_LINGER, 0) || tt_ring_net_set_int(s, ZMQ_SNDHWM, 0) ||
         tt_ring_net_set_int(s, ZMQ_RCVHWM, 0) ||
         zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg)) ||
         zmq_setsockopt(s, ZMQ_AFFINITY, &affinity, sizeof(affinity)))
