@@ -65,6 +65,8 @@ static void status_json(const tt_ctl_t *ctl, const Tether__StatusReply *r) {
                "\"last_step\":%" PRId64 ",\"failure\":",
                job_state_name(j->state), j->generation, j->members, j->waiting, j->last_step);
         tt_ctl_json_str(stdout, j->failure);
+        printf(",\"epoch\":%" PRIu64 ",\"epoch_examples\":%" PRIu64 ",\"epoch_size\":%" PRIu64,
+               j->epoch, j->epoch_examples, j->epoch_size);
         const Tether__JobSettings *s = j->settings;
         if (s != NULL)
             printf(",\"settings\":{\"min_workers\":%u,\"max_workers\":%u,\"last_call_ms\":%u,"
@@ -83,19 +85,33 @@ static void status_json(const tt_ctl_t *ctl, const Tether__StatusReply *r) {
     printf("}\n");
 }
 
+/* "3 41%": the epoch and how much of it is done; "-" before any report. */
+static void progress_cell(const Tether__JobStatus *j, char *buf, size_t n) {
+    if (j->epoch == 0)
+        snprintf(buf, n, "-");
+    else if (j->epoch_size == 0)
+        snprintf(buf, n, "%" PRIu64, j->epoch);
+    else
+        snprintf(buf, n, "%" PRIu64 " %.0f%%", j->epoch,
+                 100.0 * (double)j->epoch_examples / (double)j->epoch_size);
+}
+
 static void status_table(const Tether__StatusReply *r) {
-    tt_ctl_tbl_t t = {.ncols = 7};
-    const char *hdr[] = {"JOB", "STATE", "GEN", "MEMBERS", "WAITING", "LAST_STEP", "FAILURE"};
+    tt_ctl_tbl_t t = {.ncols = 8};
+    const char *hdr[] = {"JOB",     "STATE",     "GEN",   "MEMBERS",
+                         "WAITING", "LAST_STEP", "EPOCH", "FAILURE"};
     tt_ctl_tbl_row(&t, hdr);
     for (size_t i = 0; i < r->n_jobs; i++) {
         const Tether__JobStatus *j = r->jobs[i];
-        char gen[24], mem[16], wait[16], step[24];
+        char gen[24], mem[16], wait[16], step[24], epoch[40];
         snprintf(gen, sizeof(gen), "%" PRIu64, j->generation);
         snprintf(mem, sizeof(mem), "%u", j->members);
         snprintf(wait, sizeof(wait), "%u", j->waiting);
         snprintf(step, sizeof(step), "%" PRId64, j->last_step);
+        progress_cell(j, epoch, sizeof(epoch));
         const char *failure = j->failure && j->failure[0] ? j->failure : "-";
-        const char *row[] = {j->job_id, job_state_name(j->state), gen, mem, wait, step, failure};
+        const char *row[] = {j->job_id, job_state_name(j->state), gen, mem, wait, step, epoch,
+                             failure};
         tt_ctl_tbl_row(&t, row);
     }
     tt_ctl_tbl_print(&t, stdout);
@@ -308,7 +324,8 @@ static int cmd_dump(tt_ctl_t *ctl, char **args) {
 /* ---- dispatch ---- */
 
 static const ctl_cmd_t ctl_cmds[] = {
-    {"status", 0, "status", "jobs: id, state, generation, members, waiting, last step, failure",
+    {"status", 0, "status",
+     "jobs: id, state, generation, members, waiting, last step, epoch and share done, failure",
      cmd_status, 0},
     {"members", 1, "members JOB",
      "members of JOB: rank, worker id, host, endpoint, heartbeat age, last step", cmd_members, 0},

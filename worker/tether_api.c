@@ -161,6 +161,14 @@ TETHER_API int tether_step_done(tether_t *t, int64_t step) {
     return t ? tt_client_step_done(membership(t), step) : TETHER_EINVAL;
 }
 
+TETHER_API int tether_progress(tether_t *t, uint64_t epoch, uint64_t epoch_examples,
+                               uint64_t epoch_size) {
+    if (t == NULL || epoch == 0 || (epoch_size > 0 && epoch_examples > epoch_size))
+        return TETHER_EINVAL;
+    tt_client_progress(membership(t), epoch, epoch_examples, epoch_size);
+    return TETHER_OK;
+}
+
 TETHER_API int tether_report_failure(tether_t *t, uint32_t suspect_rank, const char *reason) {
     return t ? tt_client_report_failure(membership(t), suspect_rank, reason) : TETHER_EINVAL;
 }

@@ -56,6 +56,7 @@ struct tt_client {
     tt_client_ended_fn ended_fn; /* told of TT_CLIENT_EV_ENDED (tether_coll.c) */
     void *ended_ctx;
     int dump_busy; /* dump_fn runs (unlocked): set_dump_fn waits it out */
+    uint64_t epoch, epoch_examples, epoch_size; /* tt_client_progress */
 };
 
 static void wake(tt_client_t *c) {
@@ -114,6 +115,9 @@ static void send_heartbeat(tt_client_t *c, uint64_t now) {
     Tether__Heartbeat hb = TETHER__HEARTBEAT__INIT;
     hb.completed_step = c->sm.completed_step;
     hb.incarnation = c->incarnation;
+    hb.epoch = c->epoch;
+    hb.epoch_examples = c->epoch_examples;
+    hb.epoch_size = c->epoch_size;
     tt_env_t env;
     env_for(c, &env, ++c->next_rid);
     env.body_case = TETHER__ENVELOPE__BODY_HEARTBEAT;
@@ -493,6 +497,15 @@ int tt_client_step_done(tt_client_t *c, int64_t step) {
     }
     pthread_mutex_unlock(&c->mu);
     return rc;
+}
+
+void tt_client_progress(tt_client_t *c, uint64_t epoch, uint64_t epoch_examples,
+                        uint64_t epoch_size) {
+    pthread_mutex_lock(&c->mu);
+    c->epoch = epoch;
+    c->epoch_examples = epoch_examples;
+    c->epoch_size = epoch_size;
+    pthread_mutex_unlock(&c->mu);
 }
 
 static int short_op(tt_client_t *c, tt_client_op_t op, const char *reason) {

@@ -182,6 +182,9 @@ void tt_client_destroy(tt_client_t **c);
  * tether_report_failure / tether_leave for the contracts. */
 int tt_client_join(tt_client_t *c, uint32_t timeout_ms);
 int tt_client_step_done(tt_client_t *c, int64_t step);
+/* Where the job is in its data; the next heartbeat carries it. */
+void tt_client_progress(tt_client_t *c, uint64_t epoch, uint64_t epoch_examples,
+                        uint64_t epoch_size);
 int tt_client_report_failure(tt_client_t *c, uint32_t suspect_rank, const char *reason);
 int tt_client_leave(tt_client_t *c, const char *reason);
 

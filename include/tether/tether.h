@@ -257,6 +257,15 @@ TETHER_API int64_t tether_regroup_step(tether_t *t);
  *   TETHER_EINVAL     not joined. */
 TETHER_API int tether_step_done(tether_t *t, int64_t step);
 
+/* Optional: where the job is in its data, for operators - the epoch
+ * (1-based), the examples of it all ranks have consumed together, and the
+ * examples per epoch. The next heartbeat carries it; `tetherctl status`
+ * shows the newest the coordinator heard (e.g. "epoch 3 41%"). Cheap: no
+ * message of its own. TETHER_OK, or TETHER_EINVAL (t NULL, or epoch 0 or
+ * more examples than the epoch has). */
+TETHER_API int tether_progress(tether_t *t, uint64_t epoch, uint64_t epoch_examples,
+                               uint64_t epoch_size);
+
 /* Tells the coordinator that rank `suspect_rank` of the current generation
  * failed (e.g. a collective broke). Waits for the acknowledgement up to
  * request_timeout_ms. TETHER_OK, TETHER_ETIMEDOUT, or the coordinator's

@@ -45,7 +45,7 @@ int coord_add_job(tt_coord_t *c, tt_rdzv_t **rdzv) {
         c->capjobs = cap;
     }
     coord_job_t *job = &c->jobs[c->njobs++];
-    *job = (coord_job_t){.rdzv = *rdzv, .resume_step = -1};
+    *job = (coord_job_t){.rdzv = *rdzv, .resume_step = -1, .progress_step = -1};
     tt_ckpt_book_init(&job->ckpt, tt_clock_mono_ms());
     *rdzv = NULL;
     return TT_OK;

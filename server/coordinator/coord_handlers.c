@@ -157,6 +157,12 @@ static void on_heartbeat(const coord_req_t *q) {
     if (job == NULL)
         return;
     const Tether__Heartbeat *h = q->env->heartbeat;
+    if (h->epoch > 0 && (h->completed_step >= job->progress_step || job->epoch == 0)) {
+        job->progress_step = h->completed_step;
+        job->epoch = h->epoch;
+        job->epoch_examples = h->epoch_examples;
+        job->epoch_size = h->epoch_size;
+    }
     tt_rdzv_hb_reply_t hr;
     int rc = tt_rdzv_heartbeat(job->rdzv, q->env->sender_id, h->incarnation, q->env->generation,
                                h->completed_step, q->now, &hr);

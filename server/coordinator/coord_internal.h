@@ -22,6 +22,10 @@ typedef struct coord_job {
     uint64_t lost_version; /* shard placement already regrouped for a lost shard */
     tt_ckpt_book_t ckpt;   /* checkpoint requests and committed records */
     int commit_busy;       /* a CheckpointCommit of this job runs in the pool */
+    /* Where the job is in its data, from the heartbeat with the highest
+     * completed step that carried it (memory only: heartbeats repeat it). */
+    int64_t progress_step;
+    uint64_t epoch, epoch_examples, epoch_size;
 } coord_job_t;
 
 /* Which worker a TCP connection (by fd) belongs to, learned from ZMQ_SRCFD

@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void job_status(const tt_rdzv_t *r, Tether__JobStatus *js, Tether__JobSettings *set) {
+static void job_status(const coord_job_t *job, Tether__JobStatus *js, Tether__JobSettings *set) {
+    const tt_rdzv_t *r = job->rdzv;
     coord_settings_to_pb(tt_rdzv_settings(r), set);
     tether__job_status__init(js);
     js->job_id = (char *)tt_rdzv_job_id(r);
@@ -19,6 +20,9 @@ static void job_status(const tt_rdzv_t *r, Tether__JobStatus *js, Tether__JobSet
     js->failure = (char *)tt_rdzv_failure_reason(r);
     js->last_step = tt_rdzv_last_committed_step(r);
     js->settings = set;
+    js->epoch = job->epoch;
+    js->epoch_examples = job->epoch_examples;
+    js->epoch_size = job->epoch_size;
 }
 
 void coord_on_status(const coord_req_t *q) {
@@ -30,7 +34,7 @@ void coord_on_status(const coord_req_t *q) {
         coord_reply_error(q, TT_ENOMEM, "out of memory");
     } else {
         for (size_t i = 0; i < n; i++) {
-            job_status(q->c->jobs[i].rdzv, &js[i], &set[i]);
+            job_status(&q->c->jobs[i], &js[i], &set[i]);
             ptrs[i] = &js[i];
         }
         Tether__StatusReply r = TETHER__STATUS_REPLY__INIT;

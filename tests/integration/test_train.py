@@ -7,7 +7,9 @@ libtether, with workers started by tether-launch.
     50 steps, within 1e-5 relative, on the ring and (when built) PS backends;
   * end to end: one epoch on a subset through tether-launch reaches > 75 %
     test accuracy and writes valid metrics JSON;
-  * SIGTERM to the launcher mid-run leaves no process behind.
+  * a running job's place in its data shows in `tetherctl status` (epoch,
+    examples of it consumed, epoch size: tether_progress on the heartbeats),
+    and SIGTERM to the launcher mid-run leaves no process behind.
 
 The equivalence runs use --lr 0.05: at the default peak rate the first
 epoch passes through unstable steps where the last-bit differences of
@@ -107,6 +109,22 @@ def descendants_alive(marker):
     return pids
 
 
+def progress_samples(h, p, n=5):
+    """n readings of (epoch, epoch_examples, epoch_size) from tetherctl
+    status while the job runs, 0.3 s apart."""
+    line = p.wait_line(lambda l: "started coordinator: pid" in l, 30, "coordinator port",
+                       stream="log")
+    ep = "tcp://127.0.0.1:" + line.split("port ", 1)[1].split(",")[0].split()[0]
+    seen = []
+    deadline = time.monotonic() + 30
+    while len(seen) < n and time.monotonic() < deadline:
+        job = h.ctl_json(ep, "status")["jobs"][0]
+        if job["epoch"] > 0:
+            seen.append((job["epoch"], job["epoch_examples"], job["epoch_size"]))
+        time.sleep(0.3)
+    return seen
+
+
 def test_sigterm_leaves_nothing(h):
     marker = f"TETHER_TEST_MARKER={os.getpid()}-{time.monotonic_ns()}"
     k, v = marker.split("=", 1)
@@ -114,6 +132,12 @@ def test_sigterm_leaves_nothing(h):
             "--data", DATA, "--epochs", "50"]
     p = h.spawn("term", argv, env={k: v})
     p.wait_line(lambda l: "epoch 1/50" in l, 60, "training progress", stream="log")
+    seen = progress_samples(h, p)
+    print(f"  tetherctl status (epoch, examples, epoch size): {seen}")
+    assert len(seen) == 5, seen
+    assert all(e >= 1 and s == 60000 and 0 < x <= s and (x % 256 == 0 or x == s)
+               for e, x, s in seen), seen
+    assert seen[-1][:2] > seen[0][:2], seen  # the job moved on between readings
     p.signal(signal.SIGTERM)
     rc = p.wait(30)
     assert rc != 0, "a job stopped by SIGTERM must not report success"

@@ -131,6 +131,11 @@ static void client_api_job_done_ends_collective_and_joins(void) {
     tether_t *w1 = NULL, *w2 = NULL, *w3 = NULL;
     CU_ASSERT_EQUAL_FATAL(tether_create(&w1, &o1, NULL, 0), TETHER_OK);
     CU_ASSERT_EQUAL_FATAL(tether_create(&w2, &o2, NULL, 0), TETHER_OK);
+    /* progress for tetherctl status: epochs count from 1, within the epoch */
+    CU_ASSERT_EQUAL(tether_progress(NULL, 1, 0, 10), TETHER_EINVAL);
+    CU_ASSERT_EQUAL(tether_progress(w1, 0, 0, 10), TETHER_EINVAL);
+    CU_ASSERT_EQUAL(tether_progress(w1, 1, 11, 10), TETHER_EINVAL);
+    CU_ASSERT_EQUAL(tether_progress(w1, 1, 10, 10), TETHER_OK);
     tether_coll_opts_t co;
     tether_coll_opts_default(&co);
     co.backend = TETHER_BACKEND_RING;

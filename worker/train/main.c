@@ -19,6 +19,8 @@
 #include "tt_train_tether.h"
 #include "tt_trainer.h"
 
+#include <tether/tether.h>
+
 #include <cblas.h>
 #include <errno.h>
 #include <getopt.h>
@@ -319,6 +321,7 @@ typedef struct {
     int quiet;
     tt_train_ckpt_t *ck;
     uint64_t pace_ms, last_ms;
+    struct tether *handle; /* NULL: --backend local */
 } step_ctx_t;
 
 /* --pace-ms: sleeps the rest of the step's time budget. Every rank does,
@@ -334,6 +337,8 @@ static void on_step(void *ctx, const tt_step_report_t *r) {
     step_ctx_t *sc = ctx;
     if (!sc->quiet)
         tt_progress_step(sc->prog, r);
+    if (sc->handle != NULL) /* for tetherctl status; rides on the heartbeats */
+        tether_progress(sc->handle, r->epoch + 1, r->examples, r->epoch_size);
     if (sc->ck != NULL)
         tt_train_ckpt_boundary(sc->ck, tt_clock_mono_ms());
     if (sc->pace_ms > 0)
@@ -341,15 +346,16 @@ static void on_step(void *ctx, const tt_step_report_t *r) {
 }
 
 /* Runs all epochs (from the resumed one); returns 0, 1 (runtime failure,
- * already reported) or CODE_JOB_DONE. `quiet` ranks print nothing but
- * errors. */
+ * already reported) or CODE_JOB_DONE. Ranks other than 0 print nothing
+ * but errors. tt is NULL with --backend local. */
 static int train(const cli_t *c, tt_trainer_t *t, tt_train_ckpt_t *ck, tt_train_ft_t *ft,
-                 uint64_t epochs, int quiet) {
+                 tt_train_tether_t *tt, uint64_t epochs) {
+    int quiet = tt != NULL && tt_train_tether_rank(tt) != 0;
     tt_progress_t prog = {.out = stderr, .tty = isatty(STDERR_FILENO), .log_every = c->log_every};
     tt_epoch_stats_t st = {0};
     double t0 = now_s(), train_s = 0.0, examples = 0.0;
     char err[512];
-    step_ctx_t sc = {&prog, quiet, ck, c->pace_ms, 0};
+    step_ctx_t sc = {&prog, quiet, ck, c->pace_ms, 0, tt ? tt_train_tether_handle(tt) : NULL};
     tt_trainer_state_t s0;
     tt_trainer_get_state(t, &s0);
     for (uint64_t e = s0.epoch; e < epochs; e++) {
@@ -512,7 +518,7 @@ int main(int argc, char **argv) {
     if (code == 0 && tt != NULL)
         code = failover_start(tt, t, &ft);
     if (code == 0)
-        code = train(&c, t, ck, ft, c.epochs, tt != NULL && tt_train_tether_rank(tt) != 0);
+        code = train(&c, t, ck, ft, tt, c.epochs);
     if (code == 0 && tt != NULL)
         tt_train_tether_finish(tt);
     tt_train_ft_destroy(&ft);

@@ -289,7 +289,9 @@ static void trainer_report(tt_trainer_t *t, double loss, uint64_t t0, tt_trainer
                           .step = t->step_in_epoch,
                           .steps = tt_sampler_steps(t->sampler),
                           .global_step = t->global_step,
-                          .loss = loss};
+                          .loss = loss,
+                          .examples = (uint64_t)t->examples,
+                          .epoch_size = t->n_train};
     r.lr = tt_lr_at(&t->o.sched, t->global_step ? t->global_step - 1 : 0);
     r.elapsed_s = (double)(tt_clock_mono_ns() - t0) * 1e-9;
     r.examples_per_s = r.elapsed_s > 0 ? t->examples / r.elapsed_s : 0.0;

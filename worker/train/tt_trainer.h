@@ -71,6 +71,8 @@ typedef struct {
     double examples_per_s; /* global examples / elapsed, this epoch */
     double comm_share;     /* share of step time waiting in finish() */
     double eta_s;          /* rest of the epoch at the current rate */
+    uint64_t examples;     /* global examples consumed this epoch so far */
+    uint64_t epoch_size;   /* examples per epoch (the training set) */
 } tt_step_report_t;
 
 typedef struct {
