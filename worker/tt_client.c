@@ -115,6 +115,7 @@ static void send_heartbeat(tt_client_t *c, uint64_t now) {
     Tether__Heartbeat hb = TETHER__HEARTBEAT__INIT;
     hb.completed_step = c->sm.completed_step;
     hb.incarnation = c->incarnation;
+    hb.stopped = c->sm.state == TT_CLIENT_BOUNDARY;
     hb.epoch = c->epoch;
     hb.epoch_examples = c->epoch_examples;
     hb.epoch_size = c->epoch_size;

@@ -389,6 +389,20 @@ int tt_rdzv_at_boundary(tt_rdzv_t *r, const char *worker_id, uint64_t generation
     return r->call_rc;
 }
 
+int tt_rdzv_member_running(tt_rdzv_t *r, const char *worker_id, int64_t completed_step,
+                           uint64_t now_ms) {
+    if (r == NULL || worker_id == NULL)
+        return TT_EINVAL;
+    tt_rdzv_node_t *n = tt_rdzv_table_find(&r->table, worker_id);
+    if (n == NULL || n->role != TT_RDZV_ROLE_MEMBER)
+        return TT_EFENCED;
+    if (r->state != TT_RDZV_RUNNING)
+        return TT_OK;
+    tt_rdzv_note_running(r, n, completed_step);
+    tt_rdzv_settle(r, now_ms);
+    return TT_OK;
+}
+
 static uint64_t age_ms(const tt_rdzv_node_t *n, uint64_t now_ms) {
     return now_ms > n->last_seen_ms ? now_ms - n->last_seen_ms : 0;
 }

@@ -327,6 +327,12 @@ void tt_rdzv_note_step(tt_rdzv_t *r, tt_rdzv_node_t *n, int64_t step) {
         set_regroup_step(r, step);
 }
 
+void tt_rdzv_note_running(tt_rdzv_t *r, tt_rdzv_node_t *n, int64_t step) {
+    if (n->role == TT_RDZV_ROLE_MEMBER && n->boundary_step < 0 && r->regroup_step >= 0 &&
+        step >= r->regroup_step)
+        set_regroup_step(r, step + 1);
+}
+
 static void settle_running(tt_rdzv_t *r, uint64_t now_ms) {
     if (r->n_evicted > 0) {
         regroup_after_death(r, now_ms);

@@ -75,6 +75,37 @@ static void rdzv_regroup_step_raised_sends_continue(void) {
     tt_rdzv_destroy(&r);
 }
 
+/* A member that completed S without having heard of it is already inside
+ * S + 1 (its heartbeat says it runs): S moves past it, or the member
+ * waiting at S and the one in S + 1 would wait for each other. */
+static void rdzv_regroup_step_moves_past_running_member(void) {
+    evlog_t log = {0};
+    tt_rdzv_t *r = job_with_late_joiner(&log); /* S = 6 */
+    evlog_free(&log);
+    CU_ASSERT_EQUAL(tt_rdzv_at_boundary(r, "b", 1, 6, 2700), TT_OK); /* b stops at 6 */
+    CU_ASSERT_EQUAL(hb(r, "a", 6, 2750), TT_OK);                     /* a did 6 too... */
+    CU_ASSERT_EQUAL(drain_count(r), 0);
+    CU_ASSERT_EQUAL(tt_rdzv_member_running(r, "a", 6, 2750), TT_OK); /* ...and runs on */
+    drain(r, &log);
+    CU_ASSERT_EQUAL(find_ev(&log, TT_RDZV_EV_REGROUP_ANNOUNCED, 0)->step, 7);
+    const tt_rdzv_event_t *c = find_ev(&log, TT_RDZV_EV_CONTINUE, 0);
+    CU_ASSERT_STRING_EQUAL(c->worker_id, "b");
+    CU_ASSERT_EQUAL(c->step, 7);
+    evlog_free(&log);
+    /* below S, or once stopped at the boundary, running changes nothing */
+    CU_ASSERT_EQUAL(tt_rdzv_member_running(r, "b", 6, 2760), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_at_boundary(r, "a", 1, 7, 2800), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_member_running(r, "a", 7, 2810), TT_OK);
+    CU_ASSERT_EQUAL(drain_count(r), 0);
+    CU_ASSERT_EQUAL(tt_rdzv_regroup_after_step(r), 7);
+    CU_ASSERT_EQUAL(tt_rdzv_member_running(r, "c", 7, 2810), TT_EFENCED); /* not a member */
+    CU_ASSERT_EQUAL(tt_rdzv_at_boundary(r, "b", 1, 7, 2900), TT_OK);
+    drain(r, &log);
+    formed(&log, 2, 3, 8);
+    evlog_free(&log);
+    tt_rdzv_destroy(&r);
+}
+
 static void rdzv_regroup_cancelled_when_waiter_goes(void) {
     evlog_t log = {0};
     tt_rdzv_t *r = job_with_late_joiner(&log);
@@ -281,6 +312,7 @@ static void rdzv_regroup_now_noop_unless_running(void) {
 
 static const tt_cunit_test_t tests[] = {
     {"rdzv_late_joiner_admitted_at_boundary", rdzv_late_joiner_admitted_at_boundary},
+    {"rdzv_regroup_step_moves_past_running_member", rdzv_regroup_step_moves_past_running_member},
     {"rdzv_regroup_step_raised_sends_continue", rdzv_regroup_step_raised_sends_continue},
     {"rdzv_regroup_cancelled_when_waiter_goes", rdzv_regroup_cancelled_when_waiter_goes},
     {"rdzv_death_admits_waiters_at_once", rdzv_death_admits_waiters_at_once},
