@@ -249,6 +249,15 @@ TETHER_API int tether_barrier(tether_t *t) {
     return t ? noted(t, tt_comm_barrier(t->comm)) : TETHER_EINVAL;
 }
 
+TETHER_API int tether_state_put(tether_t *t, int part, const float *buf, size_t count) {
+    /* the shards only read it */
+    return t ? noted(t, tt_comm_state_io(t->comm, 1, part, (float *)buf, count)) : TETHER_EINVAL;
+}
+
+TETHER_API int tether_state_get(tether_t *t, int part, float *buf, size_t count) {
+    return t ? noted(t, tt_comm_state_io(t->comm, 0, part, buf, count)) : TETHER_EINVAL;
+}
+
 TETHER_API long tether_flight_dump(tether_t *t, char *buf, size_t len) {
     if (t == NULL || (buf == NULL && len > 0))
         return TETHER_EINVAL;

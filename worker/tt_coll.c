@@ -315,6 +315,14 @@ static int ps_reduce_step(void *inst, float *buf, size_t count, int64_t local_co
     return rc;
 }
 
+static int ps_state_io(void *inst, int put, int part, float *buf, size_t count) {
+    ps_inst_t *pi = inst;
+    if (pi->ps == NULL)
+        return TT_ENODEV;
+    return put ? tt_ps_set_params(pi->ps, (tt_ps_part_t)part, buf, 0, count, 0)
+               : tt_ps_get_params(pi->ps, (tt_ps_part_t)part, buf, 0, count, NULL);
+}
+
 static const tt_coll_ops_t ps_ops = {
     .name = "ps",
     .create = ps_create,
@@ -328,6 +336,7 @@ static const tt_coll_ops_t ps_ops = {
     .dump = ps_dump,
     .set_step = ps_set_step,
     .reduce_step = ps_reduce_step,
+    .state_io = ps_state_io,
 };
 
 /* ---- stubs: backends that are not part of this build ---- */

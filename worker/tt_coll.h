@@ -79,6 +79,11 @@ typedef struct tt_coll_ops {
      * allreduce (ring, nccl). */
     int (*reduce_step)(void *inst, float *buf, size_t count, int64_t local_count,
                        int64_t *global_count, int64_t step);
+    /* Backends with shard servers: stores (put) or fetches a copy of one
+     * part (0 parameters, 1-2 optimizer buffers) of the state, laid out
+     * like the registered gradients, on the shards of this generation;
+     * how a regroup moves the authoritative state. NULL elsewhere. */
+    int (*state_io)(void *inst, int put, int part, float *buf, size_t count);
 } tt_coll_ops_t;
 
 /* The table for `kind` (never AUTO); NULL for an unknown kind. Static. */

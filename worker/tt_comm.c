@@ -218,8 +218,17 @@ static int run_step_reduce(tt_comm_t *c, tt_comm_job_t *j) {
     return rc;
 }
 
+/* A state transfer through the shards: root is 1 for put, 0 for get. */
+static int run_state_io(tt_comm_t *c, tt_comm_job_t *j) {
+    if (c->ops->state_io == NULL)
+        return TT_ENODEV;
+    return c->ops->state_io(c->inst, j->root, (int)j->op, j->buf, j->count);
+}
+
 static int run_op(tt_comm_t *c, tt_comm_job_t *j) {
     c->ops->set_step(c->inst, j->step);
+    if (j->role == TT_COMM_JOB_STATE)
+        return run_state_io(c, j);
     if (c->ops->reduce_step != NULL && j->role != TT_COMM_JOB_PLAIN)
         return run_step_reduce(c, j);
     switch (j->kind) {
@@ -233,6 +242,11 @@ static int run_op(tt_comm_t *c, tt_comm_job_t *j) {
 }
 
 static void describe_job(const tt_comm_job_t *j, char *buf, size_t n) {
+    if (j->role == TT_COMM_JOB_STATE) {
+        snprintf(buf, n, "state %s #%" PRIu64 " (part %d, float32 x %zu, through the shards)",
+                 j->root ? "upload" : "download", j->seq, (int)j->op, j->count);
+        return;
+    }
     tt_coll_fp_t fp = {(uint8_t)j->kind, (uint8_t)(j->kind == TT_COLL_BARRIER ? 0 : j->dt),
                        (uint8_t)j->op, j->kind == TT_COLL_BROADCAST ? j->root : -1, j->count};
     tt_collseq_describe(&fp, j->seq, buf, n);
@@ -261,6 +275,10 @@ static int explain_failure(tt_comm_t *c, tt_comm_job_t *j, int rc, int *suspect)
     }
     if (c->ops == NULL) {
         tt_comm_set_error(c, "%s", c->open_err);
+        return rc;
+    }
+    if (j->role == TT_COMM_JOB_STATE && c->ops->state_io == NULL) {
+        tt_comm_set_error(c, "%s: the %s backend has no shard servers", what, c->ops->name);
         return rc;
     }
     *suspect = c->ops->suspect(c->inst);
@@ -479,7 +497,7 @@ int tt_comm_run_sync(tt_comm_t *c, tt_comm_job_t *j) {
         tt_comm_set_error(c, "%s", err);
         return rc;
     }
-    if (j->kind == TT_COLL_BROADCAST && j->root >= v.world) {
+    if (j->kind == TT_COLL_BROADCAST && j->role != TT_COMM_JOB_STATE && j->root >= v.world) {
         tt_comm_set_error(c, "broadcast root %d is not a rank of this world of %d", j->root,
                           v.world);
         return TT_EINVAL;
@@ -516,6 +534,20 @@ int tt_comm_allreduce(tt_comm_t *c, void *buf, size_t count, tt_dtype_t dt, tt_r
     return tt_comm_run_sync(c, &j);
 }
 
+/* A broadcast-shaped job: a broadcast, or a state transfer (role STATE,
+ * `op` the part, `root` 1 for put), which flight records show so. */
+static int run_buffer_job(tt_comm_t *c, int role, void *buf, size_t count, tt_dtype_t dt, int op,
+                          int root) {
+    tt_comm_job_t j = {.kind = TT_COLL_BROADCAST,
+                       .role = role,
+                       .buf = buf,
+                       .count = count,
+                       .dt = dt,
+                       .op = (tt_redop_t)op,
+                       .root = root};
+    return tt_comm_run_sync(c, &j);
+}
+
 int tt_comm_broadcast(tt_comm_t *c, void *buf, size_t count, tt_dtype_t dt, int root) {
     if (check_buf(c, buf, count, dt) != TT_OK)
         return TT_EINVAL;
@@ -523,13 +555,7 @@ int tt_comm_broadcast(tt_comm_t *c, void *buf, size_t count, tt_dtype_t dt, int 
         tt_comm_set_error(c, "broadcast root %d is negative", root);
         return TT_EINVAL;
     }
-    tt_comm_job_t j = {.kind = TT_COLL_BROADCAST,
-                       .buf = buf,
-                       .count = count,
-                       .dt = dt,
-                       .op = TT_RED_NONE,
-                       .root = root};
-    return tt_comm_run_sync(c, &j);
+    return run_buffer_job(c, TT_COMM_JOB_PLAIN, buf, count, dt, TT_RED_NONE, root);
 }
 
 int tt_comm_barrier(tt_comm_t *c) {
@@ -537,6 +563,16 @@ int tt_comm_barrier(tt_comm_t *c) {
         return TT_EINVAL;
     tt_comm_job_t j = {.kind = TT_COLL_BARRIER, .dt = TT_DT_FLOAT32, .op = TT_RED_NONE, .root = -1};
     return tt_comm_run_sync(c, &j);
+}
+
+int tt_comm_state_io(tt_comm_t *c, int put, int part, float *buf, size_t count) {
+    if (check_buf(c, buf, count, TT_DT_FLOAT32) != TT_OK)
+        return TT_EINVAL;
+    if (part < 0 || part > 2) {
+        tt_comm_set_error(c, "state part %d is not 0 (parameters), 1 or 2 (optimizer)", part);
+        return TT_EINVAL;
+    }
+    return run_buffer_job(c, TT_COMM_JOB_STATE, buf, count, TT_DT_FLOAT32, part, put ? 1 : 0);
 }
 
 /* ---- dump ---- */

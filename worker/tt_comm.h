@@ -183,6 +183,12 @@ int tt_comm_allreduce(tt_comm_t *c, void *buf, size_t count, tt_dtype_t dt, tt_r
 int tt_comm_broadcast(tt_comm_t *c, void *buf, size_t count, tt_dtype_t dt, int root);
 int tt_comm_barrier(tt_comm_t *c);
 
+/* Stores (put) or fetches part `part` (0-2) of the state through the shard
+ * servers of the current generation (tt_coll_ops_t.state_io). TT_ENODEV
+ * when the backend has none; otherwise as a collective, but involving
+ * only this rank and the shards. */
+int tt_comm_state_io(tt_comm_t *c, int put, int part, float *buf, size_t count);
+
 /* Step API; see tether_grad_register & co. in tether.h. */
 int tt_comm_grad_register(tt_comm_t *c, float *ptr, size_t count, size_t *id);
 float *tt_comm_grad_buffer(tt_comm_t *c, size_t id);

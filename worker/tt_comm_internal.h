@@ -14,7 +14,12 @@
 /* What a job is to the step: backends that reduce the whole step at once
  * (reduce_step, the ps backend) skip bucket jobs and turn the count job
  * into the step's one reduction. */
-enum { TT_COMM_JOB_PLAIN = 0, TT_COMM_JOB_BUCKET = 1, TT_COMM_JOB_COUNT = 2 };
+enum {
+    TT_COMM_JOB_PLAIN = 0,
+    TT_COMM_JOB_BUCKET = 1,
+    TT_COMM_JOB_COUNT = 2,
+    TT_COMM_JOB_STATE = 3
+};
 
 /* One queued collective. Owned by whoever waits for it (a stack frame or
  * the step's job array); the thread touches it only until `done`. */

@@ -391,6 +391,18 @@ TETHER_API int tether_allreduce(tether_t *t, void *buf, size_t count, int dtype,
 TETHER_API int tether_broadcast(tether_t *t, void *buf, size_t count, int dtype, int root);
 TETHER_API int tether_barrier(tether_t *t);
 
+/* Moves a copy of the training state through the shard servers of the
+ * current generation: how a regroup hands the authoritative state to the
+ * ranks that are behind when the job runs on the ps backend.
+ * tether_state_put stores `part` (0: parameters, 1 and 2: optimizer
+ * buffers), laid out like the registered gradients (count = their total);
+ * tether_state_get fetches it. Only the calling rank and the shards take
+ * part: order the two with a collective (e.g. the uploader's broadcast
+ * after its puts). TETHER_OK, TETHER_ENODEV (this backend has no shard
+ * servers), or a collective's status. */
+TETHER_API int tether_state_put(tether_t *t, int part, const float *buf, size_t count);
+TETHER_API int tether_state_get(tether_t *t, int part, float *buf, size_t count);
+
 /* Copies this process's flight-recorder text (the last collectives across
  * generations, then the current backend's own records) into buf, NUL
  * terminated and cut to fit; returns the full length (like snprintf), or a

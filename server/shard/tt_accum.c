@@ -379,6 +379,15 @@ int tt_accum_set(tt_accum_t *a, tt_accum_part_t part, size_t offset, const float
         return TT_EINVAL;
     if (part == TT_ACCUM_PARAMS && a->params == NULL && (a->params = zeros(a->o.elems)) == NULL)
         return TT_ENOMEM;
+    /* In aggregate mode the parts are a holding area: the authoritative
+     * state (parameters and optimizer buffers) a regroup moves through the
+     * shards lands here, so any part is made on first use. */
+    if (a->o.mode == TT_ACCUM_AGGREGATE && part == TT_ACCUM_STATE1 && a->state1 == NULL &&
+        (a->state1 = zeros(a->o.elems)) == NULL)
+        return TT_ENOMEM;
+    if (a->o.mode == TT_ACCUM_AGGREGATE && part == TT_ACCUM_STATE2 && a->state2 == NULL &&
+        (a->state2 = zeros(a->o.elems)) == NULL)
+        return TT_ENOMEM;
     float *buf = part_buf(a, part);
     if (buf == NULL)
         return TT_EINVAL;

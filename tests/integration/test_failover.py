@@ -162,13 +162,13 @@ def test_kill_worker_during_ps_steps(h):
     assert any(fast), fast
 
 
-def test_kill_and_restart(h):
+def test_kill_and_restart(h, backend="ring"):
     seed = SEEDS[0] + 100
     # Paced steps (--pace-ms) stretch the 40 steps so that the restarted
     # worker, which loads the dataset first, joins well before the end even
     # on a loaded 2-core machine; more steps would not do, see the top.
-    rows, text = run_with_kill(h, f"restart-{seed}", seed, restarts=1, spe=4, epochs=10,
-                               pace_ms=100)
+    rows, text = run_with_kill(h, f"restart-{backend}-{seed}", seed, restarts=1, spe=4,
+                               epochs=10, pace_ms=100, backend=backend)
     assert "restart 1" in text, text[-3000:]
     worlds = [r["world_size"] for r in rows]
     print(f"  world size per epoch: {worlds}")
@@ -176,6 +176,17 @@ def test_kill_and_restart(h):
     shrink = re.search(r"generation (\d+) with 3 ranks resumes", text)
     grow = re.search(r"generation (\d+) with 4 ranks resumes", text)
     assert shrink and grow and int(grow.group(1)) > int(shrink.group(1)), text[-3000:]
+    return text
+
+
+def test_restarted_worker_pulls_state_from_shards(h):
+    """The same restart on the ps backend: the restarted worker is behind,
+    and the state reaches it through the shard servers (the root uploads
+    parameters and momentum, the joiner downloads them), not a broadcast."""
+    text = test_kill_and_restart(h, backend="ps")
+    moved = [l for l in text.splitlines() if "with 4 ranks resumes" in l]
+    print("  " + (moved[-1].split("failover ")[-1] if moved else "no 4-rank resume line"))
+    assert any("state through the shards" in l for l in moved), "\n".join(moved)
 
 
 def test_sigstop_fenced_and_rejoins(h):
@@ -411,6 +422,7 @@ if __name__ == "__main__":
     if not have_data():
         print(f"SKIPPED: no Fashion-MNIST at {DATA} (install dataset-fashion-mnist)")
         raise SystemExit(77)
-    run_tests([test_kill_random_worker, test_kill_worker_during_ps_steps, test_kill_and_restart, test_sigstop_fenced_and_rejoins,
+    run_tests([test_kill_random_worker, test_kill_worker_during_ps_steps, test_kill_and_restart,
+               test_restarted_worker_pulls_state_from_shards, test_sigstop_fenced_and_rejoins,
                test_below_min_workers, test_finished_job_refuses_late_worker,
                test_flapping_worker_guard_rails, test_guard_rails_survive_coordinator_restart])

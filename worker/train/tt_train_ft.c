@@ -4,10 +4,12 @@
  *   fail on others, so survivors may be one step apart. The agreement
  *   therefore asks every member for its completed step instead of trusting
  *   heartbeats that may be a beat late.
- * - The state travels by a broadcast in the new generation (the ring, or
- *   whatever backend the generation runs), not through the shard servers:
- *   it works in jobs without shards, and the ring is built by the very
- *   first collective of the agreement anyway.
+ * - On the ps backend the state travels through the shard servers: the
+ *   root uploads it, its header broadcast afterwards tells the others it
+ *   is there, and only the ranks that do not already hold it download
+ *   it; any failure on the way falls back to the broadcast, which every
+ *   other backend uses (jobs without shards, and the ring is built by the
+ *   very first collective of the agreement anyway).
  * - Per-rank loss accumulators are not part of the transferred state: they
  *   are this rank's own sums, and copying the root's would count its
  *   examples twice in the epoch's train loss.
@@ -27,8 +29,12 @@
 #include <string.h>
 #include <time.h>
 
-#define SUBSYS  "failover"
-#define HDR_N   6 /* epoch, step_in_epoch, global_step, in_epoch, examples, params */
+#define SUBSYS "failover"
+/* epoch, step_in_epoch, global_step, in_epoch, examples, params, then the
+ * root's: state uploaded to the shards (1) or not (0), its checksum */
+#define HDR_N   8
+#define HDR_VIA 6
+#define HDR_CK  7
 #define POLL_MS 5
 
 struct tt_train_ft {
@@ -185,31 +191,95 @@ static int unpack_header(tt_trainer_t *t, const int64_t *hdr) {
     return tt_trainer_set_state(t, &s);
 }
 
-/* The root broadcasts header, parameters and optimizer buffers. */
+/* The state as parts laid out like the gradients: 0 parameters, 1-2 the
+ * optimizer buffers this optimizer keeps. n[k] = 0: no such part. */
+static void state_parts(tt_train_ft_t *ft, float *buf[3], size_t n[3]) {
+    tt_mlp_t *m = tt_trainer_model(ft->t);
+    buf[0] = tt_mlp_params(m);
+    n[0] = tt_mlp_param_count(m);
+    for (int w = 0; w < 2; w++)
+        buf[w + 1] = tt_trainer_opt_state(ft->t, w, &n[w + 1]);
+    for (int k = 1; k < 3; k++)
+        n[k] = buf[k] != NULL ? n[k] : 0;
+}
+
+/* Root: 1 when every part reached the shards, 0 to fall back (no shards
+ * on this backend, or a shard failed: said in the log). */
+static int upload(tt_train_ft_t *ft, float *buf[3], const size_t n[3]) {
+    tether_t *h = tt_train_tether_handle(ft->tt);
+    int rc = TETHER_OK;
+    for (int k = 0; k < 3 && rc == TETHER_OK; k++)
+        rc = n[k] > 0 ? tether_state_put(h, k, buf[k], n[k]) : TETHER_OK;
+    if (rc != TETHER_OK && rc != TETHER_ENODEV)
+        TT_WARN(SUBSYS, "state upload to the shards failed (%s): broadcasting it instead",
+                tether_last_error(h));
+    return rc == TETHER_OK;
+}
+
+/* Non-root, after the header: 1 when the state is here (downloaded, or
+ * held already: same step and checksum as the root's), 0 on a failure. */
+static int download(tt_train_ft_t *ft, const int64_t *hdr, int64_t mine_step, int64_t mine_ck,
+                    float *buf[3], const size_t n[3]) {
+    if (hdr[2] == mine_step && hdr[HDR_CK] == mine_ck)
+        return 1;
+    tether_t *h = tt_train_tether_handle(ft->tt);
+    int rc = TETHER_OK;
+    for (int k = 0; k < 3 && rc == TETHER_OK; k++) {
+        rc = n[k] > 0 ? tether_state_get(h, k, buf[k], n[k]) : TETHER_OK;
+        ft->st.bytes += rc == TETHER_OK ? n[k] * sizeof(float) : 0;
+    }
+    if (rc != TETHER_OK)
+        TT_WARN(SUBSYS, "state download from the shards failed (%s): asking for a broadcast",
+                tether_last_error(h));
+    return rc == TETHER_OK;
+}
+
+static int broadcast_parts(tt_train_ft_t *ft, int root, float *buf[3], const size_t n[3]) {
+    tether_t *h = tt_train_tether_handle(ft->tt);
+    static const char *const what[3] = {"parameters", "optimizer", "optimizer"};
+    int rc = TETHER_OK;
+    for (int k = 0; k < 3 && rc == TETHER_OK; k++) {
+        if (n[k] > 0)
+            rc = coll(ft, what[k], tether_broadcast(h, buf[k], n[k], TETHER_FLOAT32, root));
+        ft->st.bytes += n[k] * sizeof(float);
+    }
+    return rc;
+}
+
+/* The root's header (with whether its upload worked) reaches everyone;
+ * then either everyone fetches from the shards what it lacks and all
+ * agree it worked, or the root broadcasts the parts. */
 static int transfer(tt_train_ft_t *ft, int root) {
     tether_t *h = tt_train_tether_handle(ft->tt);
     int64_t hdr[HDR_N];
     int me = tether_rank(h);
+    float *buf[3];
+    size_t n[3];
+    state_parts(ft, buf, n);
     pack_header(ft->t, hdr);
+    int64_t mine_step = hdr[2], mine_ck = state_checksum(ft->t);
+    hdr[HDR_VIA] = me == root ? upload(ft, buf, n) : 0;
+    hdr[HDR_CK] = mine_ck;
+    ft->st.bytes = sizeof(hdr);
     int rc = coll(ft, "header", tether_broadcast(h, hdr, HDR_N, TETHER_INT64, root));
     if (rc == TETHER_OK && me != root && (rc = unpack_header(ft->t, hdr)) != TT_OK)
         TT_ERROR(SUBSYS,
                  "state of rank %d (step %" PRId64 ", %" PRId64 " parameters) does not fit "
                  "this trainer: ranks run different models or datasets",
                  root, hdr[2], hdr[5]);
-    tt_mlp_t *m = tt_trainer_model(ft->t);
-    size_t n = tt_mlp_param_count(m);
-    if (rc == TETHER_OK)
-        rc = coll(ft, "parameters", tether_broadcast(h, tt_mlp_params(m), n, TETHER_FLOAT32, root));
-    ft->st.bytes = sizeof(hdr) + n * sizeof(float);
-    for (int w = 0; w < 2 && rc == TETHER_OK; w++) {
-        size_t k = 0;
-        float *s = tt_trainer_opt_state(ft->t, w, &k);
-        if (s != NULL) {
-            rc = coll(ft, "optimizer", tether_broadcast(h, s, k, TETHER_FLOAT32, root));
-            ft->st.bytes += k * sizeof(float);
-        }
+    int64_t ok = 1;
+    if (rc == TETHER_OK && hdr[HDR_VIA]) {
+        ok = me == root || download(ft, hdr, mine_step, mine_ck, buf, n);
+        rc = coll(ft, "download", tether_allreduce(h, &ok, 1, TETHER_INT64, TETHER_MIN));
+        if (me == root)
+            ft->st.bytes += (n[0] + n[1] + n[2]) * sizeof(float);
     }
+    ft->st.via_shards = rc == TETHER_OK && hdr[HDR_VIA] && ok;
+    if (rc == TETHER_OK && !ft->st.via_shards)
+        rc = broadcast_parts(ft, root, buf, n);
+    if (rc == TETHER_OK && me != root && ft->st.bytes > sizeof(hdr))
+        TT_INFO(SUBSYS, "state of rank %d (step %" PRId64 ") received %s: %zu bytes", root, hdr[2],
+                ft->st.via_shards ? "through the shards" : "by broadcast", ft->st.bytes);
     return rc;
 }
 
@@ -325,7 +395,10 @@ int tt_train_ft_recover(tt_train_ft_t *ft, int step_rc) {
             ": regroup %.1f ms, agreement %.1f ms (%s, %zu bytes)",
             tt_status_name(step_rc), ft->st.generation, ft->st.world, ft->st.resume_step,
             ft->st.regroup_s * 1e3, ft->st.agree_s * 1e3,
-            ft->st.root >= 0 ? "state broadcast" : "no transfer", ft->st.bytes);
+            ft->st.root < 0     ? "no transfer"
+            : ft->st.via_shards ? "state through the shards"
+                                : "state broadcast",
+            ft->st.bytes);
     return TT_OK;
 }
 

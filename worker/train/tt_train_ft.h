@@ -30,7 +30,8 @@ typedef struct {
     int world;              /* its world size */
     int64_t resume_step;    /* global step it resumed at (c) */
     int root;               /* rank that provided the state; -1: no transfer */
-    size_t bytes;           /* bytes broadcast by the last agreement */
+    size_t bytes;           /* bytes this rank moved in the last agreement */
+    int via_shards;         /* ... through the shard servers, not a broadcast */
     double regroup_s;       /* failed step -> generation acknowledged */
     double agree_s;         /* state agreement and transfer */
     double redo_s;          /* agreement done -> first step completed */
