@@ -489,6 +489,7 @@ static int check_body(const tt_env_t *e, const tt_wire_limits_t *lim, char *err,
     case TETHER__ENVELOPE__BODY_ACK:
     case TETHER__ENVELOPE__BODY_STATUS:
     case TETHER__ENVELOPE__BODY_MEMBERS:
+    case TETHER__ENVELOPE__BODY_FORGET:
     case TETHER__ENVELOPE__BODY_BOUNDARY:
     case TETHER__ENVELOPE__BODY_CONTINUE_:
     case TETHER__ENVELOPE__BODY_REGROUP_NOTICE:
@@ -671,6 +672,14 @@ static int check_state(const tt_coord_state_pb_t *st, char *err, size_t errlen) 
         WIRE_SET_ERR(err, errlen, "state file version %u, this build reads %u", st->version,
                      TT_WIRE_VERSION);
         return TT_EVERSION;
+    }
+    for (size_t i = 0; i < st->n_forgotten; i++) {
+        const Tether__ForgottenJob *f = st->forgotten[i];
+        if (f == NULL || f->job_id == NULL || f->job_id[0] == '\0' ||
+            !str_ok(f->job_id, TT_WIRE_MAX_ID)) {
+            WIRE_SET_ERR(err, errlen, "state file forgotten job %zu is malformed", i);
+            return TT_ECORRUPT;
+        }
     }
     for (size_t i = 0; i < st->n_jobs; i++) {
         const Tether__CoordJobRecord *j = st->jobs[i];

@@ -321,6 +321,29 @@ static int cmd_dump(tt_ctl_t *ctl, char **args) {
     return tt_ctl_job_query(ctl, args[0], &env, TETHER__ENVELOPE__BODY_DUMP_REPLY, show_dump);
 }
 
+/* ---- forget ---- */
+
+static void show_forgotten(const tt_ctl_t *ctl, const char *job, const tt_env_t *reply) {
+    (void)reply;
+    if (ctl->cfg.json) {
+        printf("{\"job_id\":");
+        tt_ctl_json_str(stdout, job);
+        printf(",\"forgotten\":true}\n");
+    } else {
+        printf("job %s forgotten: its id can start a new run (its checkpoints stay on disk)\n",
+               job);
+    }
+}
+
+static int cmd_forget(tt_ctl_t *ctl, char **args) {
+    Tether__ForgetJob req = TETHER__FORGET_JOB__INIT;
+    tt_env_t env;
+    tt_wire_env_init(&env, args[0], "tetherctl", 0, 1);
+    env.body_case = TETHER__ENVELOPE__BODY_FORGET;
+    env.forget = &req;
+    return tt_ctl_job_query(ctl, args[0], &env, TETHER__ENVELOPE__BODY_ACK, show_forgotten);
+}
+
 /* ---- dispatch ---- */
 
 static const ctl_cmd_t ctl_cmds[] = {
@@ -333,6 +356,8 @@ static const ctl_cmd_t ctl_cmds[] = {
      "shard servers: id, endpoint, bytes held, chunks, heartbeat age, alive/dead", cmd_shards, 0},
     {"dump", 1, "dump JOB", "flight recorders of every member of JOB (collectives, newest last)",
      cmd_dump, 0},
+    {"forget", 1, "forget JOB",
+     "drop a finished or failed JOB's record so its id can start a new run", cmd_forget, 0},
     {"checkpoint", 1, "checkpoint JOB",
      "ask JOB for a checkpoint at its next step boundary; --wait: until one is committed",
      tt_ctl_cmd_checkpoint, 0},

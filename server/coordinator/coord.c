@@ -31,6 +31,49 @@ coord_job_t *coord_find_job(tt_coord_t *c, const char *job_id) {
     return NULL;
 }
 
+void coord_remove_job(tt_coord_t *c, coord_job_t *job) {
+    size_t i = (size_t)(job - c->jobs);
+    tt_rdzv_destroy(&job->rdzv);
+    tt_ckpt_book_free(&job->ckpt);
+    memmove(&c->jobs[i], &c->jobs[i + 1], (c->njobs - i - 1) * sizeof(*job));
+    c->njobs--;
+}
+
+static coord_forgotten_t *find_forgotten(const tt_coord_t *c, const char *id) {
+    for (size_t i = 0; i < c->nforgotten; i++) {
+        if (strcmp(c->forgotten[i].job_id, id) == 0)
+            return &c->forgotten[i];
+    }
+    return NULL;
+}
+
+uint64_t coord_forgotten_generation(const tt_coord_t *c, const char *id) {
+    const coord_forgotten_t *f = find_forgotten(c, id);
+    return f ? f->generation : 0;
+}
+
+int coord_note_forgotten(tt_coord_t *c, const char *id, uint64_t generation) {
+    coord_forgotten_t *f = find_forgotten(c, id);
+    if (f == NULL) {
+        f = realloc(c->forgotten, (c->nforgotten + 1) * sizeof(*f));
+        if (f == NULL)
+            return TT_ENOMEM;
+        c->forgotten = f;
+        f = &c->forgotten[c->nforgotten++];
+        snprintf(f->job_id, sizeof(f->job_id), "%s", id);
+        f->generation = 0;
+    }
+    f->generation = generation > f->generation ? generation : f->generation;
+    return TT_OK;
+}
+
+void coord_unforget(tt_coord_t *c, const char *id) {
+    coord_forgotten_t *f = find_forgotten(c, id);
+    if (f == NULL)
+        return;
+    *f = c->forgotten[--c->nforgotten];
+}
+
 int coord_add_job(tt_coord_t *c, tt_rdzv_t **rdzv) {
     tt_rdzv_guard_t g = tt_rdzv_guard_for_job(&c->guard, tt_rdzv_settings(*rdzv));
     int rc = tt_rdzv_set_guard(*rdzv, &g, NULL, 0); /* both parts validated */
@@ -310,6 +353,7 @@ void tt_coord_destroy(tt_coord_t **cp) {
         tt_ckpt_book_free(&c->jobs[i].ckpt);
     }
     free(c->jobs);
+    free(c->forgotten);
     free(c->conns);
     tt_shards_destroy(&c->shards);
     while (c->out_head != NULL) {

@@ -3,6 +3,7 @@
  * calls the rendezvous, answers or leaves the answer to the events it
  * produced, and never lets a bad message change state. */
 #include "coord_internal.h"
+#include "shards.h"
 #include "tt_clock.h"
 #include "tt_log.h"
 #include "tt_status.h"
@@ -81,7 +82,10 @@ static void settings_from_pb(const Tether__JobSettings *p, tt_rdzv_settings_t *s
 
 static coord_job_t *create_job(const coord_req_t *q, const tt_rdzv_settings_t *s, char *err,
                                size_t errlen, int *rc) {
-    tt_rdzv_opts_t o = {.job_id = q->env->job_id, .settings = *s, .now_ms = q->now};
+    tt_rdzv_opts_t o = {.job_id = q->env->job_id,
+                        .settings = *s,
+                        .now_ms = q->now,
+                        .after_generation = coord_forgotten_generation(q->c, q->env->job_id)};
     tt_rdzv_t *r = NULL;
     *rc = tt_rdzv_create(&r, &o, err, errlen);
     if (*rc == TT_OK)
@@ -89,6 +93,7 @@ static coord_job_t *create_job(const coord_req_t *q, const tt_rdzv_settings_t *s
     tt_rdzv_destroy(&r);
     if (*rc != TT_OK)
         return NULL;
+    coord_unforget(q->c, q->env->job_id); /* the new record carries the generations on */
     TT_INFO("coord", "job %s created: min %u max %u workers, last call %u ms, heartbeat %u/%u ms",
             q->env->job_id, s->min_workers, s->max_workers, s->last_call_ms, s->heartbeat_ms,
             s->heartbeat_timeout_ms);
@@ -247,6 +252,40 @@ static void on_leave(const coord_req_t *q) {
     coord_drain_events(q->c, job);
 }
 
+/* tetherctl forget JOB: a finished or failed job's record goes, so that its
+ * id can start a new run (a FINISHED job refuses every join). Its
+ * checkpoints stay on disk. The Ack waits for the state write without it. */
+static void on_forget(const coord_req_t *q) {
+    char msg[320];
+    coord_job_t *job = coord_find_job(q->c, q->env->job_id);
+    tt_rdzv_state_t st = job ? tt_rdzv_state(job->rdzv) : TT_RDZV_WAITING;
+    if (job == NULL) {
+        snprintf(msg, sizeof(msg), "unknown job '%s' (see 'tetherctl status')", q->env->job_id);
+        coord_reply_error(q, TT_EJOB, msg);
+    } else if (st != TT_RDZV_FINISHED && st != TT_RDZV_FAILED) {
+        snprintf(msg, sizeof(msg),
+                 "job '%s' is %s (generation %" PRIu64 ", %u members): only a finished or failed "
+                 "job can be forgotten",
+                 q->env->job_id, tt_rdzv_state_name(st), tt_rdzv_generation(job->rdzv),
+                 tt_rdzv_member_count(job->rdzv));
+        coord_reply_error(q, TT_EBUSY, msg);
+    } else if (job->commit_busy) {
+        coord_reply_error(q, TT_EAGAIN,
+                          "a checkpoint commit of this job is in progress: try again");
+    } else if (coord_note_forgotten(q->c, q->env->job_id, tt_rdzv_generation(job->rdzv)) != TT_OK) {
+        coord_reply_error(q, TT_ENOMEM, "out of memory");
+    } else {
+        TT_INFO("coord", "job %s forgotten (%s, last step %" PRId64 ") at the request of %s",
+                q->env->job_id, tt_rdzv_state_name(st), tt_rdzv_last_committed_step(job->rdzv),
+                q->env->sender_id);
+        if (q->c->shards != NULL)
+            tt_shards_forget(q->c->shards, q->env->job_id);
+        coord_remove_job(q->c, job);
+        coord_request_save(q->c);
+        coord_send_ack(q->c, q->rx->peer, q->rx->peer_len, q->env->job_id, q->env->request_id, 1);
+    }
+}
+
 typedef void (*handler_fn)(const coord_req_t *q);
 
 static handler_fn handler_for(int body) {
@@ -265,6 +304,8 @@ static handler_fn handler_for(int body) {
         return coord_on_status;
     case TETHER__ENVELOPE__BODY_MEMBERS:
         return coord_on_members;
+    case TETHER__ENVELOPE__BODY_FORGET:
+        return on_forget;
     case TETHER__ENVELOPE__BODY_DUMP:
         return coord_on_dump;
     case TETHER__ENVELOPE__BODY_DUMP_REPORT:

@@ -37,6 +37,12 @@ typedef struct coord_conn {
     int used;
 } coord_conn_t;
 
+/* A forgotten job's id and the last generation it used (CoordState). */
+typedef struct coord_forgotten {
+    char job_id[TT_RDZV_ID_MAX];
+    uint64_t generation;
+} coord_forgotten_t;
+
 /* A reply waiting for the state write that must precede it. */
 typedef struct coord_out {
     struct coord_out *next;
@@ -77,10 +83,12 @@ struct tt_coord {
     uint64_t dirty_since_ms;  /* non-durable progress to flush lazily */
     struct coord_dump *dumps; /* flight-recorder collections in flight (coord_dump.c) */
     uint64_t next_dump_id;
-    struct tt_shards *shards;  /* shard registry (coord_shards.c), created on first use */
-    tt_rdzv_guard_t guard;     /* applied to every job's rdzv */
-    uint32_t shard_timeout_ms; /* of the shard registry, made on first use */
-    uint64_t boots;            /* starts on this state file, this one included */
+    struct tt_shards *shards;     /* shard registry (coord_shards.c), created on first use */
+    tt_rdzv_guard_t guard;        /* applied to every job's rdzv */
+    uint32_t shard_timeout_ms;    /* of the shard registry, made on first use */
+    uint64_t boots;               /* starts on this state file, this one included */
+    coord_forgotten_t *forgotten; /* ids forgotten and not started again */
+    size_t nforgotten;
 };
 
 /* Placement versions one coordinator start may hand out (CoordState.boots). */
@@ -90,6 +98,15 @@ struct tt_coord {
 coord_job_t *coord_find_job(tt_coord_t *c, const char *job_id);
 /* Takes *rdzv (sets it NULL) after applying the daemon's guard rails. */
 int coord_add_job(tt_coord_t *c, tt_rdzv_t **rdzv);
+/* Frees the job's rendezvous and checkpoint book and closes the gap:
+ * pointers to later jobs move (everything else finds jobs by id). */
+void coord_remove_job(tt_coord_t *c, coord_job_t *job);
+/* The generation job `id` must start after (0: never forgotten), and
+ * noting a forgotten one (TT_OK or TT_ENOMEM); coord_unforget when the id
+ * starts again. */
+uint64_t coord_forgotten_generation(const tt_coord_t *c, const char *id);
+int coord_note_forgotten(tt_coord_t *c, const char *id, uint64_t generation);
+void coord_unforget(tt_coord_t *c, const char *id);
 void coord_rearm(tt_coord_t *c);
 /* Queue one encoded reply; `hold` keeps it behind the pending state write. */
 void coord_send(tt_coord_t *c, const uint8_t *peer, size_t peer_len, const tt_env_t *env, int hold);

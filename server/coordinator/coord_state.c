@@ -176,14 +176,28 @@ int coord_state_encode(tt_coord_t *c, uint8_t **buf, size_t *len) {
         rc = job_to_pb(&c->jobs[i], &k, &jobs[i]);
         ptrs[i] = &jobs[i].pb;
     }
+    size_t nf = c->nforgotten;
+    Tether__ForgottenJob *fj = calloc(nf + 1, sizeof(*fj));
+    Tether__ForgottenJob **fp = calloc(nf + 1, sizeof(*fp));
+    rc = rc == TT_OK && (fj == NULL || fp == NULL) ? TT_ENOMEM : rc;
+    for (size_t i = 0; rc == TT_OK && i < nf; i++) {
+        tether__forgotten_job__init(&fj[i]);
+        fj[i].job_id = c->forgotten[i].job_id;
+        fj[i].generation = c->forgotten[i].generation;
+        fp[i] = &fj[i];
+    }
     if (rc == TT_OK) {
         Tether__CoordState st = TETHER__COORD_STATE__INIT;
         st.version = TT_WIRE_VERSION;
         st.boots = c->boots;
         st.n_jobs = n;
         st.jobs = ptrs;
+        st.n_forgotten = nf;
+        st.forgotten = fp;
         rc = tt_wire_state_encode(&st, buf, len);
     }
+    free(fj);
+    free(fp);
     for (size_t i = 0; jobs != NULL && i < n; i++)
         job_pb_free(&jobs[i]);
     free(jobs);
@@ -307,6 +321,8 @@ int coord_state_load(tt_coord_t *c, char *err, size_t errlen) {
         c->boots = st->boots;
         rc = restore_jobs(c, st, tt_clock_mono_ms(), err, errlen);
     }
+    for (size_t i = 0; rc == TT_OK && st != NULL && i < st->n_forgotten; i++)
+        rc = coord_note_forgotten(c, st->forgotten[i]->job_id, st->forgotten[i]->generation);
     tt_wire_state_free(&st);
     if (rc != TT_OK && err != NULL) {
         char tmp[512];

@@ -63,6 +63,7 @@ int tt_rdzv_create(tt_rdzv_t **out, const tt_rdzv_opts_t *opts, char *err, size_
     (void)tt_rdzv_copy(r->job_id, sizeof(r->job_id), opts->job_id);
     r->settings = opts->settings;
     r->state = TT_RDZV_WAITING;
+    r->generation = opts->after_generation;
     r->regroup_step = -1;
     r->max_member_step = -1;
     r->committed_step = -1;

@@ -197,6 +197,10 @@ typedef struct {
     const char *job_id;          /* 1..127 bytes; copied */
     tt_rdzv_settings_t settings; /* validated */
     uint64_t now_ms;             /* creation time: starts the join timeout */
+    /* Generations this job id already used (a forgotten job's): the first
+     * one formed is after_generation + 1, so that nothing that saw the old
+     * ones (shard servers, late messages) takes the new for older. */
+    uint64_t after_generation;
     /* Guard rails start as tt_rdzv_guard_default(); see tt_rdzv_set_guard. */
 } tt_rdzv_opts_t;
 

@@ -66,6 +66,19 @@ void tt_shards_destroy(tt_shards_t **sp) {
     free(s);
 }
 
+void tt_shards_forget(tt_shards_t *s, const char *job) {
+    for (size_t i = 0; i < s->njobs; i++) {
+        if (strcmp(s->jobs[i].id, job) != 0)
+            continue;
+        if (s->jobs[i].place.version > s->version_base)
+            s->version_base = s->jobs[i].place.version;
+        job_free(&s->jobs[i]);
+        memmove(&s->jobs[i], &s->jobs[i + 1], (s->njobs - i - 1) * sizeof(s->jobs[0]));
+        s->njobs--;
+        return;
+    }
+}
+
 static tt_shard_info_t *find_shard(const tt_shards_t *s, const char *id) {
     for (size_t i = 0; i < s->nshards; i++) {
         if (strcmp(s->shards[i].id, id) == 0)

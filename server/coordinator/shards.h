@@ -48,6 +48,11 @@ int tt_shards_create(tt_shards_t **out, uint32_t timeout_ms);
  * the shard servers hold a newer one and refuse the older as stale; the
  * daemon passes a base that grows with every start. */
 void tt_shards_set_version_base(tt_shards_t *s, uint64_t base);
+
+/* Drops job's tensor table and placement (a forgotten job; unknown: no-op).
+ * The version base rises past its last placement, so the same id declared
+ * again is placed at versions the shards have not seen. */
+void tt_shards_forget(tt_shards_t *s, const char *job);
 void tt_shards_destroy(tt_shards_t **s);
 
 /* Registers or refreshes a shard. A new incarnation replaces the old

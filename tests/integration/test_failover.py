@@ -282,7 +282,9 @@ DONE_LINE = "tether-train: job 'finish' has already finished; nothing left to do
 def test_finished_job_refuses_late_worker(h):
     """Two workers complete a 10-step run and leave with "finished"; the
     coordinator marks the job FINISHED instead of waiting for joiners and
-    failing it; a third worker started afterwards exits 0 quickly."""
+    failing it; a third worker started afterwards exits 0 quickly. Then
+    `tetherctl forget` drops the record (refused while a run is going on)
+    and the same job id trains again from the start."""
     coord = h.coordinator()
     shard(h, coord)
     env = dict(FAST)
@@ -291,9 +293,9 @@ def test_finished_job_refuses_late_worker(h):
     argv = [binary("tether-train"), "--data", DATA, "--backend", "ring",
             *train_args(11, spe=5, epochs=2)]
 
-    def worker(i):
+    def worker(i, extra=()):
         e = dict(env, TETHER_WORKER_ID=f"w{i}", TETHER_ENDPOINT=f"tcp://127.0.0.1:{free_port()}")
-        return h.spawn(f"w{i}", argv, env=e)
+        return h.spawn(f"w{i}", [*argv, *extra], env=e)
 
     ws = [worker(0), worker(1)]
     for w in ws:
@@ -328,6 +330,32 @@ def test_finished_job_refuses_late_worker(h):
     text = "\n".join(coord.lines("log") + coord2.lines("log"))
     assert "job failed" not in text, text[-3000:]
     assert "finished: w" in text, text[-3000:]
+
+    # Forgotten, the id starts a new run; a running job is not forgotten.
+    rc, out, err = h.ctl(coord2.endpoint, "forget", "nosuch", check=False)
+    assert rc == 1 and "unknown job 'nosuch'" in err, (rc, out, err)
+    rc, out, err = h.ctl(coord2.endpoint, "forget", "finish", check=False)
+    assert rc == 0 and "job finish forgotten" in out, (rc, out, err)
+    assert all(j["job_id"] != "finish" for j in h.ctl_json(coord2.endpoint, "status")["jobs"])
+    # the forgotten job's last generation survives a restart
+    coord2.signal(signal.SIGTERM)
+    assert coord2.wait(10) == 0
+    coord3 = h.coordinator(port=coord.port, name="coord3")
+    ws = [worker(4, ("--pace-ms", "200")), worker(5, ("--pace-ms", "200"))]
+    wait_for(lambda: any(j["job_id"] == "finish" and j["state"] == "running"
+                         for j in h.ctl_json(coord3.endpoint, "status")["jobs"]), 60,
+             "the new run of job finish")
+    rc, out, err = h.ctl(coord3.endpoint, "forget", "finish", check=False)
+    assert rc == 1 and "only a finished or failed job can be forgotten" in err, (rc, out, err)
+    for w in ws:
+        assert w.wait(120) == 0, "\n".join(w.lines("log")[-20:])
+    out = "\n".join(ws[0].lines() + ws[1].lines())
+    assert "done: test accuracy" in out and DONE_LINE not in out, out
+    st = job_status(h, coord3, "finish")
+    print(f"  forgotten and run again: {st['state']}, generation {st['generation']}, "
+          f"last step {st['last_step']}")
+    assert st["state"] == "finished" and st["last_step"] == 9, st
+    assert st["generation"] == 2, st  # after the forgotten run's generation 1
 
 
 # The job's own guard rails (JobSettings) over a coordinator whose flags

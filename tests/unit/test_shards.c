@@ -104,6 +104,14 @@ static void shards_version_base_after_restart(void) {
     beat(s, "s0", 900);
     CU_ASSERT_EQUAL_FATAL(tt_shards_placement(s, "job", 1000, &p, err, sizeof(err)), TT_OK);
     CU_ASSERT_EQUAL(p->version, 2000002); /* s1 lost: one more, not the base again */
+    /* forgotten and declared again: above every version the old job had */
+    tt_shards_forget(s, "job");
+    tt_shards_forget(s, "never-declared");
+    CU_ASSERT_EQUAL(tt_shards_placement(s, "job", 1000, &p, err, sizeof(err)), TT_ENOTFOUND);
+    CU_ASSERT_EQUAL(tt_shards_declare(s, "job", t, 1, 2048, err, sizeof(err)), TT_OK);
+    CU_ASSERT_EQUAL_FATAL(tt_shards_placement(s, "job", 1000, &p, err, sizeof(err)), TT_OK);
+    CU_ASSERT_EQUAL(p->version, 2000003);
+    CU_ASSERT_EQUAL(p->chunk_bytes, 2048); /* a new table, a new chunk size */
     tt_shards_destroy(&s);
 }
 

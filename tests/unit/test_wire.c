@@ -220,10 +220,16 @@ static void wire_state_round_trip_and_corrupt(void) {
     rec.n_flaps = 1;
     rec.flaps = fs;
     Tether__CoordJobRecord *recs[1] = {&rec};
+    Tether__ForgottenJob fg = TETHER__FORGOTTEN_JOB__INIT;
+    fg.job_id = "old";
+    fg.generation = 12;
+    Tether__ForgottenJob *fgs[1] = {&fg};
     Tether__CoordState st = TETHER__COORD_STATE__INIT;
     st.version = TT_WIRE_VERSION;
     st.n_jobs = 1;
     st.jobs = recs;
+    st.n_forgotten = 1;
+    st.forgotten = fgs;
     uint8_t *buf = NULL;
     size_t len;
     CU_ASSERT_EQUAL_FATAL(tt_wire_state_encode(&st, &buf, &len), TT_OK);
@@ -239,6 +245,8 @@ static void wire_state_round_trip_and_corrupt(void) {
     CU_ASSERT_EQUAL_FATAL(out->jobs[0]->n_flaps, 1);
     CU_ASSERT_STRING_EQUAL(out->jobs[0]->flaps[0]->worker_id, "w1");
     CU_ASSERT_EQUAL(out->jobs[0]->flaps[0]->evicted_unix_ms[0], 1500);
+    CU_ASSERT_EQUAL_FATAL(out->n_forgotten, 1);
+    CU_ASSERT_EQUAL(out->forgotten[0]->generation, 12);
     tt_wire_state_free(&out);
     CU_ASSERT(tt_wire_state_decode(buf, len / 2, &out, err, sizeof(err)) < 0);
     CU_ASSERT_PTR_NULL(out);
@@ -254,6 +262,11 @@ static void wire_state_round_trip_and_corrupt(void) {
     CU_ASSERT_EQUAL(tt_wire_state_decode(buf, len, &out, err, sizeof(err)), TT_ECORRUPT);
     free(buf);
     f.worker_id = "w1";
+    fg.job_id = ""; /* a forgotten job without an id */
+    CU_ASSERT_EQUAL_FATAL(tt_wire_state_encode(&st, &buf, &len), TT_OK);
+    CU_ASSERT_EQUAL(tt_wire_state_decode(buf, len, &out, err, sizeof(err)), TT_ECORRUPT);
+    free(buf);
+    fg.job_id = "old";
     rec.settings = NULL;
     CU_ASSERT_EQUAL_FATAL(tt_wire_state_encode(&st, &buf, &len), TT_OK);
     CU_ASSERT_EQUAL(tt_wire_state_decode(buf, len, &out, err, sizeof(err)), TT_ECORRUPT);
