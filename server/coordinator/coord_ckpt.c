@@ -260,7 +260,8 @@ static void record_commit(tt_coord_t *c, coord_job_t *job, const ckpt_commit_t *
 static void commit_done(uv_work_t *w, int status) {
     ckpt_commit_t *k = w->data;
     tt_coord_t *c = k->c;
-    coord_job_t *job = coord_find_job(c, k->job_id); /* jobs are never removed */
+    /* forget refuses a job with a commit in flight: still there */
+    coord_job_t *job = coord_find_job(c, k->job_id);
     if (job != NULL)
         job->commit_busy = 0;
     if (status != 0 && k->rc == TT_OK) {
