@@ -49,7 +49,7 @@
 
 #define SUBSYS        "ring"
 #define ZC_MIN_BYTES  ((size_t)32 << 10) /* below this a copy is cheaper */
-#define GONE_GRACE_MS 300                /* let an ABORT overtake a disconnect */
+#define GONE_GRACE_MS 100                /* let an ABORT overtake a disconnect */
 #define ERRLEN        TT_RING_ERRLEN
 
 /* One collective in progress. */
