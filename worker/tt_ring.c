@@ -47,10 +47,9 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#define SUBSYS        "ring"
-#define ZC_MIN_BYTES  ((size_t)32 << 10) /* below this a copy is cheaper */
-#define GONE_GRACE_MS 100                /* let an ABORT overtake a disconnect */
-#define ERRLEN        TT_RING_ERRLEN
+#define SUBSYS       "ring"
+#define ZC_MIN_BYTES ((size_t)32 << 10) /* below this a copy is cheaper */
+#define ERRLEN       TT_RING_ERRLEN
 
 /* One collective in progress. */
 typedef struct coll {
@@ -364,10 +363,9 @@ static int wait_input(coll_t *c) {
         return fail_interrupted(c);
     if (now >= c->deadline_at)
         return fail_timeout(c, current_suspect(c, now), "");
-    if (r->left_gone_ms != 0 && since(r->left_gone_ms, now) > GONE_GRACE_MS)
-        return fail_gone(c, r->left);
-    if (r->right_gone_ms != 0 && c->sends_left > 0 && since(r->right_gone_ms, now) > GONE_GRACE_MS)
-        return fail_gone(c, r->right);
+    int gone = tt_ring_net_gone(r, now, TT_RING_LEFT | (c->sends_left > 0 ? TT_RING_RIGHT : 0));
+    if (gone >= 0)
+        return fail_gone(c, gone);
     if (since(c->last_wait_sent, now) >= r->wait_ivl_ms)
         send_wait(c, now);
     int64_t tmo = (int64_t)(c->deadline_at - now);
@@ -578,7 +576,7 @@ static int wait_released(coll_t *c) {
         uint64_t now = tt_clock_mono_ms(), v;
         if (now >= c->deadline_at)
             return fail_timeout(c, r->right, " to take its data");
-        if (r->right_gone_ms != 0 && since(r->right_gone_ms, now) > GONE_GRACE_MS)
+        if (tt_ring_net_gone(r, now, TT_RING_RIGHT) >= 0)
             return fail_gone(c, r->right);
         if (tt_wake_raised(&r->wake))
             return fail_interrupted(c);
@@ -780,17 +778,6 @@ int tt_ring_suspect(const tt_ring_t *r) {
     return r->suspect;
 }
 
-int tt_ring_neighbour_gone(tt_ring_t *r) {
-    if (r->world < 2)
-        return -1;
-    tt_ring_net_poll(r, 0);
-    uint64_t now = tt_clock_mono_ms();
-    if (r->left_gone_ms != 0 && since(r->left_gone_ms, now) > GONE_GRACE_MS)
-        return r->left;
-    if (r->right_gone_ms != 0 && since(r->right_gone_ms, now) > GONE_GRACE_MS)
-        return r->right;
-    return -1;
-}
 uint64_t tt_ring_dropped_stale(const tt_ring_t *r) {
     return r->dropped_stale;
 }

@@ -47,4 +47,16 @@ void tt_ring_net_drain(void *mon, uint64_t *gone_ms, int *conns);
 /* Sleeps until input, a monitor event, an interrupt or `tmo` ms. */
 void tt_ring_net_poll(tt_ring_t *r, int64_t tmo);
 
+/* A neighbour's disconnect counts only after this long, so that an ABORT
+ * already in the socket (which names the rank that really failed) is read
+ * first: a failing rank queues it before it closes anything. */
+#define TT_RING_GONE_GRACE_MS 100
+#define TT_RING_LEFT          1
+#define TT_RING_RIGHT         2
+
+/* The rank of a neighbour among `which` (TT_RING_LEFT | TT_RING_RIGHT)
+ * whose connection has been gone for longer than the grace at `now`, the
+ * left one first; -1 when none. */
+int tt_ring_net_gone(const tt_ring_t *r, uint64_t now, int which);
+
 #endif

@@ -120,6 +120,23 @@ void tt_ring_net_drain(void *mon, uint64_t *gone_ms, int *conns) {
     }
 }
 
+int tt_ring_net_gone(const tt_ring_t *r, uint64_t now, int which) {
+    if ((which & TT_RING_LEFT) && r->left_gone_ms != 0 &&
+        now - r->left_gone_ms > TT_RING_GONE_GRACE_MS)
+        return r->left;
+    if ((which & TT_RING_RIGHT) && r->right_gone_ms != 0 &&
+        now - r->right_gone_ms > TT_RING_GONE_GRACE_MS)
+        return r->right;
+    return -1;
+}
+
+int tt_ring_neighbour_gone(tt_ring_t *r) {
+    if (r->world < 2)
+        return -1;
+    tt_ring_net_poll(r, 0);
+    return tt_ring_net_gone(r, tt_clock_mono_ms(), TT_RING_LEFT | TT_RING_RIGHT);
+}
+
 /* Sleeps until input, a monitor event, an interrupt or `tmo` ms; notes
  * disconnects and re-connections. */
 void tt_ring_net_poll(tt_ring_t *r, int64_t tmo) {

@@ -361,34 +361,36 @@ int tt_accum_take_expiry(tt_accum_t *a, uint64_t now_ms) {
     return 1;
 }
 
-static float *part_buf(const tt_accum_t *a, tt_accum_part_t part) {
+static float **part_slot(tt_accum_t *a, tt_accum_part_t part) {
     switch (part) {
     case TT_ACCUM_PARAMS:
-        return a->params;
+        return &a->params;
     case TT_ACCUM_STATE1:
-        return a->state1;
+        return &a->state1;
     case TT_ACCUM_STATE2:
-        return a->state2;
+        return &a->state2;
     }
     return NULL;
+}
+
+static float *part_buf(const tt_accum_t *a, tt_accum_part_t part) {
+    float **slot = part_slot((tt_accum_t *)a, part);
+    return slot != NULL ? *slot : NULL;
 }
 
 int tt_accum_set(tt_accum_t *a, tt_accum_part_t part, size_t offset, const float *src, size_t n,
                  uint64_t optim_step) {
     if (offset > a->o.elems || n > a->o.elems - offset || part > TT_ACCUM_STATE2)
         return TT_EINVAL;
-    if (part == TT_ACCUM_PARAMS && a->params == NULL && (a->params = zeros(a->o.elems)) == NULL)
+    /* Parameters are made on first use; in aggregate mode so are the
+     * optimizer parts: a holding area for the authoritative state a regroup
+     * moves through the shards. In optimizer mode the optimizer decides
+     * which of its buffers exist. */
+    float **slot = part_slot(a, part);
+    int make = part == TT_ACCUM_PARAMS || a->o.mode == TT_ACCUM_AGGREGATE;
+    if (make && *slot == NULL && (*slot = zeros(a->o.elems)) == NULL)
         return TT_ENOMEM;
-    /* In aggregate mode the parts are a holding area: the authoritative
-     * state (parameters and optimizer buffers) a regroup moves through the
-     * shards lands here, so any part is made on first use. */
-    if (a->o.mode == TT_ACCUM_AGGREGATE && part == TT_ACCUM_STATE1 && a->state1 == NULL &&
-        (a->state1 = zeros(a->o.elems)) == NULL)
-        return TT_ENOMEM;
-    if (a->o.mode == TT_ACCUM_AGGREGATE && part == TT_ACCUM_STATE2 && a->state2 == NULL &&
-        (a->state2 = zeros(a->o.elems)) == NULL)
-        return TT_ENOMEM;
-    float *buf = part_buf(a, part);
+    float *buf = *slot;
     if (buf == NULL)
         return TT_EINVAL;
     memcpy(buf + offset, src, n * sizeof(float));
