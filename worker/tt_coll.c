@@ -32,7 +32,9 @@ typedef struct ring_inst {
     char err[256];
 } ring_inst_t;
 
-static int ring_create(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t errlen) {
+/* `idle` (may be NULL): tt_ring_opts_t.idle. */
+static int ring_open(void **inst, const tt_coll_cfg_t *cfg, void (*idle)(void *), void *idle_ctx,
+                     char *err, size_t errlen) {
     if (cfg->world > 1 && !tt_coll_ring_endpoints_ok(cfg->endpoints, cfg->rank, cfg->world)) {
         snprintf(err, errlen,
                  "ring: rank %d or its right neighbour advertised no endpoint (set "
@@ -51,7 +53,9 @@ static int ring_create(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t 
                         .bind_endpoint = cfg->bind_endpoint,
                         .deadline_ms = cfg->deadline_ms,
                         .segment_bytes = cfg->segment_bytes,
-                        .flight_capacity = cfg->flight_capacity};
+                        .flight_capacity = cfg->flight_capacity,
+                        .idle = idle,
+                        .idle_ctx = idle_ctx};
     int rc = tt_ring_create(&ri->ring, &o, err, errlen);
     if (rc != TT_OK) {
         free(ri);
@@ -59,6 +63,10 @@ static int ring_create(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t 
     }
     *inst = ri;
     return TT_OK;
+}
+
+static int ring_create(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t errlen) {
+    return ring_open(inst, cfg, NULL, NULL, err, errlen);
 }
 
 /* An aborted instance refuses work before touching the sockets. */
@@ -177,6 +185,14 @@ static int ps_peer_gone(void *ctx) {
     return ri != NULL ? tt_ring_neighbour_gone(ri->ring) : -1;
 }
 
+/* While a plain collective waits on the ring, a shard that restarted
+ * after this rank had the last step's result may hold that step open for
+ * ranks that did not: they cannot reach this collective until this rank
+ * contributes again (tt_ps_tend). */
+static void ps_ring_idle(void *ctx) {
+    tt_ps_tend(((ps_inst_t *)ctx)->ps);
+}
+
 static int ps_open_shards(ps_inst_t *pi, const tt_coll_cfg_t *cfg, char *err, size_t errlen) {
     tt_ps_layout_t lay;
     memset(&lay, 0, sizeof(lay));
@@ -229,7 +245,7 @@ static int ps_create(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t er
                  "collective of this generation");
     char why[256] = "";
     if (rc == TT_OK && tt_coll_ring_endpoints_ok(cfg->endpoints, cfg->rank, cfg->world) &&
-        ring_create(&pi->ring, cfg, why, sizeof(why)) != TT_OK) {
+        ring_open(&pi->ring, cfg, ps_ring_idle, pi, why, sizeof(why)) != TT_OK) {
         /* Gradients still flow; plain collectives will fail naming this. */
         pi->ring = NULL;
         snprintf(pi->ring_err, sizeof(pi->ring_err), "%s", why);
@@ -263,15 +279,24 @@ static int ps_no_ring(ps_inst_t *pi) {
 
 static int ps_allreduce(void *inst, void *buf, size_t count, tt_dtype_t dt, tt_redop_t op) {
     ps_inst_t *pi = inst;
-    return pi->ring ? ring_allreduce(pi->ring, buf, count, dt, op) : ps_no_ring(pi);
+    if (pi->ring == NULL)
+        return ps_no_ring(pi);
+    tt_ps_tend(pi->ps);
+    return ring_allreduce(pi->ring, buf, count, dt, op);
 }
 static int ps_broadcast(void *inst, void *buf, size_t count, tt_dtype_t dt, int root) {
     ps_inst_t *pi = inst;
-    return pi->ring ? ring_broadcast(pi->ring, buf, count, dt, root) : ps_no_ring(pi);
+    if (pi->ring == NULL)
+        return ps_no_ring(pi);
+    tt_ps_tend(pi->ps);
+    return ring_broadcast(pi->ring, buf, count, dt, root);
 }
 static int ps_barrier(void *inst) {
     ps_inst_t *pi = inst;
-    return pi->ring ? ring_barrier(pi->ring) : ps_no_ring(pi);
+    if (pi->ring == NULL)
+        return ps_no_ring(pi);
+    tt_ps_tend(pi->ps);
+    return ring_barrier(pi->ring);
 }
 static void ps_abort(void *inst) {
     ps_inst_t *pi = inst;

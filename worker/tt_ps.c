@@ -257,6 +257,25 @@ static int send_item(tt_ps_t *p, ps_op_t *op, size_t s, size_t i) {
     return rc;
 }
 
+int ps_send_refills(tt_ps_t *p, size_t s, size_t *sent) {
+    uint8_t state = PS_SEND, flags = PS_F_REFILL;
+    ps_op_t op = {.kind = PS_OP_PUSH, .nitems = 1, .state = &state, .flags = &flags};
+    int rc = p->link[s].resetup ? send_item(p, &op, s, PS_SETUP_ITEM) : TT_OK;
+    *sent = 0;
+    for (size_t i = 0; rc == TT_OK && i < p->lay.place.nchunks; i++) {
+        if (ps_chunk(p, i)->shard != s || p->saved_step[i] == UINT64_MAX)
+            continue;
+        op.first = i;
+        op.step = p->saved_step[i] + 1; /* build_push refills op.step - 1 */
+        if ((rc = send_item(p, &op, s, i)) == TT_OK)
+            (*sent)++;
+    }
+    /* Their answers carry this op_seq: the next call drops them. */
+    p->inflight[s] = 0;
+    p->link[s].setup_pending = 0;
+    return rc;
+}
+
 /* Fills every shard's credit window. Returns TT_OK, or a send failure. */
 static int send_more(tt_ps_t *p, ps_op_t *op, uint64_t now, int *blocked) {
     *blocked = 0;
@@ -470,8 +489,11 @@ static int run_op(tt_ps_t *p, ps_op_t *op) {
     p->op_seq++;
     memset(p->inflight, 0, n * sizeof(size_t));
     memset(p->cursor, 0, n * sizeof(size_t));
-    for (size_t s = 0; s < n; s++)
+    for (size_t s = 0; s < n; s++) {
         p->link[s].setup_pending = 0; /* answers to older calls are dropped */
+        if (op->kind == PS_OP_PUSH)
+            p->link[s].refill_due = 0; /* this call refills what it must itself */
+    }
     uint64_t start = tt_clock_mono_ms(), deadline = start + (uint64_t)p->o.deadline_ms;
     int rc = TT_OK, blocked = 0;
     for (size_t s = 0; rc == TT_OK && s < n; s++)

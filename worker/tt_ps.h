@@ -161,6 +161,16 @@ int tt_ps_set_params(tt_ps_t *p, tt_ps_part_t part, const float *src, size_t off
 int tt_ps_get_params(tt_ps_t *p, tt_ps_part_t part, float *dst, size_t offset, size_t count,
                      uint64_t *optim_step);
 
+/* Between calls, on the calling thread (e.g. from another collective's
+ * waits): a shard that restarted after this rank had the result of the
+ * last step may hold that step open for ranks that did not, and they
+ * cannot leave it until this rank contributes again. This reads the
+ * shards' connection events and, once a lost shard is connected again,
+ * sets the job up there and pushes this rank's saved input of that step
+ * to its chunks (deterministic aggregate mode; the answers are dropped).
+ * Never blocks; a no-op otherwise. Accepts NULL. */
+void tt_ps_tend(tt_ps_t *p);
+
 /* Ends the call in flight (and every later one) with TT_EMEMBERSHIP: the
  * generation is over, e.g. because a shard it waits for is gone and the
  * coordinator formed a new one. The only function another thread may call

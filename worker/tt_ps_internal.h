@@ -55,6 +55,7 @@ typedef struct ps_link {
     uint8_t down;          /* dropped and not connected again yet */
     uint8_t resetup;       /* send PsSetup before the next request */
     uint8_t setup_pending; /* that PsSetup is not answered yet */
+    uint8_t refill_due;    /* dropped since the last push call began: tt_ps_tend refills */
 } ps_link_t;
 
 struct tt_ps {
@@ -85,6 +86,10 @@ const tt_place_chunk_t *ps_chunk(const tt_ps_t *p, size_t i);
 size_t ps_item_shard(const tt_ps_t *p, const ps_op_t *op, size_t i);
 /* Takes every reply queued on shard s's socket. */
 int ps_drain(tt_ps_t *p, ps_op_t *op, size_t s, uint64_t now);
+/* Outside a call: queues the PsSetup shard s needs (when it does) and the
+ * saved input of every chunk it holds as a refill. TT_OK, TT_EAGAIN (not
+ * connected), or a send failure. */
+int ps_send_refills(tt_ps_t *p, size_t s, size_t *sent);
 
 /* tt_ps_recover.c */
 /* Allocates the saved inputs when the mode needs them; TT_OK or TT_ENOMEM. */

@@ -164,6 +164,19 @@ int ps_resetup_reply(tt_ps_t *p, size_t s, const tt_zmq_rx_t *rx) {
     return e && e->code < 0 ? e->code : TT_EPROTO;
 }
 
+/* What a dropped connection to shard s means for the link, in a call or
+ * between calls; n requests were in flight. */
+static void link_lost(tt_ps_t *p, size_t s, size_t n) {
+    p->inflight[s] = 0;
+    p->link[s].resetup = p->o.mode == TT_PS_AGGREGATE;
+    p->link[s].setup_pending = 0;
+    p->link[s].refill_due = p->saved != NULL;
+    TT_WARN(PS_SUBSYS,
+            "rank %d generation %" PRIu64 ": connection to shard %s lost; %zu request(s) "
+            "in flight go again once it is back",
+            p->o.rank, p->o.generation, p->lay.place.shard_ids[s], n);
+}
+
 /* The connection to shard s dropped. Its replies that arrived before the
  * drop are taken first (ZeroMQ queues them before it reports the drop),
  * so that an item already answered is not sent again; the rest of what
@@ -179,14 +192,8 @@ static int shard_lost(tt_ps_t *p, ps_op_t *op, size_t s, uint64_t now) {
             n++;
         }
     }
-    p->inflight[s] = 0;
     p->cursor[s] = op->first;
-    p->link[s].resetup = p->o.mode == TT_PS_AGGREGATE;
-    p->link[s].setup_pending = 0;
-    TT_WARN(PS_SUBSYS,
-            "rank %d generation %" PRIu64 ": connection to shard %s lost; %zu request(s) "
-            "in flight go again once it is back",
-            p->o.rank, p->o.generation, p->lay.place.shard_ids[s], n);
+    link_lost(p, s, n);
     return rc == TT_OK ? recovered(p, op, s) : rc;
 }
 
@@ -204,4 +211,44 @@ int ps_watch_link(tt_ps_t *p, ps_op_t *op, size_t s, uint64_t now) {
         lost |= rc == TT_OK && ev == ZMQ_EVENT_DISCONNECTED;
     }
     return lost ? shard_lost(p, op, s, now) : TT_OK;
+}
+
+/* Why a lost shard is refilled even when this rank's last call finished:
+ * the shard may have died after answering this rank and before answering
+ * another, which then pushes that step again to the restarted shard and
+ * waits there, while this rank waits for it in the next plain collective
+ * (the metrics at an epoch's end). Nothing in a later push call could
+ * break that; only this rank contributing again can. A refill the shard
+ * does not need is refused (final, or held already) and dropped. */
+void tt_ps_tend(tt_ps_t *p) {
+    if (p == NULL || p->saved == NULL || p->failed)
+        return;
+    for (size_t s = 0; s < p->lay.place.nshards; s++) {
+        ps_link_t *l = &p->link[s];
+        uint16_t ev = 0;
+        int32_t val = 0;
+        int rc;
+        while ((rc = tt_zmq_monitor_read(l->mon, &ev, &val)) != TT_EAGAIN) {
+            if (rc == TT_OK && (ev == ZMQ_EVENT_DISCONNECTED || ev == ZMQ_EVENT_CONNECTED))
+                l->down = ev == ZMQ_EVENT_DISCONNECTED;
+            if (rc == TT_OK && ev == ZMQ_EVENT_DISCONNECTED)
+                link_lost(p, s, 0);
+        }
+        if (!l->refill_due || l->down)
+            continue;
+        size_t sent = 0;
+        rc = ps_send_refills(p, s, &sent);
+        if (rc == TT_EAGAIN)
+            continue; /* not connected yet after all: next time */
+        l->refill_due = 0;
+        if (rc != TT_OK)
+            TT_WARN(PS_SUBSYS, "rank %d generation %" PRIu64 ": %s", p->o.rank, p->o.generation,
+                    p->err);
+        else if (sent > 0)
+            TT_WARN(PS_SUBSYS,
+                    "rank %d generation %" PRIu64 ": shard %s is back between calls; "
+                    "contributing to it again this rank's input of the last step for %zu "
+                    "chunk(s), for ranks that may still wait on that step",
+                    p->o.rank, p->o.generation, p->lay.place.shard_ids[s], sent);
+    }
 }

@@ -108,6 +108,8 @@ int tt_ring_create(tt_ring_t **out, const tt_ring_opts_t *o, char *err, size_t e
         r->wait_ivl_ms = 1000;
     r->seg_bytes = o->segment_bytes ? o->segment_bytes : TT_RING_SEG_BYTES_DEFAULT;
     r->step = -1;
+    r->idle = o->idle;
+    r->idle_ctx = o->idle_ctx;
     r->suspect = -1;
     r->evfd = -1;
     atomic_init(&r->zc_pending, 0);
@@ -373,7 +375,11 @@ static int wait_input(coll_t *c) {
         tmo = r->wait_ivl_ms;
     if ((r->left_gone_ms || r->right_gone_ms) && tmo > 50)
         tmo = 50;
+    if (r->idle != NULL && tmo > TT_RING_IDLE_MS)
+        tmo = TT_RING_IDLE_MS;
     tt_ring_net_poll(r, tmo);
+    if (r->idle != NULL)
+        r->idle(r->idle_ctx);
     return TT_OK;
 }
 
@@ -536,6 +542,8 @@ static int handshake(coll_t *c) {
         if (rc == 0) {
             int64_t tmo = (int64_t)(c->deadline_at - now);
             tt_ring_net_poll(r, tmo < HELLO_IVL_MS ? tmo : HELLO_IVL_MS);
+            if (r->idle != NULL)
+                r->idle(r->idle_ctx);
         }
     }
     r->ready = 1;

@@ -47,7 +47,15 @@ typedef struct tt_ring_opts {
     /* 0 (default): tt_ring_create pins glibc's malloc thresholds (see
      * tt_ring_create); 1: leave the process's malloc settings alone. */
     int keep_malloc_settings;
+    /* Called on the collective's thread, at least every TT_RING_IDLE_MS,
+     * while a collective waits for its peers: something else this thread
+     * owns (the PS backend's links to the shards) may need tending for the
+     * peers to get here at all. NULL: none. */
+    void (*idle)(void *ctx);
+    void *idle_ctx;
 } tt_ring_opts_t;
+
+#define TT_RING_IDLE_MS 20
 
 /* Binds this rank's endpoint and connects to the right neighbour (it does
  * not wait for peers: the first collective does, under its deadline).

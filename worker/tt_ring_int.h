@@ -27,6 +27,8 @@ struct tt_ring {
     uint64_t left_gone_ms, right_gone_ms;
     int left_conns; /* connections accepted on the PULL and still open */
     tt_flight_t *flight;
+    void (*idle)(void *ctx); /* tt_ring_opts_t.idle */
+    void *idle_ctx;
     int failed, suspect;
     uint64_t dropped_stale;
     char err[TT_RING_ERRLEN];

@@ -121,6 +121,11 @@ int main(int argc, char **argv) {
                          .park_timeout_ms = (uint32_t)cfg.park_timeout_ms,
                          .max_chunk_bytes = (uint64_t)cfg.max_chunk_bytes,
                          .io_threads = (uint32_t)cfg.io_threads};
+    const char *die = getenv("TETHER_SHARD_TEST_DIE"); /* test knob: tt_shard_opts_t */
+    if (die != NULL && strchr(die, ':') != NULL) {
+        o.die_step = strtoull(die, NULL, 10);
+        o.die_once = strchr(die, ':') + 1;
+    }
     char err[512] = "";
     if (tt_shard_create(&a.shard, a.loop, &o, err, sizeof(err)) != TT_OK) {
         fprintf(stderr, "tether-shard: cannot start: %s\n", err);

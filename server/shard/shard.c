@@ -219,6 +219,8 @@ int tt_shard_create(tt_shard_t **out, uv_loop_t *loop, const tt_shard_opts_t *o,
     s->hb_ms = o->heartbeat_ms ? o->heartbeat_ms : 1000;
     s->park_ms = o->park_timeout_ms ? o->park_timeout_ms : 30000;
     s->max_chunk = o->max_chunk_bytes ? o->max_chunk_bytes : ((uint64_t)64 << 20);
+    s->die_step = o->die_once != NULL ? o->die_step : 0;
+    snprintf(s->die_once, sizeof(s->die_once), "%s", o->die_once ? o->die_once : "");
     tt_wire_limits_default(&s->lim);
     rc = setup(s, o, err, errlen);
     if (rc != TT_OK) {

@@ -31,6 +31,13 @@ typedef struct tt_shard_opts {
     uint32_t park_timeout_ms; /* default round deadline; 0: 30000 */
     uint64_t max_chunk_bytes; /* largest chunk accepted; 0: 64 MiB */
     uint32_t io_threads;      /* ZeroMQ I/O threads of the data socket; 0: 2 */
+    /* Test knob (TETHER_SHARD_TEST_DIE="STEP:FILE"): when a round of step
+     * die_step (> 0) finishes with several ranks waiting, answer one of
+     * them and die by SIGKILL, once: only the process that creates
+     * die_once (which must not exist) does. Reproduces a shard lost
+     * between answering some ranks and the others. */
+    uint64_t die_step;
+    const char *die_once;
 } tt_shard_opts_t;
 
 /* Binds the data endpoint, connects to the coordinator and starts the

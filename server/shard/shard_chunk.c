@@ -15,11 +15,14 @@
 #include "tt_log.h"
 #include "tt_status.h"
 
+#include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct shard_work {
     uv_work_t req;
@@ -193,14 +196,41 @@ int shard_chunk_park(shard_chunk_t *ch, const uint8_t *peer, size_t peer_len, ui
     return TT_OK;
 }
 
+/* The test knob of tt_shard_opts_t: is this the round to die in? */
+static int test_die_here(const shard_chunk_t *ch) {
+    const tt_shard_t *s = ch->job->s;
+    size_t waiting = 0;
+    if (s->die_step == 0 || ch->result_step != s->die_step)
+        return 0;
+    for (const shard_park_t *p = ch->parks; p != NULL; p = p->next)
+        waiting += p->gen == ch->result_gen && p->step == ch->result_step;
+    if (waiting < 2)
+        return 0;
+    int fd = open(s->die_once, O_CREAT | O_EXCL | O_WRONLY, 0600);
+    if (fd < 0)
+        return 0;
+    close(fd);
+    return 1;
+}
+
+static void test_die_now(const shard_chunk_t *ch) {
+    TT_WARN("shard", "chunk %u: test knob: answered one rank of step %" PRIu64 ", dying now",
+            ch->id, ch->result_step);
+    tt_clock_sleep_us(200 * 1000); /* ZeroMQ's I/O thread sends that answer */
+    raise(SIGKILL);
+}
+
 static void answer_parks(shard_chunk_t *ch) {
     shard_park_t **pp = &ch->parks;
+    int die = test_die_here(ch);
     while (*pp != NULL) {
         shard_park_t *p = *pp;
         if (p->gen == ch->result_gen && p->step == ch->result_step) {
             *pp = p->next;
             send_result(ch, p->peer, p->peer_len, p->req);
             free(p);
+            if (die)
+                test_die_now(ch);
         } else {
             pp = &p->next;
         }

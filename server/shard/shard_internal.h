@@ -80,6 +80,8 @@ struct tt_shard {
     size_t njobs;
     int closing;
     tt_wire_limits_t lim;
+    uint64_t die_step; /* tt_shard_opts_t's test knob */
+    char die_once[256];
 };
 
 /* shard.c */

@@ -13,6 +13,11 @@ daemons killed for real with SIGKILL and restarted by the launcher.
     completes (launcher exit 0) with exactly one row per epoch of exactly
     the dataset size, no step repeated or skipped, and the parameters of a
     fault-free single-process run within 1e-5 relative;
+  * shard dying between answers: the same job, but the shard server dies
+    on a test knob (TETHER_SHARD_TEST_DIE) right after answering one rank
+    a step, mid-epoch and at an epoch's last step (where the rank ahead
+    waits in the metric all-reduce and must refill from there): no timing
+    luck needed to reach the refill paths; same checks;
   * coordinator: the same job (ring backend, then ps) loses the coordinator
     in the middle of an epoch; the launcher restarts it, it reloads its
     state file, every worker is heard from again by the new instance
@@ -52,7 +57,7 @@ SHARD_PACES = [PACE_MS, 0, 0]
 COORD_PACE_MS = 150
 
 
-def launch(h, name, seed, backend, shards, pace_ms=PACE_MS):
+def launch(h, name, seed, backend, shards, pace_ms=PACE_MS, env=None):
     """Starts tether-launch with 3 workers; returns (proc, dump, metrics)."""
     out = os.path.join(h.dir, f"{name}.bin")
     metrics = os.path.join(h.dir, f"{name}.json")
@@ -61,7 +66,7 @@ def launch(h, name, seed, backend, shards, pace_ms=PACE_MS):
             "--", "tether-train", "--data", DATA, "--backend", backend,
             *train_args(seed, STEPS_PER_EPOCH, EPOCHS), "--dump-params", out,
             "--metrics-json", metrics, "--pace-ms", str(pace_ms)]
-    return h.spawn(name, argv, env=FAST), out, metrics
+    return h.spawn(name, argv, env=dict(FAST, **(env or {}))), out, metrics
 
 
 def launcher_line(p, pattern, timeout=30):
@@ -163,6 +168,39 @@ def test_kill_shard_during_ps_steps(h):
         setups = [l for l in text.splitlines()
                   if l.startswith(f"[shard {victim}]") and "job launch: placement version" in l]
         assert len(setups) >= 2, "the restarted shard never served the job:\n" + text[-4000:]
+
+
+def test_shard_dies_between_answers(h):
+    """The shard dies right after answering one rank a step (the shard's
+    test knob, not a timed kill), and the launcher restarts it. The ranks
+    behind push that step again to the restarted shard and wait there for
+    the rank ahead to contribute again from its copy of its input:
+      * mid-epoch, the rank ahead learns of it from its next push (the
+        shard answers that the step before is still open);
+      * at an epoch's last step, the rank ahead goes on to the epoch's
+        metric all-reduce instead, and must refill while it waits in the
+        ring (tt_ps_tend), or both sides wait for each other.
+    Either way the job completes exactly, with no regroup."""
+    for k, (step, refill) in enumerate([(STEPS_PER_EPOCH // 2, "contributing to it again"),
+                                        (STEPS_PER_EPOCH, "is back between calls")]):
+        seed, name = SEEDS[0] + 40 + k, f"between-{step}"
+        marker = os.path.join(h.dir, f"{name}.died")
+        # PS steps count from 0: global step `step` is PS step step - 1
+        knob = {"TETHER_SHARD_TEST_DIE": f"{step - 1}:{marker}"}
+        p, out, metrics = launch(h, name, seed, "ps", shards=2, pace_ms=0, env=knob)
+        rc = p.wait(120)
+        lines = p.lines() + p.lines("log")
+        text = "\n".join(lines)
+        died = [l.split("] ", 1)[-1] for l in lines if "test knob: answered one rank" in l]
+        refills = sum(refill in l for l in lines)
+        print(f"  step {step}: {died[0] if died else 'the knob never fired'}; "
+              f"'{refill}': {refills} line(s)")
+        assert os.path.exists(marker) and died, "the knob never fired:\n" + text[-4000:]
+        check_result(h, name, p, rc, out, metrics, seed)
+        assert refills >= 1, f"no rank contributed again ('{refill}'):\n" + text[-4000:]
+        with open(metrics) as f:
+            gens = {json.loads(line)["generation"] for line in f if line.strip()}
+        assert len(gens) == 1, f"the job regrouped (generations {sorted(gens)}):\n" + text[-4000:]
 
 
 def test_shard_lost_for_good(h):
@@ -312,5 +350,6 @@ if __name__ == "__main__":
     if not have_data():
         print(f"SKIPPED: no Fashion-MNIST at {DATA} (install dataset-fashion-mnist)")
         raise SystemExit(77)
-    run_tests([test_coordinator_restart_after_shard_loss, test_kill_shard_during_ps_steps, test_kill_coordinator_mid_epoch,
+    run_tests([test_coordinator_restart_after_shard_loss, test_kill_shard_during_ps_steps,
+               test_shard_dies_between_answers, test_kill_coordinator_mid_epoch,
                test_shard_lost_for_good])
