@@ -117,8 +117,13 @@ static int ask(tt_zreq_t *z, const tt_ps_fetch_opts_t *o, uint64_t rid, int time
 /* Shard servers and workers start independently (systemd, Kubernetes, the
  * launcher): a job may form before any shard has registered, and the
  * coordinator then answers TT_EAGAIN. That is waited out, asking again with
- * a growing pause, until the fetch's own timeout; every other answer is
- * final. */
+ * a growing pause, until the fetch's own timeout. A coordinator that dies
+ * holding the request never answers it, and its successor (restarted on
+ * the same endpoint) never saw it: each ask waits at most ASK_MS, then the
+ * request goes again (an answer to an earlier one is skipped). Every other
+ * answer is final. */
+#define ASK_MS 2000
+
 static int request_until_placed(tt_zreq_t *z, const tt_ps_fetch_opts_t *o, tt_zmq_rx_t *rx,
                                 char *err, size_t errlen) {
     int timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 10000;
@@ -126,14 +131,17 @@ static int request_until_placed(tt_zreq_t *z, const tt_ps_fetch_opts_t *o, tt_zm
     int pause_ms = 20;
     for (uint64_t rid = 1;; rid++) {
         uint64_t now = tt_clock_mono_ms();
-        int rc = ask(z, o, rid, now < end ? (int)(end - now) : 0, rx, err, errlen);
-        if (rc != TT_EAGAIN)
+        uint64_t left = now < end ? end - now : 0;
+        int rc = ask(z, o, rid, (int)(left < ASK_MS ? left : ASK_MS), rx, err, errlen);
+        if (rc != TT_EAGAIN && rc != TT_ETIMEDOUT)
             return rc;
         now = tt_clock_mono_ms();
-        if (now + (uint64_t)pause_ms >= end)
+        if (now + (rc == TT_EAGAIN ? (uint64_t)pause_ms : 0) >= end)
             return rc;
-        tt_clock_sleep_ms((uint64_t)pause_ms);
-        pause_ms = pause_ms < 400 ? pause_ms * 2 : 500;
+        if (rc == TT_EAGAIN) {
+            tt_clock_sleep_ms((uint64_t)pause_ms);
+            pause_ms = pause_ms < 400 ? pause_ms * 2 : 500;
+        }
     }
 }
 
