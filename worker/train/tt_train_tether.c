@@ -211,9 +211,20 @@ double tt_train_tether_comm_share(tt_train_tether_t *tt) {
     return st.total_wait_s / st.total_step_s;
 }
 
+/* Why a barrier first: the first rank to say "finished" ends the job for
+ * everyone, and a rank still inside the run's last collective (the last
+ * epoch's metrics: a ring rank can finish it while its neighbour still
+ * receives) or writing its results would have that call abandoned with
+ * EJOBDONE and skip the rest. Past the barrier every rank has done all of
+ * that. A barrier that fails (EJOBDONE: another rank passed it first; or a
+ * regroup at the very end) changes nothing below. */
 int tt_train_tether_finish(tt_train_tether_t *tt) {
     tt->steps_reported = tt->steps_done; /* nothing left for destroy to report */
-    int rc = tether_leave(tt->t, "finished");
+    int rc = tether_barrier(tt->t);
+    if (rc != TETHER_OK && rc != TETHER_EJOBDONE)
+        TT_WARN("train", "barrier before telling the coordinator the run is complete: %s (%s)",
+                tether_last_error(tt->t), tether_status_name(rc));
+    rc = tether_leave(tt->t, "finished");
     if (rc != TETHER_OK && rc != TETHER_EJOBDONE)
         TT_WARN("train", "telling the coordinator that the run is complete: %s (%s)",
                 tether_last_error(tt->t), tether_status_name(rc));
