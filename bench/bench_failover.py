@@ -18,8 +18,9 @@ Each repetition starts a 4-worker job through tether-launch (no restart,
   total      kill -> first step after the regroup completed (slowest rank)
 
 Then steps/s of the ring and of the PS backend (2 shards) for the same
-job, measured in separate fault-free runs (the automatic switch to the PS
-backend during a regroup is not implemented; see docs/failover.md).
+job, measured in separate fault-free runs. A ring job with shard servers
+runs the new generation's first steps on them (the coordinator's PS
+fallback, docs/failover.md); the redo column is such a step.
 
 Usage: bench/bench_failover.py [--build build-dir] [--repeat N]
 Prints Markdown tables (medians over --repeat runs, default 3).

@@ -31,6 +31,7 @@ static void hook_view(void *ctx, tt_comm_view_t *v) {
     v->rank = cv.rank;
     v->world = (int)cv.world_size;
     v->resume_step = cv.resume_step;
+    v->ps_until_step = cv.ps_until_step;
 }
 
 static int hook_endpoint(void *ctx, uint64_t gen, int rank, char *buf, size_t len) {

@@ -53,6 +53,7 @@ void tt_client_sm_init(tt_client_sm_t *sm, uint32_t heartbeat_ms) {
     sm->heartbeat_ms = heartbeat_ms;
     sm->rank = -1;
     sm->resume_step = -1;
+    sm->ps_until_step = 0;
     sm->completed_step = -1;
     sm->regroup_after_step = -1;
     sm->closed_rc = TT_ECLOSED;
@@ -79,6 +80,7 @@ int tt_client_sm_begin(tt_client_sm_t *sm, tt_client_op_t op, uint64_t rid) {
         sm->generation = 0;
         sm->rank = -1;
         sm->resume_step = -1;
+        sm->ps_until_step = 0;
         sm->regroup_after_step = -1;
         sm->retry_at_ms = 0;
         sm->busy_refusals = 0;
@@ -141,6 +143,7 @@ static int install_generation(tt_client_sm_t *sm, const Tether__JoinReply *jr) {
     sm->world_size = g->world_size > g->n_members ? g->world_size : (uint32_t)g->n_members;
     sm->rank = (int32_t)jr->rank;
     sm->resume_step = g->resume_step;
+    sm->ps_until_step = g->ps_until_step;
     sm->regroup_after_step = -1;
     sm->state = TT_CLIENT_MEMBER;
     return TT_OK;

@@ -148,8 +148,12 @@ static const tt_coll_ops_t ring_ops = {
  * all-reduces) are small and go over a ring when the members advertised
  * endpoints, else they return TT_ENODEV. */
 typedef struct ps_inst {
-    tt_ps_t *ps;        /* NULL: no gradients were registered before create */
-    void *ring;         /* ring_inst_t, NULL: no endpoints, or it failed */
+    tt_ps_t *ps;       /* NULL: no gradients were registered before create */
+    void *ring;        /* ring_inst_t, NULL: no endpoints, or it failed */
+    int64_t ring_from; /* "ring+ps": buckets take the ring from this step; 0: ps */
+    uint64_t ps_steps; /* steps reduced on the shards, for the switch's log line */
+    int switched;      /* that line was written */
+    int rank;
     char err[256];      /* why a part is missing */
     char ring_err[256]; /* why the ring could not be set up ("": no endpoints) */
 } ps_inst_t;
@@ -337,6 +341,7 @@ static int ps_reduce_step(void *inst, float *buf, size_t count, int64_t local_co
     tt_ps_set_step(pi->ps, step >= 0 ? (uint64_t)step : 0);
     int rc = tt_ps_allreduce(pi->ps, buf, count, (uint64_t)local_count, &total);
     *global_count = (int64_t)total;
+    pi->ps_steps += rc == TT_OK;
     return rc;
 }
 
@@ -348,21 +353,60 @@ static int ps_state_io(void *inst, int put, int part, float *buf, size_t count) 
                : tt_ps_get_params(pi->ps, (tt_ps_part_t)part, buf, 0, count, NULL);
 }
 
-static const tt_coll_ops_t ps_ops = {
-    .name = "ps",
-    .create = ps_create,
-    .allreduce = ps_allreduce,
-    .broadcast = ps_broadcast,
-    .barrier = ps_barrier,
-    .abort = ps_abort,
-    .destroy = ps_destroy,
-    .last_error = ps_last_error,
-    .suspect = ps_suspect,
-    .dump = ps_dump,
-    .set_step = ps_set_step,
-    .reduce_step = ps_reduce_step,
-    .state_io = ps_state_io,
-};
+/* The rows ps and ring+ps share everything but the name, create and
+ * whole_step. */
+#define PS_ROW_SHARED                                                                              \
+    .allreduce = ps_allreduce, .broadcast = ps_broadcast, .barrier = ps_barrier,                   \
+    .abort = ps_abort, .destroy = ps_destroy, .last_error = ps_last_error, .suspect = ps_suspect,  \
+    .dump = ps_dump, .set_step = ps_set_step, .reduce_step = ps_reduce_step,                       \
+    .state_io = ps_state_io
+
+static const tt_coll_ops_t ps_ops = {.name = "ps", .create = ps_create, PS_ROW_SHARED};
+
+/* ---- ring+ps: the ps row until the announced step, then the ring ---- */
+
+/* Why a ring generation starts on the shard servers: its ring (or, later,
+ * its NCCL communicator) is made while the first steps run, and the
+ * coordinator fixed the step from which every rank takes the ring, so all
+ * ranks use the same backend for the same step. The ring is the one the
+ * ps backend already keeps for plain collectives. */
+static int fallback_create(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t errlen) {
+    int rc = ps_create(inst, cfg, err, errlen);
+    if (rc != TT_OK)
+        return rc;
+    ps_inst_t *pi = *inst;
+    if (pi->ring == NULL) {
+        snprintf(err, errlen, "ring+ps: %s",
+                 pi->ring_err[0] ? pi->ring_err : "no ring endpoints for after the fallback");
+        ps_destroy(inst);
+        return TT_ENODEV;
+    }
+    pi->ring_from = cfg->ps_until_step;
+    pi->rank = cfg->rank;
+    /* A degraded mode an operator wants to see: rank 0 says it (warn). */
+    TT_LOG(cfg->rank == 0 ? TT_LOG_WARN : TT_LOG_INFO, SUBSYS,
+           "gen=%llu rank %d: gradients go through the shard servers until step %lld, "
+           "then over the ring",
+           (unsigned long long)cfg->generation, cfg->rank, (long long)pi->ring_from);
+    return TT_OK;
+}
+
+static int fallback_whole_step(void *inst, int64_t step) {
+    ps_inst_t *pi = inst;
+    if (pi->ps != NULL && step < pi->ring_from)
+        return 1;
+    if (!pi->switched) {
+        pi->switched = 1;
+        TT_LOG(pi->rank == 0 ? TT_LOG_WARN : TT_LOG_INFO, SUBSYS,
+               "switched to the ring at step %lld (%llu step(s) of this generation went "
+               "through the shard servers)",
+               (long long)step, (unsigned long long)pi->ps_steps);
+    }
+    return 0;
+}
+
+static const tt_coll_ops_t fallback_ops = {
+    .name = "ring+ps", .create = fallback_create, PS_ROW_SHARED, .whole_step = fallback_whole_step};
 
 /* ---- stubs: backends that are not part of this build ---- */
 
@@ -485,6 +529,8 @@ int tt_coll_open(tt_coll_kind_t want, const tt_coll_cfg_t *cfg, const tt_coll_op
                                  cfg->rank, (cfg->rank + 1) % cfg->world);
     for (size_t i = 0; i < n; i++) {
         const tt_coll_ops_t *o = tt_coll_ops(cand[i]);
+        if (cand[i] == TT_COLL_RING && cfg->ps_until_step > 0 && cfg->world > 1)
+            o = &fallback_ops;
         char why[256] = "";
         if (o == NULL)
             continue;

@@ -9,6 +9,10 @@
  *         collectives (small: metrics, audits) ride a ring when the
  *         members advertised endpoints, else return TT_ENODEV;
  *   nccl  GPU collectives (a stub returning TT_ENODEV "built without NCCL").
+ * After a regroup the coordinator may announce that a ring generation's
+ * first steps reduce on the shard servers while its ring is made
+ * (cfg.ps_until_step): the "ring+ps" row is the ps backend whose
+ * whole_step says no from that step on, when buckets take the ring.
  * It does not own threads, membership, steps or the flight recorder of the
  * API (tt_comm does): a backend is driven by one thread at a time.
  * Thread safety: the table and the pure functions are reentrant; an
@@ -48,6 +52,9 @@ typedef struct tt_coll_cfg {
      * the ps backend declares them to the coordinator. ntensors may be 0. */
     const size_t *tensor_counts;
     size_t ntensors;
+    /* Generation.ps_until_step: a ring generation's steps before it reduce
+     * their gradients on the shard servers (the "ring+ps" row); 0: none. */
+    int64_t ps_until_step;
 } tt_coll_cfg_t;
 
 /* One backend. Every function but `name` receives the instance made by
@@ -84,6 +91,10 @@ typedef struct tt_coll_ops {
      * like the registered gradients, on the shards of this generation;
      * how a regroup moves the authoritative state. NULL elsewhere. */
     int (*state_io)(void *inst, int put, int part, float *buf, size_t count);
+    /* With reduce_step: whether `step` reduces the whole step (1) or its
+     * buckets go through allreduce (0). NULL: always whole. The same on
+     * every rank for the same step. */
+    int (*whole_step)(void *inst, int64_t step);
 } tt_coll_ops_t;
 
 /* The table for `kind` (never AUTO); NULL for an unknown kind. Static. */

@@ -152,7 +152,8 @@ static int open_backend(tt_comm_t *c, const tt_comm_view_t *v) {
                          .job_id = c->opts.job_id,
                          .worker_id = c->opts.worker_id,
                          .tensor_counts = tcounts,
-                         .ntensors = ntcounts};
+                         .ntensors = ntcounts,
+                         .ps_until_step = v->ps_until_step};
     const tt_coll_ops_t *ops = NULL;
     void *inst = NULL;
     if (rc == TT_OK)
@@ -229,7 +230,8 @@ static int run_op(tt_comm_t *c, tt_comm_job_t *j) {
     c->ops->set_step(c->inst, j->step);
     if (j->role == TT_COMM_JOB_STATE)
         return run_state_io(c, j);
-    if (c->ops->reduce_step != NULL && j->role != TT_COMM_JOB_PLAIN)
+    if (c->ops->reduce_step != NULL && j->role != TT_COMM_JOB_PLAIN &&
+        (c->ops->whole_step == NULL || c->ops->whole_step(c->inst, j->step)))
         return run_step_reduce(c, j);
     switch (j->kind) {
     case TT_COLL_ALLREDUCE:

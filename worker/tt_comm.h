@@ -41,6 +41,7 @@ typedef struct tt_comm_view {
     uint64_t app_generation; /* the newest the application acknowledged */
     int rank, world;
     int64_t resume_step;
+    int64_t ps_until_step; /* steps before it go through the shards; 0: none */
 } tt_comm_view_t;
 
 typedef struct tt_comm_hooks {

@@ -312,6 +312,7 @@ int tt_coord_create(tt_coord_t **out, uv_loop_t *loop, const tt_coord_opts_t *o,
     snprintf(c->id, sizeof(c->id), "%s", o->id ? o->id : "coordinator");
     c->guard = o->guard ? *o->guard : tt_rdzv_guard_default();
     c->shard_timeout_ms = o->shard_timeout_ms;
+    c->ps_fallback_steps = o->ps_fallback_steps;
     int rc = tt_rdzv_guard_validate(&c->guard, err, errlen);
     if (rc != TT_OK) {
         free(c);

@@ -30,6 +30,10 @@ typedef struct tt_coord_opts {
     /* A shard server silent this long is dead (its chunks are re-placed
      * and the jobs using them regroup); 0: TT_SHARDS_TIMEOUT_DEFAULT_MS. */
     uint32_t shard_timeout_ms;
+    /* After a regroup of a job that ran steps, while a shard server is
+     * alive: the first this many steps of the new generation run on the
+     * PS backend (Generation.ps_until_step); 0: never. */
+    uint32_t ps_fallback_steps;
 } tt_coord_opts_t;
 
 /* Creates the daemon on `loop` (borrowed), binds the control socket and

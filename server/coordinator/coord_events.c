@@ -4,6 +4,7 @@
  * their routing id "worker-<id>.<incarnation>", which the join handler
  * insists on, so no per-worker address table is needed. */
 #include "coord_internal.h"
+#include "tt_clock.h"
 #include "tt_log.h"
 #include "tt_status.h"
 
@@ -31,7 +32,8 @@ static void send_to_worker(tt_coord_t *c, const char *worker_id, uint64_t inc, c
 
 /* Builds the Generation message from a member array sorted by rank. */
 static int fill_generation(const tt_rdzv_member_t *src, size_t n, uint64_t gen, int64_t resume,
-                           Tether__Generation *g, Tether__Member **ptrs, Tether__Member *ms) {
+                           int64_t ps_until, Tether__Generation *g, Tether__Member **ptrs,
+                           Tether__Member *ms) {
     for (size_t i = 0; i < n; i++) {
         tether__member__init(&ms[i]);
         ms[i].rank = src[i].rank;
@@ -48,6 +50,7 @@ static int fill_generation(const tt_rdzv_member_t *src, size_t n, uint64_t gen, 
     g->n_members = n;
     g->members = ptrs;
     g->resume_step = resume;
+    g->ps_until_step = ps_until;
     return TT_OK;
 }
 
@@ -118,7 +121,8 @@ static void send_generation(tt_coord_t *c, coord_job_t *job, const tt_rdzv_membe
     Tether__Member **ptrs = calloc(n + 1, sizeof(*ptrs));
     Tether__Generation g;
     if (ms != NULL && ptrs != NULL) {
-        fill_generation(src, n, gen, resume, &g, ptrs, ms);
+        fill_generation(src, n, gen, resume, job->formed_gen == gen ? job->ps_until_step : 0, &g,
+                        ptrs, ms);
         for (size_t i = 0; i < n; i++) {
             if (worker_id == NULL ||
                 (strcmp(src[i].worker_id, worker_id) == 0 && src[i].incarnation == inc))
@@ -185,10 +189,29 @@ static void push_regroup(tt_coord_t *c, coord_job_t *job, const tt_rdzv_event_t 
     free(info);
 }
 
+/* Why only after steps ran: a first generation has no ring to replace and
+ * its members build the ring before anything else. Why only with a live
+ * shard: the members' PS backend needs one, and all of them must take the
+ * same backend for the same step, so this is decided here, once. */
+static int64_t ps_until(tt_coord_t *c, const tt_rdzv_event_t *ev) {
+    if (c->ps_fallback_steps == 0 || ev->step <= 0 || ev->world_size < 2 ||
+        !coord_shards_live(c, tt_clock_mono_ms()))
+        return 0;
+    return ev->step + (int64_t)c->ps_fallback_steps;
+}
+
 static void on_generation(tt_coord_t *c, coord_job_t *job, const tt_rdzv_event_t *ev) {
-    TT_INFO("coord", "job %s: generation %llu formed, world %u, resume at step %lld",
-            tt_rdzv_job_id(job->rdzv), (unsigned long long)ev->generation, ev->world_size,
-            (long long)ev->step);
+    job->ps_until_step = ps_until(c, ev);
+    if (job->ps_until_step > 0)
+        TT_INFO("coord",
+                "job %s: generation %llu formed, world %u, resume at step %lld; steps before "
+                "%lld run on the shard servers while the new ring is made",
+                tt_rdzv_job_id(job->rdzv), (unsigned long long)ev->generation, ev->world_size,
+                (long long)ev->step, (long long)job->ps_until_step);
+    else
+        TT_INFO("coord", "job %s: generation %llu formed, world %u, resume at step %lld",
+                tt_rdzv_job_id(job->rdzv), (unsigned long long)ev->generation, ev->world_size,
+                (long long)ev->step);
     job->formed_gen = ev->generation;
     job->resume_step = ev->step;
     coord_request_save(c);

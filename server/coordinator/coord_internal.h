@@ -19,6 +19,7 @@ typedef struct coord_job {
     tt_rdzv_t *rdzv;
     uint64_t formed_gen;   /* last generation formed while we ran */
     int64_t resume_step;   /* its first step, for members catching up */
+    int64_t ps_until_step; /* its Generation.ps_until_step */
     uint64_t lost_version; /* shard placement already regrouped for a lost shard */
     tt_ckpt_book_t ckpt;   /* checkpoint requests and committed records */
     int commit_busy;       /* a CheckpointCommit of this job runs in the pool */
@@ -86,6 +87,7 @@ struct tt_coord {
     struct tt_shards *shards;     /* shard registry (coord_shards.c), created on first use */
     tt_rdzv_guard_t guard;        /* applied to every job's rdzv */
     uint32_t shard_timeout_ms;    /* of the shard registry, made on first use */
+    uint32_t ps_fallback_steps;   /* tt_coord_opts_t's */
     uint64_t boots;               /* starts on this state file, this one included */
     coord_forgotten_t *forgotten; /* ids forgotten and not started again */
     size_t nforgotten;
@@ -157,6 +159,8 @@ void coord_check_shards(tt_coord_t *c, uint64_t now);
 /* When coord_check_shards next has something to look at (UINT64_MAX: no
  * shard alive, or no job). */
 uint64_t coord_shards_deadline(const tt_coord_t *c, uint64_t now);
+/* Whether a shard server is alive now (PS fallback needs one). */
+int coord_shards_live(tt_coord_t *c, uint64_t now);
 /* Shard list for replies: *infos and *ptrs are malloc'd (free both); the
  * strings point into the registry. 0 or TT_ENOMEM. */
 int coord_shard_infos(tt_coord_t *c, uint64_t now, Tether__ShardInfo **infos,

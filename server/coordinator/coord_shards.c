@@ -174,6 +174,10 @@ static int no_live_shard(const tt_shards_t *s, uint64_t now) {
     return 1;
 }
 
+int coord_shards_live(tt_coord_t *c, uint64_t now) {
+    return c->shards != NULL && !no_live_shard(c->shards, now);
+}
+
 static void reply_placement(const coord_req_t *q, tt_shards_t *s) {
     const tt_placement_t *p = NULL;
     char err[256] = "";

@@ -24,6 +24,7 @@ typedef struct coord_config {
     int64_t flap_cooldown_ms;
     int64_t flap_cooldown_max_ms;
     int64_t shard_timeout_ms;
+    int64_t ps_fallback_steps;
     int print_config_md;
 } coord_config_t;
 
@@ -54,6 +55,10 @@ static const tt_config_entry_t coord_table[] = {
      "a shard server silent this long is dead: its chunks are re-placed and the jobs using "
      "them regroup",
      0, CFG_OFF(shard_timeout_ms)},
+    {"ps-fallback-steps", TT_CFG_INT, "8", 0, 1000000,
+     "after a regroup of a job with shard servers, its first this many steps run on them "
+     "while the new ring is made (0: never)",
+     0, CFG_OFF(ps_fallback_steps)},
     {"print-config-md", TT_CFG_BOOL, "false", 0, 0, "print this table as Markdown and exit", 0,
      CFG_OFF(print_config_md)},
 };
@@ -123,7 +128,8 @@ int main(int argc, char **argv) {
                          .id = cfg.id,
                          .max_msg_bytes = cfg.max_msg_bytes,
                          .guard = &guard,
-                         .shard_timeout_ms = (uint32_t)cfg.shard_timeout_ms};
+                         .shard_timeout_ms = (uint32_t)cfg.shard_timeout_ms,
+                         .ps_fallback_steps = (uint32_t)cfg.ps_fallback_steps};
     rc = tt_coord_create(&a.coord, a.loop, &o, err, sizeof(err));
     if (rc != TT_OK) {
         TT_ERROR("coord", "cannot start: %s", err);

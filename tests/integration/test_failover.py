@@ -2,11 +2,13 @@
 """Failover of tether-train (worker/train/tt_train_ft): real processes
 through tether-launch, workers killed for real with SIGKILL.
 
-  * kill: for several seeds, a 4-worker job (ring backend, 1 shard) loses a
+  * kill: for several seeds, a 4-worker job (ring backend, 2 shards) loses a
     random worker at a random step; the 3 survivors regroup, agree on the
-    state and finish; the final parameters equal a fault-free single-process
-    run's within 1e-5 relative, and every epoch consumed exactly the dataset
-    size (metrics JSON "examples");
+    state, run the new generation's first 8 steps on the shard servers
+    (the coordinator's announced PS fallback) and the rest on the new ring,
+    and finish; the final parameters equal a fault-free single-process
+    run's within 1e-5 relative, and every epoch consumed exactly the
+    dataset size (metrics JSON "examples");
   * restart: the same with the worker restarted by tether-launch: the world
     goes 4 -> 3 -> 4 and the result is again the fault-free one;
   * SIGSTOP: a stopped worker is evicted within the heartbeat timeout;
@@ -126,6 +128,14 @@ def run_with_kill(h, name, seed, restarts, shards=2, spe=STEPS_PER_EPOCH, epochs
           f"{rc}; {summary[-1] if summary else 'no summary'}; "
           f"{time.monotonic() - killed_at:.1f} s to the end")
     assert "failover" in text and "resumes at step" in text, "no failover happened:\n" + text[-3000:]
+    if backend == "ring" and shards > 0:
+        # the coordinator announced a PS fallback for the new generation's
+        # first steps (--ps-fallback-steps, 8 by default); rank 0 says when
+        # the ring took over, with the same updates (checked below)
+        switched = [l.split("coll ", 1)[-1] for l in text.splitlines()
+                    if "switched to the ring at step" in l]
+        print(f"  {switched[-1] if switched else 'never switched back to the ring'}")
+        assert switched, "no PS fallback and switch back to the ring:\n" + text[-3000:]
     assert rc == 0 or (restarts == 0 and "finished=3 failed=1" in text), text[-3000:]
     d = rel_diff(read_params(out), reference(h, seed, spe, epochs))
     print(f"  seed {seed}: relative difference to the fault-free run: {d:.2e}")
@@ -176,17 +186,20 @@ def test_kill_and_restart(h, backend="ring"):
     shrink = re.search(r"generation (\d+) with 3 ranks resumes", text)
     grow = re.search(r"generation (\d+) with 4 ranks resumes", text)
     assert shrink and grow and int(grow.group(1)) > int(shrink.group(1)), text[-3000:]
+    # the restarted worker is behind: the state reaches it through the
+    # shard servers on both backends (a ring job is on its PS fallback then)
+    moved = [l for l in text.splitlines() if "with 4 ranks resumes" in l]
+    print("  " + (moved[-1].split("failover ")[-1] if moved else "no 4-rank resume line"))
+    assert any("state through the shards" in l for l in moved), "\n".join(moved)
     return text
 
 
 def test_restarted_worker_pulls_state_from_shards(h):
     """The same restart on the ps backend: the restarted worker is behind,
     and the state reaches it through the shard servers (the root uploads
-    parameters and momentum, the joiner downloads them), not a broadcast."""
-    text = test_kill_and_restart(h, backend="ps")
-    moved = [l for l in text.splitlines() if "with 4 ranks resumes" in l]
-    print("  " + (moved[-1].split("failover ")[-1] if moved else "no 4-rank resume line"))
-    assert any("state through the shards" in l for l in moved), "\n".join(moved)
+    parameters and momentum, the joiner downloads them), not a broadcast
+    (test_kill_and_restart checks that)."""
+    test_kill_and_restart(h, backend="ps")
 
 
 def test_sigstop_fenced_and_rejoins(h):
