@@ -3,8 +3,10 @@
 killed with SIGKILL, split into its phases, from the processes' own logs.
 
 Each repetition starts a 4-worker job through tether-launch (no restart,
---min-workers 3), once on the ring backend and once on the PS backend with
-2 shards, kills worker 1 after a few steps and reads:
+--min-workers 3), on the ring backend without shard servers, on the ring
+backend with 2 shards (the new generation's first 8 steps then run on the
+shards: the coordinator's PS fallback, docs/failover.md) and on the PS
+backend with 2 shards, kills worker 1 after a few steps and reads:
 
   detection  kill -> the first survivor's collective reports the peer gone
              (a ring socket monitor: the ring's own, or the PS backend's
@@ -17,10 +19,9 @@ Each repetition starts a 4-worker job through tether-launch (no restart,
              failed, re-done on the new world)
   total      kill -> first step after the regroup completed (slowest rank)
 
-Then steps/s of the ring and of the PS backend (2 shards) for the same
-job, measured in separate fault-free runs. A ring job with shard servers
-runs the new generation's first steps on them (the coordinator's PS
-fallback, docs/failover.md); the redo column is such a step.
+With the fallback, the redo column is a step on the shards. Then steps/s
+of the ring and of the PS backend (2 shards) for the same job, measured in
+separate fault-free runs.
 
 Usage: bench/bench_failover.py [--build build-dir] [--repeat N]
 Prints Markdown tables (medians over --repeat runs, default 3).
@@ -91,7 +92,7 @@ def pid_of(path, index):
 
 
 def one_kill(build, tmp, rep, backend, shards):
-    path = os.path.join(tmp, f"kill-{backend}-{rep}.log")
+    path = os.path.join(tmp, f"kill-{backend}{shards}-{rep}.log")
     with open(path, "w") as log:
         p = launch(build, backend, shards, log)
         wait_step(path, 20)
@@ -140,9 +141,11 @@ def main():
     print(f"kill -9 of 1 of 4 workers, 784-256-256-10, batch 256 (median of {a.repeat}; ms)\n")
     print("| backend | " + " | ".join(keys) + " |")
     print("|---|" + "---:|" * len(keys))
-    for backend, shards in (("ring", 0), ("ps", 2)):
+    for backend, shards in (("ring", 0), ("ring", 2), ("ps", 2)):
         rows = [one_kill(a.build, tmp, r, backend, shards) for r in range(a.repeat)]
         label = backend if shards == 0 else f"{backend} ({shards} shards)"
+        if backend == "ring" and shards:
+            label += ", PS fallback"
         print(f"| {label} | " +
               " | ".join(f"{statistics.median(r[k] for r in rows):.0f}" for k in keys) + " |")
     print("\nsteps/s, 4 workers, fault-free runs\n")
