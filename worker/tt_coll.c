@@ -192,7 +192,8 @@ static int ps_peer_gone(void *ctx) {
 /* While a plain collective waits on the ring, a shard that restarted
  * after this rank had the last step's result may hold that step open for
  * ranks that did not: they cannot reach this collective until this rank
- * contributes again (tt_ps_tend). */
+ * contributes again (tt_ps_tend). Only a waiting rank needs to: one that
+ * never waits has every peer's data already. */
 static void ps_ring_idle(void *ctx) {
     tt_ps_tend(((ps_inst_t *)ctx)->ps);
 }
@@ -283,24 +284,15 @@ static int ps_no_ring(ps_inst_t *pi) {
 
 static int ps_allreduce(void *inst, void *buf, size_t count, tt_dtype_t dt, tt_redop_t op) {
     ps_inst_t *pi = inst;
-    if (pi->ring == NULL)
-        return ps_no_ring(pi);
-    tt_ps_tend(pi->ps);
-    return ring_allreduce(pi->ring, buf, count, dt, op);
+    return pi->ring ? ring_allreduce(pi->ring, buf, count, dt, op) : ps_no_ring(pi);
 }
 static int ps_broadcast(void *inst, void *buf, size_t count, tt_dtype_t dt, int root) {
     ps_inst_t *pi = inst;
-    if (pi->ring == NULL)
-        return ps_no_ring(pi);
-    tt_ps_tend(pi->ps);
-    return ring_broadcast(pi->ring, buf, count, dt, root);
+    return pi->ring ? ring_broadcast(pi->ring, buf, count, dt, root) : ps_no_ring(pi);
 }
 static int ps_barrier(void *inst) {
     ps_inst_t *pi = inst;
-    if (pi->ring == NULL)
-        return ps_no_ring(pi);
-    tt_ps_tend(pi->ps);
-    return ring_barrier(pi->ring);
+    return pi->ring ? ring_barrier(pi->ring) : ps_no_ring(pi);
 }
 static void ps_abort(void *inst) {
     ps_inst_t *pi = inst;

@@ -201,7 +201,9 @@ static int shard_lost(tt_ps_t *p, ps_op_t *op, size_t s, uint64_t now) {
  * connection is made again. Why wait for that: ZeroMQ reports the drop
  * before it discards the dropped connection's queue, so a request sent in
  * between would vanish without an answer. */
-int ps_watch_link(tt_ps_t *p, ps_op_t *op, size_t s, uint64_t now) {
+/* Reads every pending connection event of shard s's link; `down` follows
+ * the last one. 1 when the connection dropped since the last read. */
+static int read_link_events(tt_ps_t *p, size_t s) {
     uint16_t ev = 0;
     int32_t val = 0;
     int lost = 0, rc;
@@ -210,7 +212,11 @@ int ps_watch_link(tt_ps_t *p, ps_op_t *op, size_t s, uint64_t now) {
             p->link[s].down = ev == ZMQ_EVENT_DISCONNECTED;
         lost |= rc == TT_OK && ev == ZMQ_EVENT_DISCONNECTED;
     }
-    return lost ? shard_lost(p, op, s, now) : TT_OK;
+    return lost;
+}
+
+int ps_watch_link(tt_ps_t *p, ps_op_t *op, size_t s, uint64_t now) {
+    return read_link_events(p, s) ? shard_lost(p, op, s, now) : TT_OK;
 }
 
 /* Why a lost shard is refilled even when this rank's last call finished:
@@ -225,19 +231,12 @@ void tt_ps_tend(tt_ps_t *p) {
         return;
     for (size_t s = 0; s < p->lay.place.nshards; s++) {
         ps_link_t *l = &p->link[s];
-        uint16_t ev = 0;
-        int32_t val = 0;
-        int rc;
-        while ((rc = tt_zmq_monitor_read(l->mon, &ev, &val)) != TT_EAGAIN) {
-            if (rc == TT_OK && (ev == ZMQ_EVENT_DISCONNECTED || ev == ZMQ_EVENT_CONNECTED))
-                l->down = ev == ZMQ_EVENT_DISCONNECTED;
-            if (rc == TT_OK && ev == ZMQ_EVENT_DISCONNECTED)
-                link_lost(p, s, 0);
-        }
+        if (read_link_events(p, s))
+            link_lost(p, s, 0);
         if (!l->refill_due || l->down)
             continue;
         size_t sent = 0;
-        rc = ps_send_refills(p, s, &sent);
+        int rc = ps_send_refills(p, s, &sent);
         if (rc == TT_EAGAIN)
             continue; /* not connected yet after all: next time */
         l->refill_due = 0;

@@ -275,7 +275,11 @@ TETHER_API int tether_report_failure(tether_t *t, uint32_t suspect_rank, const c
 /* Leaves the job on purpose (the others regroup at once). Waits for the
  * acknowledgement up to request_timeout_ms. Afterwards only accessors and
  * tether_destroy are useful. TETHER_OK, TETHER_ETIMEDOUT, TETHER_EINVAL
- * (not joined). */
+ * (not joined). With reason "finished" the worker says it completed the
+ * run, and the job ends for every member (docs/protocol.md): collectives
+ * other ranks still have in flight end with TETHER_EJOBDONE. A ring rank
+ * can complete a collective while its neighbour still receives, so pass a
+ * tether_barrier before leaving "finished". */
 TETHER_API int tether_leave(tether_t *t, const char *reason);
 
 /* ------------------------------------------------------------------ */

@@ -201,17 +201,15 @@ static int64_t ps_until(tt_coord_t *c, const tt_rdzv_event_t *ev) {
 }
 
 static void on_generation(tt_coord_t *c, coord_job_t *job, const tt_rdzv_event_t *ev) {
+    char fallback[96] = "";
     job->ps_until_step = ps_until(c, ev);
     if (job->ps_until_step > 0)
-        TT_INFO("coord",
-                "job %s: generation %llu formed, world %u, resume at step %lld; steps before "
-                "%lld run on the shard servers while the new ring is made",
-                tt_rdzv_job_id(job->rdzv), (unsigned long long)ev->generation, ev->world_size,
-                (long long)ev->step, (long long)job->ps_until_step);
-    else
-        TT_INFO("coord", "job %s: generation %llu formed, world %u, resume at step %lld",
-                tt_rdzv_job_id(job->rdzv), (unsigned long long)ev->generation, ev->world_size,
-                (long long)ev->step);
+        snprintf(fallback, sizeof(fallback),
+                 "; steps before %lld run on the shard servers while the new ring is made",
+                 (long long)job->ps_until_step);
+    TT_INFO("coord", "job %s: generation %llu formed, world %u, resume at step %lld%s",
+            tt_rdzv_job_id(job->rdzv), (unsigned long long)ev->generation, ev->world_size,
+            (long long)ev->step, fallback);
     job->formed_gen = ev->generation;
     job->resume_step = ev->step;
     coord_request_save(c);

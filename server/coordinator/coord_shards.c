@@ -30,7 +30,7 @@ static tt_shards_t *registry(const coord_req_t *q) {
     /* see CoordState.boots */
     tt_shards_set_version_base(c->shards,
                                c->boots > 1 ? (c->boots - 1) * COORD_VERSIONS_PER_BOOT : 0);
-    return q->c->shards;
+    return c->shards;
 }
 
 static void ack(const coord_req_t *q) {

@@ -67,8 +67,12 @@ typedef struct {
     uint64_t mono, wall;
 } clocks_t;
 
-static uint64_t wall_of(const clocks_t *k, uint64_t age) {
-    return age < k->wall ? k->wall - age : 0;
+/* The wall time `x` ms before now (an age going out), and the age of wall
+ * time x (coming in): both now - x, and 0 where x lies past now. A time in
+ * the future (the wall clock went back) so counts as now: remembered
+ * longer, never shorter. */
+static uint64_t wall_minus(const clocks_t *k, uint64_t x) {
+    return x < k->wall ? k->wall - x : 0;
 }
 
 /* The rdzv's memory of regroups and evictions, borrowed by the record. */
@@ -83,11 +87,11 @@ static int history_to_pb(const coord_job_t *job, const clocks_t *k, job_pb_t *j)
     if (!j->regroups || !j->evicted || !j->flaps || !j->flap_ptrs)
         return TT_ENOMEM;
     for (uint32_t i = 0; i < h->n_regroups; i++)
-        j->regroups[i] = wall_of(k, h->regroup_age_ms[i]);
+        j->regroups[i] = wall_minus(k, h->regroup_age_ms[i]);
     for (uint32_t i = 0; i < h->n_flaps; i++) {
         uint64_t *at = j->evicted + (size_t)i * TT_RDZV_FLAP_KEEP;
         for (uint32_t e = 0; e < h->flaps[i].n; e++)
-            at[e] = wall_of(k, h->flaps[i].age_ms[e]);
+            at[e] = wall_minus(k, h->flaps[i].age_ms[e]);
         tether__flap_record__init(&j->flaps[i]);
         j->flaps[i].worker_id = (char *)h->flaps[i].worker_id;
         j->flaps[i].n_evicted_unix_ms = h->flaps[i].n;
@@ -252,12 +256,6 @@ static int book_from_pb(const Tether__CoordJobRecord *p, tt_ckpt_book_t *b, uint
     return rc;
 }
 
-/* Ages as of the load; a time in the future (the wall clock went back)
- * counts as now: remembered longer, never shorter. */
-static uint64_t age_of(const clocks_t *k, uint64_t unix_ms) {
-    return unix_ms < k->wall ? k->wall - unix_ms : 0;
-}
-
 static int history_from_pb(const Tether__CoordJobRecord *p, const clocks_t *k, tt_rdzv_t *r) {
     tt_rdzv_history_t h = {0};
     h.regroup_age_ms = calloc(p->n_regroup_unix_ms + 1, sizeof(uint64_t));
@@ -267,13 +265,13 @@ static int history_from_pb(const Tether__CoordJobRecord *p, const clocks_t *k, t
         return TT_ENOMEM;
     }
     for (size_t i = 0; i < p->n_regroup_unix_ms; i++)
-        h.regroup_age_ms[h.n_regroups++] = age_of(k, p->regroup_unix_ms[i]);
+        h.regroup_age_ms[h.n_regroups++] = wall_minus(k, p->regroup_unix_ms[i]);
     for (size_t i = 0; i < p->n_flaps; i++) {
         const Tether__FlapRecord *f = p->flaps[i];
         tt_rdzv_flap_saved_t *d = &h.flaps[h.n_flaps++];
         snprintf(d->worker_id, sizeof(d->worker_id), "%s", f->worker_id);
         for (size_t e = 0; e < f->n_evicted_unix_ms && e < TT_RDZV_FLAP_KEEP; e++)
-            d->age_ms[d->n++] = age_of(k, f->evicted_unix_ms[e]);
+            d->age_ms[d->n++] = wall_minus(k, f->evicted_unix_ms[e]);
     }
     tt_rdzv_history_import(r, &h, k->mono);
     tt_rdzv_history_free(&h);

@@ -256,6 +256,13 @@ void tt_rdzv_guard_free(tt_rdzv_t *r) {
 
 /* ---- the memory in the state file ---- */
 
+/* now_ms - x, or 0 where x lies past now_ms: the age of an event at x
+ * going out, and the time of an event x ms old coming in (0 when the
+ * caller's clock is younger than that, rdzv.h). */
+static uint64_t ms_before(uint64_t now_ms, uint64_t x) {
+    return x < now_ms ? now_ms - x : 0;
+}
+
 static int export_regroups(const tt_rdzv_t *r, uint64_t now_ms, tt_rdzv_history_t *h) {
     uint32_t cap = r->guard.max_regroups_per_hour;
     h->regroup_age_ms = calloc(r->regroup_n + 1, sizeof(uint64_t));
@@ -264,7 +271,7 @@ static int export_regroups(const tt_rdzv_t *r, uint64_t now_ms, tt_rdzv_history_
     for (uint32_t i = 0; i < r->regroup_n; i++) {
         uint64_t t = r->regroup_at[(r->regroup_head + i) % cap];
         if (within_hour(t, now_ms))
-            h->regroup_age_ms[h->n_regroups++] = now_ms > t ? now_ms - t : 0;
+            h->regroup_age_ms[h->n_regroups++] = ms_before(now_ms, t);
     }
     return TT_OK;
 }
@@ -274,7 +281,7 @@ static void export_flap(const tt_rdzv_flap_t *e, uint64_t now_ms, tt_rdzv_flap_s
     memcpy(d->worker_id, e->worker_id, sizeof(d->worker_id));
     for (uint32_t i = 0; i < e->n; i++) {
         if (within_hour(e->at[i], now_ms))
-            d->age_ms[d->n++] = now_ms > e->at[i] ? now_ms - e->at[i] : 0;
+            d->age_ms[d->n++] = ms_before(now_ms, e->at[i]);
     }
 }
 
@@ -295,12 +302,6 @@ int tt_rdzv_history_export(const tt_rdzv_t *r, uint64_t now_ms, tt_rdzv_history_
     return rc;
 }
 
-/* The event `age` ms before now_ms on the caller's clock, or 0 when that
- * clock is younger (rdzv.h). */
-static uint64_t at_age(uint64_t age, uint64_t now_ms) {
-    return age < now_ms ? now_ms - age : 0;
-}
-
 /* Appends to the ring, oldest first; a full ring drops its oldest. */
 static void import_regroup(tt_rdzv_t *r, uint64_t t) {
     uint32_t cap = r->guard.max_regroups_per_hour;
@@ -315,7 +316,7 @@ static void import_regroup(tt_rdzv_t *r, uint64_t t) {
 void tt_rdzv_history_import(tt_rdzv_t *r, const tt_rdzv_history_t *h, uint64_t now_ms) {
     for (uint32_t i = 0; r->regroup_at != NULL && i < h->n_regroups; i++) {
         if (h->regroup_age_ms[i] < TT_RDZV_HOUR_MS)
-            import_regroup(r, at_age(h->regroup_age_ms[i], now_ms));
+            import_regroup(r, ms_before(now_ms, h->regroup_age_ms[i]));
     }
     for (uint32_t i = 0; i < h->n_flaps; i++) {
         const tt_rdzv_flap_saved_t *s = &h->flaps[i];
@@ -326,7 +327,7 @@ void tt_rdzv_history_import(tt_rdzv_t *r, const tt_rdzv_history_t *h, uint64_t n
             if (e == NULL && (e = flap_find(&r->flaps, s->worker_id)) == NULL &&
                 (e = flap_add(&r->flaps, s->worker_id, now_ms)) == NULL)
                 break; /* only a shorter cool-down */
-            flap_push(e, at_age(s->age_ms[k], now_ms));
+            flap_push(e, ms_before(now_ms, s->age_ms[k]));
         }
     }
 }
