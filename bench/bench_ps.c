@@ -329,6 +329,11 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+static double median_n(double *v, int n) {
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return v[n / 2];
+}
+
 /* The slowest rank's time of iteration `it`: the call's time for the job. */
 static double slowest(const run_t *r, int kind, int it) {
     double t = 0;
@@ -341,8 +346,7 @@ static double median_of(run_t *r, int kind) {
     double per_it[MAXIT] = {0};
     for (int it = 0; it < r->iters; it++)
         per_it[it] = slowest(r, kind, it);
-    qsort(per_it, (size_t)r->iters, sizeof(double), cmp_double);
-    return per_it[r->iters / 2];
+    return median_n(per_it, r->iters);
 }
 
 /* Median of raw/PS over the iterations, each pair measured back to back:
@@ -352,8 +356,7 @@ static double paired_ratio(run_t *r) {
     double q[MAXIT] = {0};
     for (int it = 0; it < r->iters; it++)
         q[it] = slowest(r, 1, it) / slowest(r, 0, it);
-    qsort(q, (size_t)r->iters, sizeof(double), cmp_double);
-    return q[r->iters / 2];
+    return median_n(q, r->iters);
 }
 
 /* Median over iterations of the slowest rank's time, PS and raw. */
@@ -452,11 +455,6 @@ static int measure(const bench_cfg_t *cfg, int nshards, int world, size_t bytes,
     free(v);
     free(r);
     return rc;
-}
-
-static double median_n(double *v, int n) {
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return v[n / 2];
 }
 
 /* A cell is the median over `rounds` instances (fresh servers and workers

@@ -397,7 +397,8 @@ TETHER_API int tether_barrier(tether_t *t);
 
 /* Moves a copy of the training state through the shard servers of the
  * current generation: how a regroup hands the authoritative state to the
- * ranks that are behind when the job runs on the ps backend.
+ * ranks that are behind when the generation's backend has shard servers
+ * (the ps backend, or a ring generation on its PS fallback after a regroup).
  * tether_state_put stores `part` (0: parameters, 1 and 2: optimizer
  * buffers), laid out like the registered gradients (count = their total);
  * tether_state_get fetches it. Only the calling rank and the shards take

@@ -4,9 +4,10 @@
  *   fail on others, so survivors may be one step apart. The agreement
  *   therefore asks every member for its completed step instead of trusting
  *   heartbeats that may be a beat late.
- * - On the ps backend the state travels through the shard servers: the
- *   root uploads it, its header broadcast afterwards tells the others it
- *   is there, and only the ranks that do not already hold it download
+ * - Where the generation's backend has shard servers (the ps backend, and
+ *   a ring generation on its PS fallback) the state travels through them:
+ *   the root uploads it, its header broadcast afterwards tells the others
+ *   it is there, and only the ranks that do not already hold it download
  *   it; any failure on the way falls back to the broadcast, which every
  *   other backend uses (jobs without shards, and the ring is built by the
  *   very first collective of the agreement anyway).
