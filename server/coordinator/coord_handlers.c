@@ -170,10 +170,8 @@ static void on_heartbeat(const coord_req_t *q) {
     }
     tt_rdzv_hb_reply_t hr;
     int rc = tt_rdzv_heartbeat(job->rdzv, q->env->sender_id, h->incarnation, q->env->generation,
-                               h->completed_step, q->now, &hr);
+                               h->completed_step, !h->stopped, q->now, &hr);
     coord_conn_note(q->c, q->rx->src_fd, q->env->job_id, q->env->sender_id, h->incarnation);
-    if (rc == TT_OK && !h->stopped) /* already inside the next step */
-        tt_rdzv_member_running(job->rdzv, q->env->sender_id, h->completed_step, q->now);
     if (rc == TT_OK || rc == TT_ESTALE || rc == TT_EPROTO)
         coord_send_heartbeat_reply(q->c, q->rx->peer, q->rx->peer_len, job, &hr,
                                    q->env->request_id);

@@ -247,7 +247,7 @@ static void fill_reply(const tt_rdzv_t *r, const tt_rdzv_node_t *n, tt_rdzv_hb_r
 }
 
 static int heartbeat_node(tt_rdzv_t *r, tt_rdzv_node_t *n, uint64_t generation, int64_t step,
-                          uint64_t now_ms) {
+                          int running, uint64_t now_ms) {
     int is_member = n->role == TT_RDZV_ROLE_MEMBER;
     if (is_member && generation > r->generation) {
         TT_WARN(TT_RDZV_SUBSYS,
@@ -264,12 +264,13 @@ static int heartbeat_node(tt_rdzv_t *r, tt_rdzv_node_t *n, uint64_t generation, 
         n->suspected = 0;
         n->suspect_reason[0] = '\0';
     }
-    tt_rdzv_note_step(r, n, step);
+    /* A member behind on generations runs steps of an older one. */
+    tt_rdzv_note_step(r, n, step, running && generation == r->generation);
     return (is_member && generation < r->generation) ? TT_ESTALE : TT_OK;
 }
 
 int tt_rdzv_heartbeat(tt_rdzv_t *r, const char *worker_id, uint64_t incarnation,
-                      uint64_t generation, int64_t completed_step, uint64_t now_ms,
+                      uint64_t generation, int64_t completed_step, int running, uint64_t now_ms,
                       tt_rdzv_hb_reply_t *reply) {
     if (r == NULL || worker_id == NULL)
         return TT_EINVAL;
@@ -281,7 +282,7 @@ int tt_rdzv_heartbeat(tt_rdzv_t *r, const char *worker_id, uint64_t incarnation,
     if (end_status(r) != TT_OK) {
         rc = end_status(r);
     } else if (n) {
-        rc = heartbeat_node(r, n, generation, completed_step, now_ms);
+        rc = heartbeat_node(r, n, generation, completed_step, running, now_ms);
         tt_rdzv_settle(r, now_ms);
         n = tt_rdzv_table_find(&r->table, worker_id);
     }
@@ -379,7 +380,7 @@ int tt_rdzv_at_boundary(tt_rdzv_t *r, const char *worker_id, uint64_t generation
     if (generation != r->generation)
         return TT_ESTALE;
     r->call_rc = TT_OK;
-    tt_rdzv_note_step(r, n, completed_step); /* may raise S */
+    tt_rdzv_note_step(r, n, completed_step, 0); /* may raise S */
     if (r->regroup_step < 0 || completed_step < r->regroup_step) {
         tt_rdzv_event_node(r, TT_RDZV_EV_CONTINUE, n, TT_OK, r->regroup_step, NULL);
     } else if (n->boundary_step != completed_step) {
@@ -388,20 +389,6 @@ int tt_rdzv_at_boundary(tt_rdzv_t *r, const char *worker_id, uint64_t generation
     }
     tt_rdzv_settle(r, now_ms);
     return r->call_rc;
-}
-
-int tt_rdzv_member_running(tt_rdzv_t *r, const char *worker_id, int64_t completed_step,
-                           uint64_t now_ms) {
-    if (r == NULL || worker_id == NULL)
-        return TT_EINVAL;
-    tt_rdzv_node_t *n = tt_rdzv_table_find(&r->table, worker_id);
-    if (n == NULL || n->role != TT_RDZV_ROLE_MEMBER)
-        return TT_EFENCED;
-    if (r->state != TT_RDZV_RUNNING)
-        return TT_OK;
-    tt_rdzv_note_running(r, n, completed_step);
-    tt_rdzv_settle(r, now_ms);
-    return TT_OK;
 }
 
 static uint64_t age_ms(const tt_rdzv_node_t *n, uint64_t now_ms) {

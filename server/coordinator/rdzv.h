@@ -289,22 +289,18 @@ int tt_rdzv_finish(tt_rdzv_t *r, const char *worker_id, uint64_t incarnation, ui
  *   TT_EJOBFAILED the job failed; TT_EJOBDONE the job finished;
  *   TT_EINVAL bad arguments.
  * last_step only grows: a completed_step below the recorded one is ignored.
- * A completed_step beyond a pending regroup step raises it (see
- * tt_rdzv_at_boundary). `reply` may be NULL. */
+ * A completed_step beyond a pending regroup step S raises S to it (see
+ * tt_rdzv_at_boundary). `running`: the worker says it is not waiting at a
+ * boundary (Heartbeat.stopped false). A running member of the current
+ * generation that completed S or beyond has already entered the next
+ * step, which it can only finish together with every other member, so S
+ * moves to completed_step + 1 instead, and members waiting at the old S
+ * are told to continue (left there, they would wait for it while it waits
+ * for them in that step's collective until its deadline). `reply` may be
+ * NULL. */
 int tt_rdzv_heartbeat(tt_rdzv_t *r, const char *worker_id, uint64_t incarnation,
-                      uint64_t generation, int64_t completed_step, uint64_t now_ms,
+                      uint64_t generation, int64_t completed_step, int running, uint64_t now_ms,
                       tt_rdzv_hb_reply_t *reply);
-
-/* A member's heartbeat said it is running, not waiting at a boundary,
- * after completing `completed_step`: it has already entered the next
- * step, which it can only finish together with every other member. A
- * pending regroup step at or below completed_step therefore moves to
- * completed_step + 1, and members waiting at the old one are told to
- * continue (left there, they would wait for it while it waits for them in
- * that step's collective until its deadline). TT_OK, or TT_EFENCED when
- * `worker_id` is not a member. */
-int tt_rdzv_member_running(tt_rdzv_t *r, const char *worker_id, int64_t completed_step,
-                           uint64_t now_ms);
 
 /* A member reports a peer it suspects (a failed collective). Rule: the
  * suspect is marked; the suspicion is confirmed, and the suspect evicted,

@@ -316,21 +316,23 @@ static void set_regroup_step(tt_rdzv_t *r, int64_t step) {
     }
 }
 
-void tt_rdzv_note_step(tt_rdzv_t *r, tt_rdzv_node_t *n, int64_t step) {
+/* Why a running member moves S one past its step: having completed
+ * `step` without stopping, it is inside step + 1, which it can only finish
+ * together with every other member; left at `step`, the others would
+ * wait there for it while it waits for them in that step's collective. */
+void tt_rdzv_note_step(tt_rdzv_t *r, tt_rdzv_node_t *n, int64_t step, int running) {
     if (step > n->last_step)
         n->last_step = step;
     if (n->role != TT_RDZV_ROLE_MEMBER)
         return;
     if (step > r->max_member_step)
         r->max_member_step = step;
-    if (r->regroup_step >= 0 && step > r->regroup_step)
-        set_regroup_step(r, step);
-}
-
-void tt_rdzv_note_running(tt_rdzv_t *r, tt_rdzv_node_t *n, int64_t step) {
-    if (n->role == TT_RDZV_ROLE_MEMBER && n->boundary_step < 0 && r->regroup_step >= 0 &&
-        step >= r->regroup_step)
+    if (r->regroup_step < 0)
+        return;
+    if (running && n->boundary_step < 0 && r->state == TT_RDZV_RUNNING && step >= r->regroup_step)
         set_regroup_step(r, step + 1);
+    else if (step > r->regroup_step)
+        set_regroup_step(r, step);
 }
 
 static void settle_running(tt_rdzv_t *r, uint64_t now_ms) {

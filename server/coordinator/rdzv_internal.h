@@ -132,8 +132,9 @@ void tt_rdzv_settle(tt_rdzv_t *r, uint64_t now_ms);
 void tt_rdzv_fail(tt_rdzv_t *r, const char *reason);
 void tt_rdzv_end_finished(tt_rdzv_t *r, const char *who);
 void tt_rdzv_set_done_msg(tt_rdzv_t *r);
-void tt_rdzv_note_step(tt_rdzv_t *r, tt_rdzv_node_t *n, int64_t step);
-void tt_rdzv_note_running(tt_rdzv_t *r, tt_rdzv_node_t *n, int64_t step);
+/* A member's completed step; `running`: it did not stop at a boundary
+ * (rdzv_group.c says what that changes). */
+void tt_rdzv_note_step(tt_rdzv_t *r, tt_rdzv_node_t *n, int64_t step, int running);
 void tt_rdzv_regroup_same(tt_rdzv_t *r, const char *reason, uint64_t now_ms);
 void tt_rdzv_form_waiting(tt_rdzv_t *r, uint64_t now_ms);
 void tt_rdzv_lower_bound(tt_rdzv_t *r, uint64_t deadline);

@@ -128,7 +128,13 @@ static inline int join(tt_rdzv_t *r, const char *id, uint64_t now) {
 
 static inline int hb(tt_rdzv_t *r, const char *id, int64_t step, uint64_t now) {
     tt_rdzv_hb_reply_t rep;
-    return tt_rdzv_heartbeat(r, id, 1, tt_rdzv_generation(r), step, now, &rep);
+    return tt_rdzv_heartbeat(r, id, 1, tt_rdzv_generation(r), step, 0, now, &rep);
+}
+
+/* The same from a worker that says it runs (not stopped at a boundary). */
+static inline int hb_running(tt_rdzv_t *r, const char *id, int64_t step, uint64_t now) {
+    tt_rdzv_hb_reply_t rep;
+    return tt_rdzv_heartbeat(r, id, 1, tt_rdzv_generation(r), step, 1, now, &rep);
 }
 
 /* A running job of `ids` (min = max = count unless given) formed at t=0. */

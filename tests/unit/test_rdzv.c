@@ -127,7 +127,7 @@ static void rdzv_ranks_sorted_by_worker_id(void) {
     CU_ASSERT_STRING_EQUAL(f->members[2].worker_id, "charlie");
     CU_ASSERT_EQUAL(f->members[2].rank, 2);
     tt_rdzv_hb_reply_t rep;
-    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "charlie", 1, 1, -1, 10, &rep), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "charlie", 1, 1, -1, 0, 10, &rep), TT_OK);
     CU_ASSERT_EQUAL(rep.rank, 2);
     CU_ASSERT_EQUAL(rep.world_size, 3);
     CU_ASSERT_EQUAL(rep.state, TT_RDZV_RUNNING);
@@ -158,7 +158,7 @@ static void rdzv_heartbeat_timeout_evicts_and_regroups(void) {
     CU_ASSERT_EQUAL(f->members[1].rank, 1);
     CU_ASSERT_EQUAL(f->members[0].last_step, 7);
     tt_rdzv_hb_reply_t rep;
-    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "b", 1, 1, 5, 5001, &rep), TT_EFENCED);
+    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "b", 1, 1, 5, 0, 5001, &rep), TT_EFENCED);
     CU_ASSERT_EQUAL(rep.rank, -1);
     CU_ASSERT_EQUAL(rep.generation, 2);
     CU_ASSERT_EQUAL(tt_rdzv_last_committed_step(r), 6);
@@ -294,7 +294,7 @@ static void rdzv_below_min_waits_then_reforms(void) {
     evlog_free(&log);
     /* The survivor keeps heartbeating its old generation while it waits. */
     tt_rdzv_hb_reply_t rep;
-    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "b", 1, 1, 41, 3500, &rep), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "b", 1, 1, 41, 0, 3500, &rep), TT_OK);
     CU_ASSERT_EQUAL(rep.state, TT_RDZV_WAITING);
     CU_ASSERT_EQUAL(rep.rank, -1);
     CU_ASSERT_EQUAL(join(r, "c", 4000), TT_OK);

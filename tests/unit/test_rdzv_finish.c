@@ -71,7 +71,7 @@ static void rdzv_finish_answers_members_with_jobdone(void) {
     /* a, still running its last step, learns it from its next heartbeat. */
     tt_rdzv_hb_reply_t rep;
     memset(&rep, 0xff, sizeof(rep));
-    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "a", 1, 1, 42, 3200, &rep), TT_EJOBDONE);
+    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "a", 1, 1, 42, 0, 3200, &rep), TT_EJOBDONE);
     CU_ASSERT_EQUAL(rep.state, TT_RDZV_FINISHED);
     CU_ASSERT_EQUAL(rep.rank, -1);
     CU_ASSERT_EQUAL(rep.generation, 1);

@@ -192,7 +192,7 @@ static void rdzv_flap_refused_rejoin_keeps_member(void) {
     CU_ASSERT_EQUAL(tt_rdzv_member_count(r), 1);
     CU_ASSERT_EQUAL(drain_count(r), 0);
     tt_rdzv_hb_reply_t rep;
-    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "a", 3, 3, 5, 900, &rep), TT_OK); /* still a member */
+    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "a", 3, 3, 5, 0, 900, &rep), TT_OK); /* still a member */
     CU_ASSERT_EQUAL(rep.rank, 0);
     CU_ASSERT_EQUAL(join_step(r, "a", 4, 5, 1800), TT_OK);
     CU_ASSERT_EQUAL(tt_rdzv_generation(r), 4);

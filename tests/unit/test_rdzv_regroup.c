@@ -25,7 +25,7 @@ static void rdzv_late_joiner_admitted_at_boundary(void) {
     evlog_t log = {0};
     tt_rdzv_t *r = job_with_late_joiner(&log);
     tt_rdzv_hb_reply_t rep;
-    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "b", 1, 1, 5, 2700, &rep), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "b", 1, 1, 5, 0, 2700, &rep), TT_OK);
     CU_ASSERT_EQUAL(rep.regroup_after_step, 6);
     CU_ASSERT_EQUAL(tt_rdzv_at_boundary(r, "a", 1, 6, 2800), TT_OK);
     CU_ASSERT_EQUAL(drain_count(r), 0); /* a waits; b has not arrived */
@@ -85,7 +85,7 @@ static void rdzv_regroup_step_moves_past_running_member(void) {
     CU_ASSERT_EQUAL(tt_rdzv_at_boundary(r, "b", 1, 6, 2700), TT_OK); /* b stops at 6 */
     CU_ASSERT_EQUAL(hb(r, "a", 6, 2750), TT_OK);                     /* a did 6 too... */
     CU_ASSERT_EQUAL(drain_count(r), 0);
-    CU_ASSERT_EQUAL(tt_rdzv_member_running(r, "a", 6, 2750), TT_OK); /* ...and runs on */
+    CU_ASSERT_EQUAL(hb_running(r, "a", 6, 2750), TT_OK); /* ...and runs on */
     drain(r, &log);
     CU_ASSERT_EQUAL(find_ev(&log, TT_RDZV_EV_REGROUP_ANNOUNCED, 0)->step, 7);
     const tt_rdzv_event_t *c = find_ev(&log, TT_RDZV_EV_CONTINUE, 0);
@@ -93,12 +93,15 @@ static void rdzv_regroup_step_moves_past_running_member(void) {
     CU_ASSERT_EQUAL(c->step, 7);
     evlog_free(&log);
     /* below S, or once stopped at the boundary, running changes nothing */
-    CU_ASSERT_EQUAL(tt_rdzv_member_running(r, "b", 6, 2760), TT_OK);
+    CU_ASSERT_EQUAL(hb_running(r, "b", 6, 2760), TT_OK);
     CU_ASSERT_EQUAL(tt_rdzv_at_boundary(r, "a", 1, 7, 2800), TT_OK);
-    CU_ASSERT_EQUAL(tt_rdzv_member_running(r, "a", 7, 2810), TT_OK);
+    CU_ASSERT_EQUAL(hb_running(r, "a", 7, 2810), TT_OK);
     CU_ASSERT_EQUAL(drain_count(r), 0);
     CU_ASSERT_EQUAL(tt_rdzv_regroup_after_step(r), 7);
-    CU_ASSERT_EQUAL(tt_rdzv_member_running(r, "c", 7, 2810), TT_EFENCED); /* not a member */
+    CU_ASSERT_EQUAL(hb_running(r, "nobody", 7, 2810), TT_EFENCED); /* not a member */
+    CU_ASSERT_EQUAL(hb_running(r, "c", 9, 2810), TT_OK); /* pending: its steps move nothing */
+    CU_ASSERT_EQUAL(drain_count(r), 0);
+    CU_ASSERT_EQUAL(tt_rdzv_regroup_after_step(r), 7);
     CU_ASSERT_EQUAL(tt_rdzv_at_boundary(r, "b", 1, 7, 2900), TT_OK);
     drain(r, &log);
     formed(&log, 2, 3, 8);
@@ -196,7 +199,7 @@ static void rdzv_stale_generation_heartbeat(void) {
     CU_ASSERT_EQUAL(tt_rdzv_generation(r), 2);
     tt_rdzv_hb_reply_t rep;
     memset(&rep, 0xff, sizeof(rep));
-    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "b", 1, 1, 3, 900, &rep), TT_ESTALE);
+    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "b", 1, 1, 3, 0, 900, &rep), TT_ESTALE);
     CU_ASSERT_EQUAL(rep.generation, 2);
     CU_ASSERT_EQUAL(rep.rank, 1);
     CU_ASSERT_EQUAL(rep.world_size, 2);
@@ -206,9 +209,9 @@ static void rdzv_stale_generation_heartbeat(void) {
     CU_ASSERT_EQUAL(tt_rdzv_members(r, 1000, info, 2, &n), TT_OK);
     CU_ASSERT_EQUAL(info[1].heartbeat_age_ms, 100); /* it still counted */
     CU_ASSERT_EQUAL(info[1].m.last_step, 3);
-    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "b", 1, 2, 3, 1000, &rep), TT_OK);
-    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "b", 1, 3, 3, 1000, &rep), TT_EPROTO);
-    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "nobody", 1, 2, 3, 1000, &rep), TT_EFENCED);
+    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "b", 1, 2, 3, 0, 1000, &rep), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "b", 1, 3, 3, 0, 1000, &rep), TT_EPROTO);
+    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "nobody", 1, 2, 3, 0, 1000, &rep), TT_EFENCED);
     CU_ASSERT_EQUAL(rep.rank, -1);
     CU_ASSERT_EQUAL(tt_rdzv_at_boundary(r, "b", 1, 3, 1000), TT_ESTALE);
     CU_ASSERT_EQUAL(tt_rdzv_at_boundary(r, "c", 2, 3, 1000), TT_EFENCED);
@@ -229,8 +232,8 @@ static void rdzv_rejoin_new_incarnation(void) {
     CU_ASSERT_EQUAL(jr->incarnation, 1);
     CU_ASSERT_EQUAL(jr->status, TT_EFENCED);
     evlog_free(&log);
-    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "a", 1, 0, -1, 30, NULL), TT_EFENCED);
-    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "a", 2, 0, -1, 30, NULL), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "a", 1, 0, -1, 0, 30, NULL), TT_EFENCED);
+    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "a", 2, 0, -1, 0, 30, NULL), TT_OK);
     CU_ASSERT_EQUAL(tt_rdzv_leave(r, "a", 1, 40), TT_ENOTFOUND);
     tt_rdzv_destroy(&r);
 
@@ -246,8 +249,8 @@ static void rdzv_rejoin_new_incarnation(void) {
     CU_ASSERT_EQUAL(e->incarnation, 1);
     CU_ASSERT_EQUAL(formed(&log, 2, 3, 5)->members[2].incarnation, 2);
     evlog_free(&log);
-    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "c", 1, 1, 4, 700, NULL), TT_EFENCED);
-    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "c", 2, 2, -1, 700, NULL), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "c", 1, 1, 4, 0, 700, NULL), TT_EFENCED);
+    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "c", 2, 2, -1, 0, 700, NULL), TT_OK);
     tt_rdzv_destroy(&r);
 }
 
@@ -275,9 +278,9 @@ static void rdzv_regroup_now_keeps_members(void) {
     evlog_free(&log);
     /* The members go on in the new generation; the old one is stale. */
     tt_rdzv_hb_reply_t rep;
-    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "a", 1, 2, 6, 700, &rep), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "a", 1, 2, 6, 0, 700, &rep), TT_OK);
     CU_ASSERT_EQUAL(rep.rank, 0);
-    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "b", 1, 1, 6, 700, &rep), TT_ESTALE);
+    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "b", 1, 1, 6, 0, 700, &rep), TT_ESTALE);
     tt_rdzv_destroy(&r);
 }
 
