@@ -5,17 +5,20 @@
  *   disk direct   : O_DIRECT writes of 4 MiB aligned blocks, then fsync
  *                   (what `dd oflag=direct bs=4M` measures);
  *   disk buffered : plain 4 MiB write()s, then fsync;
- *   ckpt idle     : one checkpoint with the step loop waiting for it
- *                   (snapshot, part write with CRC-32C, fsync, rename,
- *                   manifest commit) — write throughput;
+ *   ckpt idle     : one checkpoint with the step loop waiting for it: the
+ *                   part writes (CRC-32C, fsync, rename, directory fsync)
+ *                   after the snapshot — write throughput;
  *   ckpt training : checkpoints every K steps while training continues;
  *                   the write overlaps the steps.
  * and the training stall per checkpoint: the time the step loop spends in
  * the boundary hook when it starts one (the snapshot memcpy), against the
  * mean step time without checkpoints (batch 256, synthetic data, 1 BLAS
  * thread, single rank: every rank of a W-rank job snapshots 1/W of it).
- * Usage: bench_checkpoint [DIR] [steps]; DIR defaults to "." (use a real
- * disk, not tmpfs). A benchmark, not a test: it asserts nothing. */
+ * The disk and idle rows are `rounds` alternations (default 5); they print
+ * medians, the idle one as a share of the disk's median and the range of
+ * the same share round by round. Every run writes into an empty root.
+ * Usage: bench_checkpoint [DIR] [steps] [rounds]; DIR defaults to "." (use
+ * a real disk, not tmpfs). A benchmark, not a test: it asserts nothing. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* O_DIRECT */
 #endif
@@ -120,9 +123,21 @@ typedef struct {
     tt_train_ckpt_stats_t st;
 } result_t;
 
+/* Every run starts from an empty root: a checkpoint written over the last
+ * run's same-named one would free the old part's blocks inside its timed
+ * rename (about 8 ms for 46 MB on ext4), which a job never pays (a step is
+ * checkpointed once; retention deletes later, off the write path). */
+static void clear_root(const bench_t *b) {
+    char cmd[4200];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", b->dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "bench_checkpoint: could not remove %s\n", b->dir);
+}
+
 /* Trains `steps` steps, checkpointing every `every` (0: none). */
 static int run(bench_t *b, uint64_t steps, uint64_t every, int gated, result_t *res) {
     memset(res, 0, sizeof(*res));
+    clear_root(b);
     b->o.max_steps = steps;
     tt_trainer_t *t = NULL;
     loop_t l = {0};
@@ -157,14 +172,6 @@ static int run(bench_t *b, uint64_t steps, uint64_t every, int gated, result_t *
     return rc;
 }
 
-static void row(const char *what, uint64_t bytes, double s, double direct, double buffered) {
-    double mbs = s > 0 ? (double)bytes / s / 1e6 : 0.0;
-    printf("%-34s %9.1f MB %9.3f s %9.1f MB/s", what, (double)bytes / 1e6, s, mbs);
-    if (direct > 0 && buffered > 0)
-        printf(" %9.0f %% %9.0f %%", 100.0 * mbs / direct, 100.0 * mbs / buffered);
-    printf("\n");
-}
-
 static double pct(double part, double whole) {
     return whole > 0 ? 100.0 * part / whole : 0.0;
 }
@@ -192,34 +199,88 @@ static void print_stall(const result_t *plain, const result_t *busy, const resul
                                : 0.0);
 }
 
-static void print_io(const char *dir, const result_t *idle, const result_t *busy) {
-    uint64_t bytes = idle->st.last_bytes;
-    double direct = disk_write(dir, bytes, 1), buffered = disk_write(dir, bytes, 0);
-    double dmbs = direct > 0 ? (double)bytes / direct / 1e6 : 0.0;
-    double bmbs = buffered > 0 ? (double)bytes / buffered / 1e6 : 0.0;
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(const double *v, int n) {
+    double t[64];
+    memcpy(t, v, (size_t)n * sizeof(double));
+    qsort(t, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+}
+
+/* Idle checkpoints and the disk, interleaved round by round so that a
+ * noisy spell hits both alike: seconds per round. */
+typedef struct {
+    int n;
+    double direct[32], buffered[32], ckpt[32];
+    uint64_t bytes;
+} idle_t;
+
+static int run_idle(bench_t *b, idle_t *r) {
+    for (int i = 0; i < r->n; i++) {
+        result_t c;
+        int rc = run(b, 1, 1, 0, &c); /* one step, then a checkpoint nobody overlaps */
+        if (rc != TT_OK)
+            return rc;
+        r->bytes = c.st.last_bytes;
+        r->ckpt[i] = (double)c.st.last_write_ns / 1e9;
+        r->direct[i] = disk_write(b->dir, r->bytes, 1);
+        r->buffered[i] = disk_write(b->dir, r->bytes, 0);
+    }
+    return TT_OK;
+}
+
+/* Median throughput as a share of the disk's median, and the spread of
+ * the same share round by round. */
+static void idle_row(const char *what, const idle_t *r, const double *t) {
+    double ratio[32] = {0};
+    for (int i = 0; i < r->n; i++)
+        ratio[i] = t[i] > 0 ? 100.0 * r->direct[i] / t[i] : 0;
+    double lo = ratio[0], hi = ratio[0];
+    for (int i = 1; i < r->n; i++) {
+        lo = ratio[i] < lo ? ratio[i] : lo;
+        hi = ratio[i] > hi ? ratio[i] : hi;
+    }
+    double s = median(t, r->n), d = median(r->direct, r->n);
+    printf("%-34s %9.1f MB %9.3f s %9.1f MB/s %7.0f %% %8.0f-%.0f %%\n", what,
+           (double)r->bytes / 1e6, s, (double)r->bytes / s / 1e6, 100.0 * d / s, lo, hi);
+}
+
+static void print_io(const char *dir, const idle_t *r, const result_t *busy) {
+    double d = median(r->direct, r->n);
     printf("bench_checkpoint: 784-2048-2048-10 MLP, SGD+momentum, %llu bytes per checkpoint, "
-           "dir %s\n\n",
-           (unsigned long long)bytes, dir);
-    printf("%-34s %12s %11s %14s %11s %11s\n", "what", "bytes", "time", "throughput", "of direct",
-           "of buffered");
-    row("disk direct (O_DIRECT+fsync)", bytes, direct, 0, 0);
-    row("disk buffered (write+fsync)", bytes, buffered, 0, 0);
-    row("ckpt idle: part write (thread)", bytes, (double)idle->st.last_write_ns / 1e9, dmbs, bmbs);
-    row("ckpt while training: part write", busy->st.last_bytes,
-        (double)busy->st.last_write_ns / 1e9, dmbs, bmbs);
+           "dir %s, %d rounds\n\n",
+           (unsigned long long)r->bytes, dir, r->n);
+    printf("%-34s %12s %11s %14s %9s %11s\n", "what (median of the rounds)", "bytes", "time",
+           "throughput", "of direct", "per round");
+    printf("%-34s %9.1f MB %9.3f s %9.1f MB/s\n", "disk direct (O_DIRECT+fsync)",
+           (double)r->bytes / 1e6, d, (double)r->bytes / d / 1e6);
+    double bf = median(r->buffered, r->n);
+    printf("%-34s %9.1f MB %9.3f s %9.1f MB/s %7.0f %%\n", "disk buffered (write+fsync)",
+           (double)r->bytes / 1e6, bf, (double)r->bytes / bf / 1e6, 100.0 * d / bf);
+    idle_row("ckpt idle: part write (thread)", r, r->ckpt);
+    double s = (double)busy->st.last_write_ns / 1e9;
+    printf("%-34s %9.1f MB %9.3f s %9.1f MB/s %7.0f %%\n", "ckpt while training (last one)",
+           (double)busy->st.last_bytes / 1e6, s, (double)busy->st.last_bytes / s / 1e6,
+           100.0 * d / s);
 }
 
 int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : ".";
     uint64_t steps = argc > 2 ? strtoull(argv[2], NULL, 10) : 12;
+    int rounds = argc > 3 ? atoi(argv[3]) : 5;
     openblas_set_num_threads(1);
     bench_t b;
-    if (steps < 4 || bench_init(&b, dir, steps) < 0) {
-        fprintf(stderr, "usage: bench_checkpoint [DIR] [steps >= 4]\n");
+    if (steps < 4 || rounds < 1 || rounds > 32 || bench_init(&b, dir, steps) < 0) {
+        fprintf(stderr, "usage: bench_checkpoint [DIR] [steps >= 4] [rounds 1..32]\n");
         return 2;
     }
-    result_t idle = {0}, plain = {0}, busy = {0}, sync = {0};
-    int rc = run(&b, 1, 1, 0, &idle); /* one step, then a checkpoint nobody overlaps */
+    idle_t idle = {.n = rounds};
+    result_t plain = {0}, busy = {0}, sync = {0};
+    int rc = run_idle(&b, &idle);
     if (rc == TT_OK)
         rc = run(&b, steps, 0, 0, &plain);
     if (rc == TT_OK)
@@ -230,10 +291,7 @@ int main(int argc, char **argv) {
         print_io(dir, &idle, &busy);
         print_stall(&plain, &busy, &sync, steps);
     }
-    char cmd[4200];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", b.dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "bench_checkpoint: could not remove %s\n", b.dir);
+    clear_root(&b);
     free(b.set.images);
     free(b.set.labels);
     return rc < 0 ? 1 : 0;

@@ -254,19 +254,17 @@ static int writer_open(tt_ckpt_writer_t *w, const tt_ckpt_part_opts_t *o) {
     snprintf(w->path, sizeof(w->path), "%s/%s", o->dir, o->name);
     snprintf(w->tmp, sizeof(w->tmp), "%s.tmp", w->path);
     char why[600];
-    if (tt_ckpt_sink_open(&w->sink, w->tmp, o->buf_bytes, TT_CKPT_SINK_AUTO, why, sizeof(why)) !=
-        TT_OK) {
+    /* A buffer larger than the file is memory to fault in for nothing
+     * (the trainer part is 184 bytes). */
+    uint64_t file = prefix_bytes(o->nranges) + o->payload_len + TT_CKPT_TRAILER_BYTES;
+    size_t buf = o->buf_bytes ? o->buf_bytes : (size_t)4 << 20;
+    buf = file < buf ? (size_t)file : buf;
+    if (tt_ckpt_sink_open(&w->sink, w->tmp, buf, TT_CKPT_SINK_AUTO, why, sizeof(why)) != TT_OK) {
         snprintf(w->err, sizeof(w->err), "part %s", why);
         w->state = -1;
         return TT_ESYS;
     }
-    w->info =
-        (tt_ckpt_part_info_t){o->kind,
-                              o->planes,
-                              o->nranges,
-                              o->payload_len,
-                              prefix_bytes(o->nranges) + o->payload_len + TT_CKPT_TRAILER_BYTES,
-                              0};
+    w->info = (tt_ckpt_part_info_t){o->kind, o->planes, o->nranges, o->payload_len, file, 0};
     return emit_prefix(w, o);
 }
 

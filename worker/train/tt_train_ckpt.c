@@ -240,8 +240,13 @@ static int write_part(tt_tc_job_t *j, const tt_ckpt_part_opts_t *po, const uint8
                       tt_ckpt_part_info_t *info) {
     tt_ckpt_writer_t *w = NULL;
     int rc = tt_ckpt_writer_create(&w, po, j->msg, sizeof(j->msg));
-    for (uint64_t off = 0; rc == TT_OK && off < po->payload_len; off += TC_CHUNK) {
-        uint64_t len = po->payload_len - off < TC_CHUNK ? po->payload_len - off : TC_CHUNK;
+    /* One call: each call ends by waiting for its writes to finish, and the
+     * next starts with a small write up to a 4 KiB boundary, so pieces put
+     * idle gaps into the disk's stream. The test knob needs a first piece
+     * to stall after. */
+    uint64_t piece = j->stall_at_step != 0 ? TC_CHUNK : po->payload_len;
+    for (uint64_t off = 0; rc == TT_OK && off < po->payload_len; off += piece) {
+        uint64_t len = po->payload_len - off < piece ? po->payload_len - off : piece;
         rc = tt_ckpt_writer_write(w, data + off, (size_t)len);
         if (off == 0 && po->kind == TT_CKPT_KIND_SHARD)
             stall_for_test(j);
