@@ -4,6 +4,8 @@
  * rename leaves `latest` one behind), so listing scans the directories and
  * `latest` only protects its target from retention. */
 #include "tt_ckpt_dir.h"
+#include "tt_ckpt.h"
+#include "tt_reshard.h"
 #include "tt_fsutil.h"
 #include "tt_log.h"
 #include "tt_status.h"
@@ -330,5 +332,35 @@ int tt_ckpt_latest_valid(const char *root, char *id, char *err, size_t errlen) {
         tt_ckpt_report_free(&rep);
     }
     free(v);
+    return rc;
+}
+
+int tt_ckpt_read_plane(const tt_manifest_t *m, const char *dir, uint32_t state, void *dst,
+                       uint64_t bytes, char *err, size_t errlen) {
+    tt_reshard_seg_t *segs = NULL;
+    tt_reshard_read_t *reads = NULL;
+    size_t nsegs = 0, nreads = 0;
+    tt_ckpt_reader_t **rd = calloc(m->nparts ? m->nparts : 1, sizeof(*rd));
+    int rc = rd != NULL ? tt_manifest_layout(m, state, &segs, &nsegs) : TT_ENOMEM;
+    if (rc == TT_ENOTFOUND)
+        snprintf(err, errlen, "checkpoint %s holds no %s plane", m->id, tt_state_name(state));
+    if (rc == TT_OK)
+        rc = tt_reshard_plan(segs, nsegs, 0, bytes, &reads, &nreads, err, errlen);
+    for (size_t i = 0; rc == TT_OK && i < nreads; i++) {
+        const tt_reshard_read_t *r = &reads[i];
+        if (rd[r->part] == NULL) {
+            char path[TT_CKPT_PATH_MAX + TT_CKPT_NAME_MAX];
+            snprintf(path, sizeof(path), "%s/%s", dir, m->parts[r->part].file);
+            rc = tt_ckpt_reader_create(&rd[r->part], path, err, errlen);
+        }
+        if (rc == TT_OK)
+            rc = tt_ckpt_reader_read(rd[r->part], r->part_offset, (uint8_t *)dst + r->dest_offset,
+                                     (size_t)r->length);
+    }
+    for (uint32_t i = 0; rd != NULL && i < m->nparts; i++)
+        tt_ckpt_reader_destroy(&rd[i]);
+    free(rd);
+    free(segs);
+    free(reads);
     return rc;
 }

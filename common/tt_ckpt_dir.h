@@ -83,6 +83,16 @@ typedef struct tt_ckpt_report {
 int tt_ckpt_verify(const char *dir, tt_ckpt_report_t *rep);
 void tt_ckpt_report_free(tt_ckpt_report_t *rep);
 
+/* Reads the whole logical plane of state kind `state` (tt_state_kind_t) of
+ * the checkpoint in `dir`, described by `m`, into dst (`bytes` = the flat
+ * space's size): the reads tt_manifest_layout + tt_reshard_plan give, from
+ * whichever parts hold them, so any writer layout loads into any reader.
+ * 0, TT_ENOTFOUND (a byte of the range is in no part, or a part file is
+ * missing), TT_ECORRUPT, TT_ESYS, TT_ENOMEM; `err` says which. Does not
+ * verify CRCs (tt_ckpt_verify does). Blocking I/O. */
+int tt_ckpt_read_plane(const tt_manifest_t *m, const char *dir, uint32_t state, void *dst,
+                       uint64_t bytes, char *err, size_t errlen);
+
 /* The newest committed checkpoint under root that verifies: its id into
  * `id` (TT_MF_ID_MAX bytes). `err` lists why newer ones were skipped.
  * 0, TT_ENOTFOUND (none verifies), TT_ESYS, TT_ENOMEM. */

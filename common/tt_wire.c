@@ -332,6 +332,45 @@ static int check_part(uint32_t part, char *err, size_t errlen) {
     return TT_EPROTO;
 }
 
+/* Paths: the checkpoint directory (TT_CKPT_PATH_MAX in tt_ckpt_dir.h) and
+ * a part's file name (TT_CKPT_NAME_MAX); the shard checks the name's
+ * characters itself when it opens the part. */
+#define WIRE_MAX_PATH 4095u
+#define WIRE_MAX_NAME 127u
+
+/* Whether n entries are all set (a message built by hand may have holes;
+ * a decoded one never does). */
+static int all_set(void *const *v, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (v[i] == NULL)
+            return 0;
+    return 1;
+}
+
+static int check_write_chunks(const Tether__WriteChunks *w, const tt_wire_limits_t *lim, char *err,
+                              size_t errlen) {
+    if (w->dir == NULL || w->dir[0] != '/' || !str_ok(w->dir, WIRE_MAX_PATH) || w->file == NULL ||
+        w->file[0] == '\0' || !str_ok(w->file, WIRE_MAX_NAME) || w->n_chunks == 0 ||
+        w->n_chunks > lim->max_members || !all_set((void *const *)w->chunks, w->n_chunks)) {
+        WIRE_SET_ERR(err, errlen,
+                     "write chunks needs an absolute dir, a file name and 1..%zu chunks (got %zu)",
+                     lim->max_members, w->n_chunks);
+        return TT_EPROTO;
+    }
+    return TT_OK;
+}
+
+static int check_chunks_written(const Tether__ChunksWritten *c, const tt_wire_limits_t *lim,
+                                char *err, size_t errlen) {
+    const Tether__CkptPart *p = c->part;
+    if (p == NULL || p->file == NULL || !str_ok(p->file, WIRE_MAX_NAME) ||
+        p->n_ranges > lim->max_members || !all_set((void *const *)p->ranges, p->n_ranges)) {
+        WIRE_SET_ERR(err, errlen, "chunks written without a part, or a malformed one");
+        return TT_EPROTO;
+    }
+    return TT_OK;
+}
+
 static int check_ps_body(const tt_env_t *e, const tt_wire_limits_t *lim, char *err, size_t errlen) {
     int rc;
     switch (e->body_case) {
@@ -362,6 +401,12 @@ static int check_ps_body(const tt_env_t *e, const tt_wire_limits_t *lim, char *e
     case TETHER__ENVELOPE__BODY_PARAMS_REPLY:
         rc = check_part(e->params_reply->part, err, errlen);
         return rc == TT_OK ? check_one_float_frame(e, "params reply", 1, err, errlen) : rc;
+    case TETHER__ENVELOPE__BODY_WRITE_CHUNKS:
+        rc = check_write_chunks(e->write_chunks, lim, err, errlen);
+        return rc == TT_OK ? check_no_frames(e, "write chunks", err, errlen) : rc;
+    case TETHER__ENVELOPE__BODY_CHUNKS_WRITTEN:
+        rc = check_chunks_written(e->chunks_written, lim, err, errlen);
+        return rc == TT_OK ? check_no_frames(e, "chunks written", err, errlen) : rc;
     default: /* shards, placement: empty requests */
         return check_no_frames(e, tt_wire_body_name((int)e->body_case), err, errlen);
     }
@@ -508,6 +553,8 @@ static int check_body(const tt_env_t *e, const tt_wire_limits_t *lim, char *err,
     case TETHER__ENVELOPE__BODY_SET_PARAMS:
     case TETHER__ENVELOPE__BODY_GET_PARAMS:
     case TETHER__ENVELOPE__BODY_PARAMS_REPLY:
+    case TETHER__ENVELOPE__BODY_WRITE_CHUNKS:
+    case TETHER__ENVELOPE__BODY_CHUNKS_WRITTEN:
         return check_ps_body(e, lim, err, errlen);
     case TETHER__ENVELOPE__BODY_DUMP:
     case TETHER__ENVELOPE__BODY_DUMP_REPORT:

@@ -95,7 +95,7 @@ const tt_place_chunk_t *ps_chunk(const tt_ps_t *p, size_t i) {
 }
 
 size_t ps_item_shard(const tt_ps_t *p, const ps_op_t *op, size_t i) {
-    return op->kind == PS_OP_SETUP ? i : ps_chunk(p, i)->shard;
+    return op->kind == PS_OP_SETUP || op->kind == PS_OP_WRITE ? i : ps_chunk(p, i)->shard;
 }
 
 /* The part of chunk i inside [op->offset, op->offset + op->count). */
@@ -118,21 +118,6 @@ static void payload_of(tt_ps_t *p, const void *data, size_t len, int copy, tt_zm
         pl->hint = p;
     }
 }
-
-typedef struct ps_msg {
-    tt_env_t env;
-    union {
-        Tether__PsSetup setup;
-        Tether__PushChunk push;
-        Tether__PullChunk pull;
-        Tether__SetParams set;
-        Tether__GetParams get;
-    } b;
-    Tether__PsChunkSpec *specs;
-    Tether__PsChunkSpec **spec_ptrs;
-    tt_zmq_payload_t pl;
-    size_t npl;
-} ps_msg_t;
 
 static int build_setup(tt_ps_t *p, size_t shard, ps_msg_t *m) {
     Tether__PsSetup *s = &m->b.setup;
@@ -238,12 +223,16 @@ static int send_item(tt_ps_t *p, ps_op_t *op, size_t s, size_t i) {
         rc = build_setup(p, s, &m);
     else if (op->kind == PS_OP_PUSH)
         build_push(p, op, i, &m);
+    else if (op->kind == PS_OP_WRITE)
+        rc = ps_build_write(p, op, s, &m);
     else
         build_params(p, op, i, &m);
     if (rc == TT_OK)
         rc = tt_zmq_send(p->socks[s], NULL, 0, &m.env, &m.pl, m.npl, 1);
     free(m.specs);
     free(m.spec_ptrs);
+    free(m.offsets);
+    free(m.offset_ptrs);
     if (rc == TT_OK && i == PS_SETUP_ITEM) {
         p->link[s].resetup = 0;
         p->link[s].setup_pending = 1;
@@ -381,6 +370,8 @@ static int expected_body(ps_op_kind_t k) {
         return TETHER__ENVELOPE__BODY_CHUNK_RESULT;
     case PS_OP_GET:
         return TETHER__ENVELOPE__BODY_PARAMS_REPLY;
+    case PS_OP_WRITE:
+        return TETHER__ENVELOPE__BODY_CHUNKS_WRITTEN;
     default:
         return TETHER__ENVELOPE__BODY_ACK;
     }
@@ -411,6 +402,8 @@ static int on_reply(tt_ps_t *p, ps_op_t *op, size_t s, tt_zmq_rx_t *rx, uint64_t
         rc = on_push_result(p, op, i, rx);
     else if (op->kind == PS_OP_GET)
         rc = on_get_result(p, op, i, rx);
+    else if (op->kind == PS_OP_WRITE)
+        rc = ps_on_written(p, op, i, rx);
     if (rc == TT_OK) {
         op->state[i - op->first] = PS_DONE;
         op->remaining--;
@@ -478,7 +471,7 @@ static int wait_released(tt_ps_t *p, uint64_t ms) {
     return TT_OK;
 }
 
-static int run_op(tt_ps_t *p, ps_op_t *op) {
+int ps_run_op(tt_ps_t *p, ps_op_t *op) {
     size_t n = p->lay.place.nshards;
     uint8_t *state = calloc(op->nitems ? 2 * op->nitems : 1, 1);
     if (state == NULL)
@@ -607,7 +600,7 @@ int tt_ps_create(tt_ps_t **out, const tt_ps_opts_t *opts, char *err, size_t errl
     TT_CHECK_GOTO(ps_keep_inputs(p), rc, fail);
     TT_CHECK_GOTO(open_sockets(p, err, errlen), rc, fail);
     ps_op_t op = {.kind = PS_OP_SETUP, .first = 0, .nitems = p->lay.place.nshards};
-    rc = run_op(p, &op);
+    rc = ps_run_op(p, &op);
     if (rc != TT_OK) {
         if (err != NULL && errlen > 0)
             snprintf(err, errlen, "setting the job up on the shards: %s", p->err);
@@ -669,7 +662,7 @@ int tt_ps_allreduce(tt_ps_t *p, float *buf, size_t count, uint64_t local_count,
                   .step = p->seq,
                   .first = 0,
                   .nitems = p->lay.place.nchunks};
-    int rc = run_op(p, &op);
+    int rc = ps_run_op(p, &op);
     p->seq++;
     if (rc == TT_OK && total_count != NULL)
         *total_count = op.total;
@@ -708,7 +701,7 @@ int tt_ps_set_params(tt_ps_t *p, tt_ps_part_t part, const float *src, size_t off
         return p->failed;
     ps_op_t op = {.kind = PS_OP_SET, .src = src, .part = part, .optim_step = optim_step};
     int rc = range_items(p, offset, count, &op);
-    return rc == TT_OK ? run_op(p, &op) : rc;
+    return rc == TT_OK ? ps_run_op(p, &op) : rc;
 }
 
 int tt_ps_get_params(tt_ps_t *p, tt_ps_part_t part, float *dst, size_t offset, size_t count,
@@ -720,7 +713,7 @@ int tt_ps_get_params(tt_ps_t *p, tt_ps_part_t part, float *dst, size_t offset, s
     ps_op_t op = {.kind = PS_OP_GET, .buf = dst, .part = part};
     int rc = range_items(p, offset, count, &op);
     if (rc == TT_OK)
-        rc = run_op(p, &op);
+        rc = ps_run_op(p, &op);
     if (rc == TT_OK && optim_step != NULL)
         *optim_step = op.got_optim_step;
     return rc;

@@ -32,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tt_ckpt.h"
 #include "tt_optim.h"
 #include "tt_placement.h"
 
@@ -160,6 +161,33 @@ int tt_ps_set_params(tt_ps_t *p, tt_ps_part_t part, const float *src, size_t off
  * Same returns as tt_ps_set_params. */
 int tt_ps_get_params(tt_ps_t *p, tt_ps_part_t part, float *dst, size_t offset, size_t count,
                      uint64_t *optim_step);
+
+/* A checkpoint part one shard server wrote (tt_ps_write_checkpoint): what
+ * the manifest lists for it. ranges: owned, free with tt_ps_written_free. */
+typedef struct tt_ps_written {
+    char file[TT_CKPT_NAME_MAX]; /* "ps-<k>.bin", k: the shard's place */
+    uint64_t size;
+    uint32_t crc32c, planes, nranges;
+    tt_ckpt_range_t *ranges; /* flat-space byte ranges, sorted */
+} tt_ps_written_t;
+
+/* Optimizer mode, between calls: every shard server writes the chunks it
+ * holds (parameters and optimizer state after the last completed round,
+ * which must be *after_round unless that is NULL; a shard that lost its
+ * state refuses with TT_ESTALE) as one part <dir>/ps-<k>.bin, fsynced,
+ * and answers with its size, CRC and ranges: out[k] for shard k (the
+ * caller's array of tt_ps_nshards entries). The shards copy on their loops
+ * and write on their thread pools; this returns when every part is durable.
+ * Returns 0, TT_EINVAL (aggregate mode, bad dir), or the errors of
+ * tt_ps_allreduce (not poisoning: a failed write leaves the object usable;
+ * parts already written stay, uncommitted). Free out with
+ * tt_ps_written_free either way. */
+int tt_ps_write_checkpoint(tt_ps_t *p, const char *dir, const uint64_t *after_round,
+                           tt_ps_written_t *out);
+void tt_ps_written_free(tt_ps_written_t *w, size_t n);
+
+/* Shard servers of the layout. */
+size_t tt_ps_nshards(const tt_ps_t *p);
 
 /* Between calls, on the calling thread (e.g. from another collective's
  * waits): a shard that restarted after this rank had the result of the

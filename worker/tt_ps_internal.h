@@ -31,7 +31,8 @@ enum {
     PS_F_REFILLED = 8, /* that is done: this step's push may wait its turn */
 };
 
-typedef enum { PS_OP_SETUP, PS_OP_PUSH, PS_OP_SET, PS_OP_GET } ps_op_kind_t;
+/* SETUP and WRITE have one item per shard, the others one per chunk. */
+typedef enum { PS_OP_SETUP, PS_OP_PUSH, PS_OP_SET, PS_OP_GET, PS_OP_WRITE } ps_op_kind_t;
 
 typedef struct ps_op {
     ps_op_kind_t kind;
@@ -46,8 +47,30 @@ typedef struct ps_op {
     size_t remaining, recoveries;
     uint64_t total, got_optim_step;
     int have_total, have_optim_step;
-    uint64_t retry_at; /* a shard asked to come back */
+    uint64_t retry_at;        /* a shard asked to come back */
+    const char *dir;          /* write: the checkpoint directory */
+    int check_step;           /* write: the shards' last round must be `step` */
+    tt_ps_written_t *written; /* write: one per shard */
 } ps_op_t;
+
+/* One request being built; the arrays are freed once it is sent. */
+typedef struct ps_msg {
+    tt_env_t env;
+    union {
+        Tether__PsSetup setup;
+        Tether__PushChunk push;
+        Tether__PullChunk pull;
+        Tether__SetParams set;
+        Tether__GetParams get;
+        Tether__WriteChunks write;
+    } b;
+    Tether__PsChunkSpec *specs;
+    Tether__PsChunkSpec **spec_ptrs;
+    Tether__ChunkOffset *offsets;
+    Tether__ChunkOffset **offset_ptrs;
+    tt_zmq_payload_t pl;
+    size_t npl;
+} ps_msg_t;
 
 /* What the engine knows of its connection to one shard. */
 typedef struct ps_link {
@@ -83,6 +106,8 @@ struct tt_ps {
 
 /* tt_ps.c */
 const tt_place_chunk_t *ps_chunk(const tt_ps_t *p, size_t i);
+/* Sends the op's items and waits for every answer (or the deadline). */
+int ps_run_op(tt_ps_t *p, ps_op_t *op);
 size_t ps_item_shard(const tt_ps_t *p, const ps_op_t *op, size_t i);
 /* Takes every reply queued on shard s's socket. */
 int ps_drain(tt_ps_t *p, ps_op_t *op, size_t s, uint64_t now);
@@ -90,6 +115,10 @@ int ps_drain(tt_ps_t *p, ps_op_t *op, size_t s, uint64_t now);
  * saved input of every chunk it holds as a refill. TT_OK, TT_EAGAIN (not
  * connected), or a send failure. */
 int ps_send_refills(tt_ps_t *p, size_t s, size_t *sent);
+
+/* tt_ps_ckpt.c: the WriteChunks request to shard s and its answer. */
+int ps_build_write(tt_ps_t *p, const ps_op_t *op, size_t s, ps_msg_t *m);
+int ps_on_written(tt_ps_t *p, ps_op_t *op, size_t s, const tt_zmq_rx_t *rx);
 
 /* tt_ps_recover.c */
 /* Allocates the saved inputs when the mode needs them; TT_OK or TT_ENOMEM. */

@@ -1,11 +1,10 @@
 /* shard_data: the data-plane requests (PsSetup, PushChunk, PullChunk,
- * SetParams, GetParams). Each handler validates what the wire decoder
- * cannot know (the job and chunk exist, the sizes match this chunk, the
- * generation is current, the chunk is not mid-computation), answers errors
- * at once with a sentence, and never lets a refused message change state.
- * After a restart this shard holds nothing: workers set the job up again
- * (PsSetup) and re-push; a push one step off the open round is resolved
- * by restarted_rounds (the ranks ahead refill the older step first). */
+ * SetParams, GetParams; WriteChunks goes on to shard_ckpt.c). Each handler validates what the wire
+ * decoder cannot know (the job and chunk exist, the sizes match this chunk, the generation is
+ * current, the chunk is not mid-computation), answers errors at once with a sentence, and never
+ * lets a refused message change state. After a restart this shard holds nothing: workers set the
+ * job up again (PsSetup) and re-push; a push one step off the open round is resolved by
+ * restarted_rounds (the ranks ahead refill the older step first). */
 #include "shard_internal.h"
 #include "tt_clock.h"
 #include "tt_log.h"
@@ -39,7 +38,7 @@ static void reply_ack(const shard_req_t *q) {
     shard_send(q->s, q->rx->peer, q->rx->peer_len, &env, NULL, 0);
 }
 
-static shard_job_t *find_job(tt_shard_t *s, const char *id) {
+shard_job_t *shard_find_job(tt_shard_t *s, const char *id) {
     for (size_t i = 0; i < s->njobs; i++) {
         if (strcmp(s->jobs[i]->id, id) == 0)
             return s->jobs[i];
@@ -47,7 +46,7 @@ static shard_job_t *find_job(tt_shard_t *s, const char *id) {
     return NULL;
 }
 
-static shard_chunk_t *find_chunk(const shard_job_t *job, uint32_t id) {
+shard_chunk_t *shard_find_chunk(const shard_job_t *job, uint32_t id) {
     size_t lo = 0, hi = job->nchunks;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
@@ -74,8 +73,8 @@ void shard_job_free(shard_job_t **jp) {
 
 /* The chunk a request names, or an error reply (unknown job or chunk). */
 static shard_chunk_t *chunk_or_error(const shard_req_t *q, uint32_t chunk) {
-    shard_job_t *job = find_job(q->s, q->env->job_id);
-    shard_chunk_t *ch = job ? find_chunk(job, chunk) : NULL;
+    shard_job_t *job = shard_find_job(q->s, q->env->job_id);
+    shard_chunk_t *ch = job ? shard_find_chunk(job, chunk) : NULL;
     if (ch == NULL) {
         char msg[256];
         if (job == NULL)
@@ -147,7 +146,7 @@ static int rebuild_chunks(shard_job_t *job, const Tether__PsSetup *p, const tt_a
     for (size_t i = 0; rc == TT_OK && i < p->n_chunks; i++) {
         tt_accum_opts_t co = *o;
         co.elems = (size_t)p->chunks[i]->count;
-        shard_chunk_t *old = find_chunk(job, p->chunks[i]->chunk);
+        shard_chunk_t *old = shard_find_chunk(job, p->chunks[i]->chunk);
         if (old != NULL && tt_accum_same_opts(old->acc, &co))
             next[i] = old;
         else
@@ -155,7 +154,7 @@ static int rebuild_chunks(shard_job_t *job, const Tether__PsSetup *p, const tt_a
     }
     if (rc != TT_OK) {
         for (size_t k = 0; next != NULL && k < p->n_chunks; k++) {
-            if (next[k] != NULL && find_chunk(job, next[k]->id) != next[k])
+            if (next[k] != NULL && shard_find_chunk(job, next[k]->id) != next[k])
                 shard_chunk_free(&next[k]);
         }
         free(next);
@@ -196,7 +195,7 @@ static void on_setup(const shard_req_t *q) {
             return;
         }
     }
-    shard_job_t *job = find_job(q->s, q->env->job_id);
+    shard_job_t *job = shard_find_job(q->s, q->env->job_id);
     if (job == NULL && (job = add_job(q->s, q->env->job_id)) == NULL) {
         reply_error(q, TT_ENOMEM, "out of memory");
         return;
@@ -404,6 +403,10 @@ static void on_get_params(const shard_req_t *q) {
     shard_send(q->s, q->rx->peer, q->rx->peer_len, &env, &pl, 1);
 }
 
+static void on_write_chunks(const shard_req_t *q) {
+    shard_ckpt_write(q->s, q->rx->peer, q->rx->peer_len, q->env);
+}
+
 typedef void (*shard_handler_fn)(const shard_req_t *q);
 
 static shard_handler_fn handler_for(int body) {
@@ -418,6 +421,8 @@ static shard_handler_fn handler_for(int body) {
         return on_set_params;
     case TETHER__ENVELOPE__BODY_GET_PARAMS:
         return on_get_params;
+    case TETHER__ENVELOPE__BODY_WRITE_CHUNKS:
+        return on_write_chunks;
     default:
         return NULL;
     }

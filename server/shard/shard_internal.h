@@ -65,6 +65,7 @@ typedef struct shard_job {
     tt_accum_opts_t base;   /* options of every chunk, elems aside */
     shard_chunk_t **chunks; /* sorted by id */
     size_t nchunks;
+    int writing; /* a checkpoint part is being written (shard_ckpt.c) */
 } shard_job_t;
 
 struct tt_shard {
@@ -95,6 +96,12 @@ uint64_t shard_bytes_held(const tt_shard_t *s, uint32_t *chunks);
 /* shard_data.c: one decoded request on the data socket. */
 void shard_on_data(void *sock, void *arg);
 void shard_job_free(shard_job_t **job);
+shard_job_t *shard_find_job(tt_shard_t *s, const char *id); /* NULL when not set up */
+shard_chunk_t *shard_find_chunk(const shard_job_t *job, uint32_t id);
+
+/* shard_ckpt.c: WriteChunks: snapshot now, write on the pool, answer
+ * ChunksWritten or an Error to `peer` when the part is durable. */
+void shard_ckpt_write(tt_shard_t *s, const uint8_t *peer, size_t peer_len, const tt_env_t *env);
 
 /* shard_chunk.c */
 int shard_chunk_new(shard_job_t *job, uint32_t id, size_t elems, shard_chunk_t **out);

@@ -419,6 +419,12 @@ size_t tt_accum_elems(const tt_accum_t *a) {
     return a->o.elems;
 }
 
+uint32_t tt_accum_planes(const tt_accum_t *a) {
+    if (a->o.mode != TT_ACCUM_OPTIMIZER)
+        return 0;
+    return 1u + (uint32_t)needs_state1(&a->o) + (uint32_t)needs_state2(&a->o);
+}
+
 uint64_t tt_accum_bytes(const tt_accum_t *a) {
     uint64_t per = a->o.elems * sizeof(float);
     uint64_t n = (a->params != NULL) + (a->state1 != NULL) + (a->state2 != NULL) + (a->sum != NULL);

@@ -138,6 +138,10 @@ int tt_accum_get(const tt_accum_t *a, tt_accum_part_t part, size_t offset, float
                  uint64_t *optim_step);
 
 size_t tt_accum_elems(const tt_accum_t *a);
+/* State planes an optimizer-mode chunk keeps (parameters, then state1 and
+ * state2 where the optimizer has them): what a checkpoint of it stores.
+ * 0 in aggregate mode, where the shard holds no authoritative state. */
+uint32_t tt_accum_planes(const tt_accum_t *a);
 /* Bytes of buffers currently held (params, state, sums, rank copies). */
 uint64_t tt_accum_bytes(const tt_accum_t *a);
 /* Whether the options match (a repeated setup must be identical). */

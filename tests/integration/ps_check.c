@@ -13,6 +13,7 @@
  *       prints "LAYOUT version=V shards=N chunks=C" once N shards are live.
  * Every rank derives every rank's gradients from (case, step, rank, i), so
  * each can compute the exact expected result alone. Exit 0 on success. */
+#include "ps_fetch.h"
 #include "tt_optim.h"
 #include "tt_ps.h"
 #include "tt_status.h"
@@ -23,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define MIB       ((uint64_t)1 << 20)
 #define OPT_STEPS 20
@@ -46,11 +46,6 @@ static uint64_t count_of(int rank) {
     return 10 + 7 * (uint64_t)rank;
 }
 
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 /* Declares the table and waits until the placement spans `shards`. */
 static int fetch(const args_t *a, const char *job, const tt_ps_tensor_t *t, size_t n,
                  uint64_t chunk_bytes, tt_ps_layout_t *lay) {
@@ -62,16 +57,10 @@ static int fetch(const args_t *a, const char *job, const tt_ps_tensor_t *t, size
                              .ntensors = n,
                              .chunk_bytes = chunk_bytes,
                              .timeout_ms = 5000};
-    for (int tries = 0; tries < 200; tries++) {
-        int rc = tt_ps_layout_fetch(&fo, lay, err, sizeof(err));
-        if (rc == TT_OK && lay->place.nshards == (size_t)a->shards)
-            return TT_OK;
-        if (rc == TT_OK)
-            tt_ps_layout_free(lay);
-        sleep_ms(50);
-    }
-    fprintf(stderr, "placement of %s never spanned %d shards: %s\n", job, a->shards, err);
-    return TT_ETIMEDOUT;
+    int rc = ps_fetch_spanning(&fo, (size_t)a->shards, lay, err, sizeof(err));
+    if (rc != TT_OK)
+        fprintf(stderr, "placement of %s never spanned %d shards: %s\n", job, a->shards, err);
+    return rc;
 }
 
 static int make_ps(const args_t *a, const char *job, const tt_ps_layout_t *lay,

@@ -183,8 +183,47 @@ static void ps_wire_shard_heartbeat_needs_id_and_endpoint(void) {
     CU_ASSERT_EQUAL(round_trip(&env, NULL, 0), TT_EPROTO);
 }
 
+static void ps_wire_checkpoint_bodies_are_checked(void) {
+    tt_env_t env;
+    Tether__ChunkOffset c0 = TETHER__CHUNK_OFFSET__INIT;
+    Tether__ChunkOffset *cs[1] = {&c0};
+    Tether__WriteChunks w = TETHER__WRITE_CHUNKS__INIT;
+    size_t one[1] = {4};
+    tt_wire_env_init(&env, "job", "w0", 1, 1);
+    env.body_case = TETHER__ENVELOPE__BODY_WRITE_CHUNKS;
+    env.write_chunks = &w;
+    w.dir = "/ck/step-000000005";
+    w.file = "ps-0.bin";
+    w.n_chunks = 1;
+    w.chunks = cs;
+    CU_ASSERT_EQUAL(round_trip(&env, NULL, 0), TT_OK);
+    CU_ASSERT_EQUAL(round_trip(&env, one, 1), TT_ESIZE);
+    w.dir = "relative/dir"; /* the shard's working directory is nobody's business */
+    CU_ASSERT_EQUAL(round_trip(&env, NULL, 0), TT_EPROTO);
+    w.dir = "/ck";
+    w.file = "";
+    CU_ASSERT_EQUAL(round_trip(&env, NULL, 0), TT_EPROTO);
+    w.file = "ps-0.bin";
+    w.n_chunks = 0;
+    CU_ASSERT_EQUAL(round_trip(&env, NULL, 0), TT_EPROTO);
+
+    Tether__CkptRange r0 = TETHER__CKPT_RANGE__INIT;
+    Tether__CkptRange *rs[1] = {&r0};
+    Tether__CkptPart part = TETHER__CKPT_PART__INIT;
+    Tether__ChunksWritten cw = TETHER__CHUNKS_WRITTEN__INIT;
+    env.body_case = TETHER__ENVELOPE__BODY_CHUNKS_WRITTEN;
+    env.chunks_written = &cw;
+    CU_ASSERT_EQUAL(round_trip(&env, NULL, 0), TT_EPROTO); /* no part */
+    cw.part = &part;
+    part.file = "ps-0.bin";
+    part.n_ranges = 1;
+    part.ranges = rs;
+    CU_ASSERT_EQUAL(round_trip(&env, NULL, 0), TT_OK);
+}
+
 static const tt_cunit_test_t tests[] = {
     {"ps_wire_push_needs_one_float_frame", ps_wire_push_needs_one_float_frame},
+    {"ps_wire_checkpoint_bodies_are_checked", ps_wire_checkpoint_bodies_are_checked},
     {"ps_wire_requests_carry_no_frames", ps_wire_requests_carry_no_frames},
     {"ps_wire_declare_checks_table", ps_wire_declare_checks_table},
     {"ps_wire_placement_must_tile_space", ps_wire_placement_must_tile_space},

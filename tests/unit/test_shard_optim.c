@@ -136,6 +136,30 @@ static void shard_optim_adamw_matches_reference(void) {
     CU_ASSERT(run(&o, &ref) < 1e-3);
 }
 
+/* What a checkpoint of a chunk stores: the planes its optimizer keeps. */
+static void shard_optim_planes_follow_the_optimizer(void) {
+    tt_accum_opts_t o = {.elems = N, .mode = TT_ACCUM_OPTIMIZER, .optim = TT_ACCUM_SGD};
+    const struct {
+        tt_accum_mode_t mode;
+        tt_accum_optim_t optim;
+        float momentum;
+        uint32_t planes;
+    } cases[] = {{TT_ACCUM_OPTIMIZER, TT_ACCUM_SGD, 0.0f, 1},
+                 {TT_ACCUM_OPTIMIZER, TT_ACCUM_SGD, 0.9f, 2},
+                 {TT_ACCUM_OPTIMIZER, TT_ACCUM_ADAMW, 0.0f, 3},
+                 {TT_ACCUM_AGGREGATE, TT_ACCUM_SGD, 0.9f, 0}};
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        tt_accum_t *a = NULL;
+        o.mode = cases[k].mode;
+        o.optim = cases[k].optim;
+        o.sgd.momentum = cases[k].momentum;
+        o.adamw = (tt_optim_adamw_hp_t){.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f};
+        CU_ASSERT_EQUAL_FATAL(tt_accum_create(&a, &o), TT_OK);
+        CU_ASSERT_EQUAL(tt_accum_planes(a), cases[k].planes);
+        tt_accum_destroy(&a);
+    }
+}
+
 static void shard_optim_state_moves_with_set_get(void) {
     tt_accum_opts_t o = {.elems = N, .mode = TT_ACCUM_OPTIMIZER, .optim = TT_ACCUM_ADAMW};
     o.adamw = (tt_optim_adamw_hp_t){.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f};
@@ -169,6 +193,7 @@ static const tt_cunit_test_t tests[] = {
      shard_optim_sgd_plain_momentum_matches_reference},
     {"shard_optim_adamw_matches_reference", shard_optim_adamw_matches_reference},
     {"shard_optim_state_moves_with_set_get", shard_optim_state_moves_with_set_get},
+    {"shard_optim_planes_follow_the_optimizer", shard_optim_planes_follow_the_optimizer},
     {NULL, NULL},
 };
 

@@ -166,30 +166,6 @@ static int check_model(const tt_train_ckpt_t *c, const tt_manifest_t *m, char *e
     return TT_OK;
 }
 
-static int read_plane(const tt_manifest_t *m, const char *dir, uint32_t state, float *dst,
-                      uint64_t bytes, tt_ckpt_reader_t **rd, char *err, size_t errlen) {
-    tt_reshard_seg_t *segs = NULL;
-    tt_reshard_read_t *reads = NULL;
-    size_t nsegs = 0, nreads = 0;
-    int rc = tt_manifest_layout(m, state, &segs, &nsegs);
-    if (rc == TT_OK)
-        rc = tt_reshard_plan(segs, nsegs, 0, bytes, &reads, &nreads, err, errlen);
-    for (size_t i = 0; rc == TT_OK && i < nreads; i++) {
-        const tt_reshard_read_t *r = &reads[i];
-        if (rd[r->part] == NULL) {
-            char path[TT_CKPT_PATH_MAX + TT_CKPT_NAME_MAX];
-            snprintf(path, sizeof(path), "%s/%s", dir, m->parts[r->part].file);
-            rc = tt_ckpt_reader_create(&rd[r->part], path, err, errlen);
-        }
-        if (rc == TT_OK)
-            rc = tt_ckpt_reader_read(rd[r->part], r->part_offset, (uint8_t *)dst + r->dest_offset,
-                                     (size_t)r->length);
-    }
-    free(segs);
-    free(reads);
-    return rc;
-}
-
 static int read_trainer(tt_train_ckpt_t *c, const tt_manifest_t *m, const char *dir,
                         tt_trainer_state_t *s, char *err, size_t errlen) {
     int idx = -1;
@@ -240,14 +216,9 @@ static int load_dir(tt_train_ckpt_t *c, const char *dir, tt_manifest_t *m, char 
     int rc = tt_manifest_load(dir, m, err, errlen);
     if (rc == TT_OK)
         rc = check_model(c, m, err, errlen);
-    tt_ckpt_reader_t **rd = rc == TT_OK ? calloc(m->nparts, sizeof(*rd)) : NULL;
-    if (rc == TT_OK && rd == NULL)
-        rc = TT_ENOMEM;
     for (uint32_t k = 0; rc == TT_OK && k < c->nstates; k++)
-        rc = read_plane(m, dir, c->states[k], c->planes[k], c->n * sizeof(float), rd, err, errlen);
-    for (uint32_t i = 0; rd != NULL && i < m->nparts; i++)
-        tt_ckpt_reader_destroy(&rd[i]);
-    free(rd);
+        rc = tt_ckpt_read_plane(m, dir, c->states[k], c->planes[k], c->n * sizeof(float), err,
+                                errlen);
     tt_trainer_state_t s;
     if (rc == TT_OK)
         rc = read_trainer(c, m, dir, &s, err, errlen);
