@@ -184,6 +184,16 @@ static void link_lost(tt_ps_t *p, size_t s, size_t n) {
  * pull or refill starts over as a push: a restarted shard knows neither. */
 static int shard_lost(tt_ps_t *p, ps_op_t *op, size_t s, uint64_t now) {
     int rc = ps_drain(p, op, s, now);
+    /* A checkpoint part can only come from the state the shard held: one
+     * that restarts in optimizer mode holds none, so waiting is pointless. */
+    if (rc == TT_OK && op->kind == PS_OP_WRITE && op->state[s] != PS_DONE) {
+        p->inflight[s] = 0;
+        PS_ERR(p,
+               "shard %s lost while it wrote its checkpoint part: the checkpoint cannot "
+               "complete",
+               p->lay.place.shard_ids[s]);
+        return TT_EUNREACHABLE;
+    }
     size_t n = 0;
     for (size_t k = 0; rc == TT_OK && k < op->nitems; k++) {
         if (op->state[k] == PS_FLIGHT && ps_item_shard(p, op, op->first + k) == s) {
