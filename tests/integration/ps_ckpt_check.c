@@ -102,7 +102,9 @@ static int commit(const args_t *a, const char *dir, uint64_t steps, const tt_ps_
     char err[512] = "";
     int rc = tt_manifest_fill_extents(&m, kinds, 2, err, sizeof(err));
     if (rc == TT_OK)
-        rc = tt_manifest_store(dir, &m, err, sizeof(err));
+        rc = tt_manifest_store(dir, &m, err, sizeof(err)); /* the commit point */
+    if (rc == TT_OK)
+        rc = tt_ckpt_latest_write(a->ckpt, m.id, err, sizeof(err));
     for (int i = 0; i < NT; i++) {
         for (uint32_t s = 0; s < t[i].nstates; s++)
             free(t[i].states[s].extents);

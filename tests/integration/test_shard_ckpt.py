@@ -53,6 +53,7 @@ def test_shards_write_and_a_resharded_run_continues(h):
     assert sorted(f for f in os.listdir(cdir) if f.endswith(".bin")) == ["ps-0.bin", "ps-1.bin"]
     # The shards wrote what they hold: both parts name their own chunks.
     assert "ps-0.bin" in text and "ps-1.bin" in text, text
+    assert open(os.path.join(root, "latest")).read().strip() == "step-000000006"
 
     shards.append(shard(h, coord, "s2"))
     same = os.path.join(h.dir, "same-world.bin")
@@ -80,6 +81,7 @@ def test_shard_killed_while_writing_never_commits(h):
     assert failed and "lost while it wrote" in failed[0], ps[0].lines()
     print("  ", failed[0])
     assert committed(root) == ["step-000000005"], committed(root)
+    assert open(os.path.join(root, "latest")).read().strip() == "step-000000005"
     assert not os.path.exists(os.path.join(root, "step-000000010", "MANIFEST"))
     rc, text = verify_checkpoint(os.path.join(root, "step-000000005"))
     assert rc == 0, text
