@@ -88,6 +88,15 @@ typedef struct {
     Tether__MemberStatus mstat;
     Tether__MemberStatus *mstats[1];
     Tether__MembersReply members_reply;
+    /* Bodies whose empty form is refused: a valid example gives the fuzzer
+     * a start inside the accepted set. */
+    Tether__ChunkOffset chunk;
+    Tether__ChunkOffset *chunks[1];
+    Tether__WriteChunks write;
+    Tether__CkptRange range;
+    Tether__CkptRange *ranges[1];
+    Tether__CkptPart part;
+    Tether__ChunksWritten written;
 } seed_bodies_t;
 
 static void fill_membership(seed_bodies_t *b) {
@@ -155,6 +164,34 @@ static void fill_queries(seed_bodies_t *b) {
     b->members_reply.members = b->mstats;
 }
 
+static void fill_shard_ckpt(seed_bodies_t *b) {
+    tether__chunk_offset__init(&b->chunk);
+    b->chunk.chunk = 2;
+    b->chunk.offset = 32768;
+    b->chunks[0] = &b->chunk;
+    tether__write_chunks__init(&b->write);
+    b->write.dir = "/ck/step-000000006";
+    b->write.file = "ps-0.bin";
+    b->write.step = 5;
+    b->write.check_step = 1;
+    b->write.n_chunks = 1;
+    b->write.chunks = b->chunks;
+    tether__ckpt_range__init(&b->range);
+    b->range.offset = 131072;
+    b->range.length = 65536;
+    b->ranges[0] = &b->range;
+    tether__ckpt_part__init(&b->part);
+    b->part.file = "ps-0.bin";
+    b->part.kind = 1;
+    b->part.size = 131144;
+    b->part.crc32c = 0x8617668du;
+    b->part.n_ranges = 1;
+    b->part.ranges = b->ranges;
+    b->part.planes = 2;
+    tether__chunks_written__init(&b->written);
+    b->written.part = &b->part;
+}
+
 /* Prefixes the encoded envelope with the frame lengths its header names. */
 static int emit_env(tt_fuzz_emit_fn emit, void *ctx, const tt_env_t *env) {
     uint8_t *enc = NULL;
@@ -180,9 +217,9 @@ static int emit_env(tt_fuzz_emit_fn emit, void *ctx, const tt_env_t *env) {
 /* The filled-in example of the body type `d`, or NULL when seed_bodies_t
  * has none (a body kind added to the proto after this file). */
 static void *example_body(seed_bodies_t *b, const ProtobufCMessageDescriptor *d) {
-    void *bodies[] = {&b->join,    &b->join_reply,   &b->hb,          &b->hb_reply,
-                      &b->failure, &b->leave,        &b->ack,         &b->error,
-                      &b->status,  &b->status_reply, &b->members_req, &b->members_reply};
+    void *bodies[] = {&b->join,        &b->join_reply,    &b->hb,    &b->hb_reply, &b->failure,
+                      &b->leave,       &b->ack,           &b->error, &b->status,   &b->status_reply,
+                      &b->members_req, &b->members_reply, &b->write, &b->written};
     for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++)
         if (((ProtobufCMessage *)bodies[i])->descriptor == d)
             return bodies[i];
@@ -220,6 +257,7 @@ int tt_fuzz_seeds(tt_fuzz_emit_fn emit, void *ctx) {
     fill_membership(&b);
     fill_control(&b);
     fill_queries(&b);
+    fill_shard_ckpt(&b);
     uint64_t sizes[2] = {1024, 12};
     _Alignas(max_align_t) unsigned char spare[1024];
     int rc = TT_OK;
