@@ -12,6 +12,7 @@
 #include "tt_coll.h"
 
 #include "tt_coll_nccl.h"
+#include "tt_collseq.h"
 #include "tt_log.h"
 #include "tt_ps.h"
 #include "tt_ring.h"
@@ -55,7 +56,8 @@ static int ring_open(void **inst, const tt_coll_cfg_t *cfg, void (*idle)(void *)
                         .segment_bytes = cfg->segment_bytes,
                         .flight_capacity = cfg->flight_capacity,
                         .idle = idle,
-                        .idle_ctx = idle_ctx};
+                        .idle_ctx = idle_ctx,
+                        .job_tag = tt_collseq_job_tag(cfg->job_id)};
     int rc = tt_ring_create(&ri->ring, &o, err, errlen);
     if (rc != TT_OK) {
         free(ri);

@@ -15,6 +15,7 @@
 #include "tt_coll_nccl.h"
 
 #include "tt_clock.h"
+#include "tt_collseq.h"
 #include "tt_log.h"
 #include "tt_nccl_plan.h"
 #include "tt_nccl_watchdog.h"
@@ -273,7 +274,8 @@ static int relay_id(const tt_coll_cfg_t *cfg, ncclUniqueId *id, char *err, size_
                         .generation = cfg->generation,
                         .endpoints = cfg->endpoints,
                         .bind_endpoint = cfg->bind_endpoint,
-                        .deadline_ms = cfg->deadline_ms};
+                        .deadline_ms = cfg->deadline_ms,
+                        .job_tag = tt_collseq_job_tag(cfg->job_id)};
     tt_ring_t *ring = NULL;
     int rc = tt_ring_create(&ring, &o, err, errlen);
     if (rc == TT_OK && (rc = tt_ring_broadcast(ring, msg, ID_WORDS + 1, TT_DT_INT64, 0)) != TT_OK)

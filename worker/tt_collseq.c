@@ -84,6 +84,18 @@ void tt_collseq_encode(const tt_collseq_hdr_t *h, uint8_t out[TT_COLLSEQ_HDR_SIZ
     put64(out + 32, h->generation);
     put64(out + 40, h->seq);
     put64(out + 48, h->fp.count);
+    put64(out + 56, h->job);
+}
+
+uint64_t tt_collseq_job_tag(const char *job_id) {
+    if (job_id == NULL || job_id[0] == '\0')
+        return 0;
+    uint64_t h = 1469598103934665603ULL;
+    for (const unsigned char *p = (const unsigned char *)job_id; *p != '\0'; p++) {
+        h ^= *p;
+        h *= 1099511628211ULL;
+    }
+    return h;
 }
 
 static int reject(char *err, size_t errlen, int rc, const char *what, unsigned v) {
@@ -119,6 +131,7 @@ int tt_collseq_decode(const void *buf, size_t len, tt_collseq_hdr_t *out, char *
     out->generation = get64(p + 32);
     out->seq = get64(p + 40);
     out->fp.count = get64(p + 48);
+    out->job = get64(p + 56);
     return 0;
 }
 

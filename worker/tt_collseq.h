@@ -53,8 +53,8 @@ typedef enum {
 } tt_collseq_kind_t;
 
 #define TT_COLLSEQ_MAGIC    0x47525454u /* "TTRG" */
-#define TT_COLLSEQ_VERSION  1u
-#define TT_COLLSEQ_HDR_SIZE 56u
+#define TT_COLLSEQ_VERSION  2u
+#define TT_COLLSEQ_HDR_SIZE 64u
 
 typedef struct tt_collseq_hdr {
     uint8_t kind;   /* tt_collseq_kind_t */
@@ -65,7 +65,14 @@ typedef struct tt_collseq_hdr {
     uint64_t seq;
     uint32_t unit; /* DATA: unit index within the collective */
     tt_coll_fp_t fp;
+    /* tt_collseq_job_tag of the sender's job: the generation number alone
+     * does not tell two jobs apart, and a rank of another job can reach
+     * this endpoint (a port reused on the host) */
+    uint64_t job;
 } tt_collseq_hdr_t;
+
+/* A 64-bit tag of a job id (FNV-1a; 0 for NULL or ""). */
+uint64_t tt_collseq_job_tag(const char *job_id);
 
 /* Returns the next sequence number from *counter (first call on a zeroed
  * counter gives 1). */

@@ -102,6 +102,7 @@ int tt_ring_create(tt_ring_t **out, const tt_ring_opts_t *o, char *err, size_t e
     r->left = (o->rank + o->world - 1) % o->world;
     r->right = (o->rank + 1) % o->world;
     r->gen = o->generation;
+    r->job = o->job_tag;
     r->deadline_ms = o->deadline_ms > 0 ? o->deadline_ms : TT_RING_DEADLINE_DEFAULT_MS;
     r->wait_ivl_ms = r->deadline_ms / 10 < 10 ? 10 : r->deadline_ms / 10;
     if (r->wait_ivl_ms > 1000)
@@ -175,6 +176,7 @@ static void fill_hdr(const coll_t *c, tt_collseq_hdr_t *h, int kind, uint32_t un
     h->src = c->r->rank;
     h->aux = -1;
     h->generation = c->r->gen;
+    h->job = c->r->job;
     h->seq = c->seq;
     h->unit = unit;
     h->fp = c->fp;
@@ -424,6 +426,23 @@ static int read_msg(coll_t *c, rx_t *m) {
     return fail_proto(c, rc, why);
 }
 
+/* A message of another job: a rank of a job that uses the same endpoint
+ * (a port the host gave to both, a job restarted with a stale member list)
+ * reached this ring. Its generation numbers mean nothing here, and an
+ * ABORT from it must not end this ring's collective; dropped, said once. */
+static int foreign(tt_ring_t *r, rx_t *m) {
+    if (m->h.job == r->job)
+        return 0;
+    if (r->dropped_foreign++ == 0)
+        TT_WARN(SUBSYS,
+                "gen=%llu rank %d: dropped a ring message of another job (tag %016llx, this "
+                "job's %016llx): a rank of another job reaches this rank's endpoint",
+                (unsigned long long)r->gen, r->rank, (unsigned long long)m->h.job,
+                (unsigned long long)r->job);
+    zmq_msg_close(&m->body);
+    return 1;
+}
+
 static int take_abort(coll_t *c, rx_t *m) {
     char text[ERRLEN];
     size_t n = zmq_msg_size(&m->body);
@@ -451,6 +470,8 @@ static int take_wait(coll_t *c, rx_t *m) {
  * bytes (body kept in m), 0 when it was something else, <0 failed. */
 static int take(coll_t *c, rx_t *m, uint32_t unit, size_t bytes) {
     char text[ERRLEN];
+    if (foreign(c->r, m))
+        return 0;
     if (m->h.generation != c->r->gen) {
         c->r->dropped_stale++;
         TT_DEBUG(SUBSYS, "rank %d dropped a gen %llu message (current %llu)", c->r->rank,
@@ -503,6 +524,8 @@ static int send_ctl(coll_t *c, int kind) {
 /* One message during the handshake: 1 done, 0 go on, <0 failed. */
 static int take_hello(coll_t *c, rx_t *m) {
     tt_ring_t *r = c->r;
+    if (foreign(r, m))
+        return 0;
     int kind = m->h.kind, same_gen = m->h.generation == r->gen;
     if (same_gen && kind == TT_COLLSEQ_ABORT)
         return take_abort(c, m);
@@ -788,6 +811,10 @@ int tt_ring_suspect(const tt_ring_t *r) {
 
 uint64_t tt_ring_dropped_stale(const tt_ring_t *r) {
     return r->dropped_stale;
+}
+
+uint64_t tt_ring_dropped_foreign(const tt_ring_t *r) {
+    return r->dropped_foreign;
 }
 
 char *tt_ring_dump(tt_ring_t *r) {

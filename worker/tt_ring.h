@@ -53,6 +53,10 @@ typedef struct tt_ring_opts {
      * peers to get here at all. NULL: none. */
     void (*idle)(void *ctx);
     void *idle_ctx;
+    /* tt_collseq_job_tag of the job: messages carrying another tag are
+     * dropped (counted by tt_ring_dropped_foreign), never taken for this
+     * ring's, however equal their generation. 0 is a tag like any other. */
+    uint64_t job_tag;
 } tt_ring_opts_t;
 
 #define TT_RING_IDLE_MS 20
@@ -127,6 +131,9 @@ int tt_ring_neighbour_gone(tt_ring_t *r);
 
 /* Messages of another generation that were received and dropped. */
 uint64_t tt_ring_dropped_stale(const tt_ring_t *r);
+
+/* Messages of another job (another tag) that were received and dropped. */
+uint64_t tt_ring_dropped_foreign(const tt_ring_t *r);
 
 /* Flight-recorder text (malloc'd, caller frees; NULL when out of memory).
  * Any thread. */

@@ -30,7 +30,8 @@ struct tt_ring {
     void (*idle)(void *ctx); /* tt_ring_opts_t.idle */
     void *idle_ctx;
     int failed, suspect;
-    uint64_t dropped_stale;
+    uint64_t dropped_stale, dropped_foreign;
+    uint64_t job; /* tt_ring_opts_t.job_tag */
     char err[TT_RING_ERRLEN];
 };
 

@@ -10,9 +10,12 @@
  * (the others fail fast), and a rank on an older generation (its messages
  * are dropped, never mixed in). A regroup
  * where one rank keeps its old ring a while (the new ring's handshake
- * keeps the first frames from being lost) and an interrupted ring. Usage:
- * ring_check [all|sum|desync|stale|regroup|stop|kill]. */
+ * keeps the first frames from being lost) and an interrupted ring; a rank
+ * of another job that reaches a rank's endpoint with an ABORT of the same
+ * generation number (dropped as foreign). Usage:
+ * ring_check [all|sum|desync|stale|regroup|foreign|stop|kill]. */
 #include "tt_clock.h"
+#include "tt_collseq.h"
 #include "tt_log.h"
 #include "tt_ring.h"
 #include "tt_rng.h"
@@ -28,6 +31,7 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #define MAXW    8
 #define BIG_F32 ((size_t)16 << 20) /* 64 MiB of float32 */
@@ -269,12 +273,54 @@ static int scen_stale(tt_ring_t *r, int rank, const world_t *wd) {
     return 0;
 }
 
+/* A rank of another job whose member list names rank 1's endpoint (a port
+ * the host handed to both jobs) sends it an ABORT of the same generation
+ * number before the ring's first all-reduce. Rank 1 must drop it as
+ * foreign (and count it), and the all-reduce must complete. */
+static int intrude(const char *endpoint) {
+    void *ctx = zmq_ctx_new(), *s = ctx ? zmq_socket(ctx, ZMQ_PUSH) : NULL;
+    tt_collseq_hdr_t h;
+    memset(&h, 0, sizeof(h));
+    h.kind = TT_COLLSEQ_ABORT;
+    h.aux = -1;
+    h.status = TT_EMEMBERSHIP;
+    h.generation = 7;
+    h.seq = 1;
+    h.fp = (tt_coll_fp_t){TT_COLL_ALLREDUCE, TT_DT_FLOAT32, TT_RED_SUM, -1, 1};
+    h.job = tt_collseq_job_tag("another-job");
+    uint8_t hb[TT_COLLSEQ_HDR_SIZE];
+    tt_collseq_encode(&h, hb);
+    const char *text = "generation 7 ended while rank 0 was in allreduce #1";
+    int linger = 2000, ok = s != NULL &&
+                            zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof(linger)) == 0 &&
+                            zmq_connect(s, endpoint) == 0 &&
+                            zmq_send(s, hb, sizeof(hb), ZMQ_SNDMORE) == (int)sizeof(hb) &&
+                            zmq_send(s, text, strlen(text), 0) == (int)strlen(text);
+    if (s != NULL)
+        zmq_close(s); /* lingers until the frames are out */
+    if (ctx != NULL)
+        zmq_ctx_term(ctx);
+    return ok ? 0 : 1;
+}
+
+static int scen_foreign(tt_ring_t *r, int rank, const world_t *wd) {
+    if (rank == 0 && intrude(wd->ep[1]) != 0)
+        FAIL("foreign: could not send the intruder's frames");
+    if (rank == 0)
+        usleep(200 * 1000); /* rank 1 waits for the handshake meanwhile */
+    int bad = check_f32(r, rank, wd->w, 1000);
+    if (rank == 1 && tt_ring_dropped_foreign(r) == 0)
+        FAIL("foreign: the other job's ABORT was not dropped as foreign");
+    return bad;
+}
+
 static tt_ring_t *make_ring(int rank, const world_t *wd, uint64_t gen) {
     tt_ring_opts_t o = {.rank = rank,
                         .world = wd->w,
                         .generation = gen,
                         .endpoints = wd->ep,
-                        .deadline_ms = wd->deadline_ms};
+                        .deadline_ms = wd->deadline_ms,
+                        .job_tag = tt_collseq_job_tag("ring_check")};
     tt_ring_t *r = NULL;
     char err[256] = "";
     if (tt_ring_create(&r, &o, err, sizeof(err)) != 0)
@@ -372,6 +418,8 @@ int main(int argc, char **argv) {
         bad += run_world(2, 1000, scen_stale, 0, "stale");
     if (all || !strcmp(which, "regroup"))
         bad += run_world(3, 10000, scen_regroup, 0, "regroup");
+    if (all || !strcmp(which, "foreign"))
+        bad += run_world(2, 10000, scen_foreign, 0, "foreign");
     if (all || !strcmp(which, "stop"))
         bad += run_world(3, 2000, scen_stop, SIGSTOP, "sigstop");
     if (all || !strcmp(which, "kill"))

@@ -17,6 +17,7 @@ static tt_collseq_hdr_t sample(void) {
     h.seq = 812;
     h.unit = 77;
     h.fp = (tt_coll_fp_t){TT_COLL_ALLREDUCE, TT_DT_FLOAT32, TT_RED_SUM, -1, 269322};
+    h.job = tt_collseq_job_tag("mnist");
     return h;
 }
 
@@ -30,6 +31,16 @@ static void collseq_header_round_trip(void) {
     CU_ASSERT(back.status == TT_EDESYNC && back.generation == h.generation);
     CU_ASSERT(back.seq == 812 && back.unit == 77 && back.fp.count == 269322);
     CU_ASSERT(back.fp.op == TT_COLL_ALLREDUCE && back.fp.root == -1);
+    CU_ASSERT(back.job == h.job);
+}
+
+/* Jobs are told apart by their tag; the empty id is tag 0. */
+static void collseq_job_tags_differ(void) {
+    CU_ASSERT_EQUAL(tt_collseq_job_tag(NULL), 0);
+    CU_ASSERT_EQUAL(tt_collseq_job_tag(""), 0);
+    CU_ASSERT_EQUAL(tt_collseq_job_tag("launch"), tt_collseq_job_tag("launch"));
+    CU_ASSERT_NOT_EQUAL(tt_collseq_job_tag("launch"), tt_collseq_job_tag("launcH"));
+    CU_ASSERT_NOT_EQUAL(tt_collseq_job_tag("a"), 0);
 }
 
 static void collseq_decode_rejects(void) {
@@ -93,6 +104,7 @@ static void collseq_seq_and_names(void) {
 
 static const tt_cunit_test_t tests[] = {
     {"collseq_header_round_trip", collseq_header_round_trip},
+    {"collseq_job_tags_differ", collseq_job_tags_differ},
     {"collseq_decode_rejects", collseq_decode_rejects},
     {"collseq_check_exact_text", collseq_check_exact_text},
     {"collseq_check_seq_and_fields", collseq_check_seq_and_fields},
