@@ -6,6 +6,7 @@ process a test started is killed when the test ends, whatever happens.
 Binaries come from the build tree given by TETHER_BUILD_DIR (ctest sets it).
 """
 import array
+import fcntl
 import json
 import os
 import random
@@ -30,11 +31,41 @@ def binary(name):
     raise FileNotFoundError(f"{name} not found under {BUILD}")
 
 
+# Ports this test process claimed (see free_port); held until it exits.
+_CLAIMS = []
+
+
+def _claim(port):
+    """Claims `port` among tether-launch processes and test harnesses of this
+    host the way tether-launch does (tools/launch/launch_env.c): an flock on
+    <TMPDIR or /tmp>/tether-ports/<port>. False when another one holds it;
+    True when claimed, or when no claim can be made here."""
+    tmp = os.environ.get("TMPDIR", "")
+    d = os.path.join(tmp if tmp.startswith("/") else "/tmp", "tether-ports")
+    try:
+        os.mkdir(d, 0o777)
+        os.chmod(d, 0o1777)
+    except OSError:
+        pass
+    try:
+        fd = os.open(os.path.join(d, str(port)), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return False
+    _CLAIMS.append(fd)
+    return True
+
+
 def free_port():
     """A port that binds now, below the kernel's ephemeral range (as
     tether-launch picks them): a worker binds its ring port again at every
     generation, and a port of that range may meanwhile become the source
-    port of any outgoing connection."""
+    port of any outgoing connection. Claimed like tether-launch's, so tests
+    running in parallel (and their launchers) never pick the same one."""
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
             low = int(f.read().split()[0])
@@ -46,9 +77,10 @@ def free_port():
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind(("127.0.0.1", port))
-                return port
             except OSError:
                 continue
+        if _claim(port):
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -266,7 +266,7 @@ static void launch_dirname_cases(void) {
 static void launch_free_port_is_bindable(void) {
     int port = 0;
     char err[128] = "";
-    CU_ASSERT_EQUAL(tt_launch_free_port("127.0.0.1", &port, err, sizeof(err)), TT_OK);
+    CU_ASSERT_EQUAL(tt_launch_free_port("127.0.0.1", &port, NULL, err, sizeof(err)), TT_OK);
     CU_ASSERT(port > 0 && port < 65536);
     int lo = 0, hi = 0; /* below the kernel's auto-assigned range, which starts >= 10000 here */
     FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
@@ -274,12 +274,37 @@ static void launch_free_port_is_bindable(void) {
         CU_ASSERT(port < lo);
     if (f != NULL)
         fclose(f);
-    CU_ASSERT_EQUAL(tt_launch_free_port("not-an-ip", &port, err, sizeof(err)), TT_EINVAL);
+    CU_ASSERT_EQUAL(tt_launch_free_port("not-an-ip", &port, NULL, err, sizeof(err)), TT_EINVAL);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "not-an-ip"));
+}
+
+/* While a claim is held no launcher gets the port: 200 ports taken in a
+ * row, each claim kept, are all different (200 random picks from the
+ * 8192-port range would repeat one with probability 0.91 without claims),
+ * and after the claims are given up the ports are free again. */
+static void launch_free_port_claims_are_exclusive(void) {
+    enum { N = 200 };
+    int port[N], claim[N], dup = 0, claimed = 0;
+    char err[128] = "";
+    for (int i = 0; i < N; i++) {
+        CU_ASSERT_EQUAL_FATAL(
+            tt_launch_free_port("127.0.0.1", &port[i], &claim[i], err, sizeof(err)), TT_OK);
+        claimed += claim[i] >= 0;
+        for (int k = 0; k < i; k++)
+            dup += port[k] == port[i];
+    }
+    if (claimed < N)
+        printf("\n    only %d of %d ports could be claimed here (no writable /tmp?)\n", claimed, N);
+    CU_ASSERT_EQUAL(claimed, N);
+    CU_ASSERT_EQUAL(dup, 0);
+    for (int i = 0; i < N; i++)
+        if (claim[i] >= 0)
+            close(claim[i]);
 }
 
 static const tt_cunit_test_t tests[] = {
     {"launch_lines_prefix_each_line_across_chunks", launch_lines_prefix_each_line_across_chunks},
+    {"launch_free_port_claims_are_exclusive", launch_free_port_claims_are_exclusive},
     {"launch_lines_crlf_is_one_line", launch_lines_crlf_is_one_line},
     {"launch_lines_progress_keeps_last_update_when_not_tty",
      launch_lines_progress_keeps_last_update_when_not_tty},

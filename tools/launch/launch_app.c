@@ -37,7 +37,8 @@ typedef struct child {
     char prefix[40];
     tt_launch_proc_t *proc;
     ch_state_t state;
-    int port; /* daemons: listen port; workers: ring port of this run */
+    int port;       /* daemons: listen port; workers: ring port of this run */
+    int port_claim; /* tt_launch_free_port's claim on it, -1: none */
     int restarts;
     tt_launch_backoff_t backoff;
     uv_timer_t restart_timer;
@@ -252,7 +253,10 @@ static int spawn_with(child_t *c, char *const *argv, char *const *env) {
 static int spawn_worker(child_t *c) {
     char err[256] = "";
     char **env = NULL;
-    int rc = tt_launch_free_port(APP_HOST, &c->port, err, sizeof(err));
+    if (c->port_claim >= 0) /* a restart takes a new port: give the old one up */
+        close(c->port_claim);
+    c->port_claim = -1;
+    int rc = tt_launch_free_port(APP_HOST, &c->port, &c->port_claim, err, sizeof(err));
     if (rc != TT_OK) {
         snprintf(c->app->fatal, sizeof(c->app->fatal), "%s: %s", c->label, err);
         return rc;
@@ -442,6 +446,7 @@ static int init_child(app_t *a, int i) {
     tt_launch_backoff_init(&c->backoff, 100, 5000, 10000, 5);
     uv_timer_init(&a->loop, &c->restart_timer);
     c->restart_timer.data = c;
+    c->port_claim = -1;
     if (c->kind == KIND_WORKER)
         return TT_OK;
     if (c->kind == KIND_COORD)
@@ -453,7 +458,7 @@ static int init_child(app_t *a, int i) {
         c->port = (int)a->cfg->coordinator_port;
         return TT_OK;
     }
-    if (tt_launch_free_port(APP_HOST, &c->port, err, sizeof(err)) != TT_OK) {
+    if (tt_launch_free_port(APP_HOST, &c->port, &c->port_claim, err, sizeof(err)) != TT_OK) {
         snprintf(a->fatal, sizeof(a->fatal), "%s", err);
         return TT_ESYS;
     }
@@ -495,8 +500,11 @@ static void close_walk(uv_handle_t *h, void *arg) {
 static void app_teardown(app_t *a) {
     if (!a->loop_ready)
         return;
-    for (int i = 0; a->ch != NULL && i < a->nch; i++)
+    for (int i = 0; a->ch != NULL && i < a->nch; i++) {
         tt_launch_proc_close(&a->ch[i].proc);
+        if (a->ch[i].port_claim >= 0)
+            close(a->ch[i].port_claim);
+    }
     uv_walk(&a->loop, close_walk, NULL);
     uv_run(&a->loop, UV_RUN_DEFAULT);
     uv_loop_close(&a->loop);

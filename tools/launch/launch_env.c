@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -128,12 +130,38 @@ static int try_bind(int fd, struct sockaddr_in *sa, int port) {
     return bind(fd, (struct sockaddr *)sa, sizeof(*sa));
 }
 
+/* Why a claim: two launchers on one host (two jobs, tests run in
+ * parallel) pick from the same range, and both may find one port free
+ * before either child binds it; one child then cannot bind its ring, or
+ * worse, a rank of the other job connects to it. The claim is an flock on
+ * <TMPDIR or /tmp>/tether-ports/<port>: the kernel drops it when the
+ * launcher exits, however it exits. Files are never removed (removing a
+ * lock file races with another process that opened it); there are at most
+ * as many as the range has ports. Returns the held descriptor, -1 when
+ * another launcher holds the port, -2 when no claim can be made here (no
+ * writable directory): the port is then taken unclaimed, as before. */
+static int claim_port(int port) {
+    const char *tmp = getenv("TMPDIR");
+    char dir[512], path[600];
+    snprintf(dir, sizeof(dir), "%s/tether-ports", tmp != NULL && tmp[0] == '/' ? tmp : "/tmp");
+    if (mkdir(dir, 0777) == 0)
+        chmod(dir, 01777); /* every user's launchers share it; umask trimmed it */
+    snprintf(path, sizeof(path), "%s/%d", dir, port);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
+    if (fd < 0)
+        return -2;
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+        return fd;
+    close(fd);
+    return errno == EWOULDBLOCK ? -1 : -2;
+}
+
 /* Why below the ephemeral range: a worker binds its ring port again at
  * every generation, and between two binds the kernel may hand a port of
  * that range to any process's outgoing connection (a ZeroMQ reconnect, a
  * tetherctl query), after which the bind fails with EADDRINUSE. Ports
  * below the range are never auto-assigned. Falls back to port 0. */
-int tt_launch_free_port(const char *host, int *port, char *err, size_t errlen) {
+int tt_launch_free_port(const char *host, int *port, int *claim, char *err, size_t errlen) {
     struct sockaddr_in sa = {.sin_family = AF_INET};
     socklen_t len = sizeof(sa);
     int rc = TT_ESYS;
@@ -141,7 +169,7 @@ int tt_launch_free_port(const char *host, int *port, char *err, size_t errlen) {
         snprintf(err, errlen, "host '%s' is not an IPv4 address", host);
         return TT_EINVAL;
     }
-    int hi = ephemeral_low() - 1, lo = hi - 8191 < 10000 ? 10000 : hi - 8191, found = 0;
+    int hi = ephemeral_low() - 1, lo = hi - 8191 < 10000 ? 10000 : hi - 8191, found = 0, held = -1;
     uint64_t st = tt_rng_derive((uint64_t)getpid(), tt_clock_mono_ns());
     for (int i = 0; i < 64 && hi > lo && !found; i++) {
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -149,7 +177,13 @@ int tt_launch_free_port(const char *host, int *port, char *err, size_t errlen) {
         found = fd >= 0 && try_bind(fd, &sa, p) == 0 ? p : 0;
         if (fd >= 0)
             close(fd);
+        if (found && (held = claim_port(p)) == -1)
+            found = 0; /* another launcher's: its child may not have bound it yet */
     }
+    if (claim != NULL)
+        *claim = held >= 0 ? held : -1;
+    else if (held >= 0)
+        close(held);
     int fd = found ? -1 : socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (found) {
         *port = found;

@@ -31,11 +31,15 @@ int tt_launch_find_exe(char *out, size_t n, const char *name, const char *const 
 void tt_launch_dirname(char *out, size_t n, const char *path);
 
 /* Finds a port on `host` (an IPv4 address) that binds now, preferring
- * ports below the kernel's ephemeral range (launch_env.c says why), and
- * closes the socket again. Another process may take the port
- * before the child binds it; callers pass it on at once. Returns TT_OK or
- * TT_ESYS (err says why). */
-int tt_launch_free_port(const char *host, int *port, char *err, size_t errlen);
+ * ports below the kernel's ephemeral range, and that no other tether-launch
+ * of this host has claimed; claims it (launch_env.c says why and how) and
+ * closes the socket again. *claim (may be NULL) gets the claim's file
+ * descriptor, -1 when none could be taken: keep it open while the port is
+ * the child's, close it when the port is given up (the claim also ends
+ * when this process exits, however it exits). A process that is not a
+ * tether-launch may still take the port before the child binds it;
+ * callers pass it on at once. Returns TT_OK or TT_ESYS (err says why). */
+int tt_launch_free_port(const char *host, int *port, int *claim, char *err, size_t errlen);
 
 /* Removes `path` and everything below it (does not follow symlinks).
  * Returns TT_OK (also when it did not exist) or TT_EIO. */
