@@ -172,6 +172,30 @@ def test_kill_worker_during_ps_steps(h):
     assert any(fast), fast
 
 
+def test_worker_dies_before_first_agreement(h):
+    """A worker that is a member of the first generation and dies before the
+    members agree on the state (a crash at start-up): the others' first
+    collective fails, and that is a regroup like any other. It used to end
+    every worker ('agreeing on the state with the job's members: membership
+    changed')."""
+    seed = SEEDS[0] + 40
+    out = os.path.join(h.dir, "early.bin")
+    argv = [binary("tether-launch"), "--workers", "4", "--shards", "0", "--min-workers", "3",
+            "--max-restarts", "0", "--", "tether-train", "--data", DATA, "--backend", "ring",
+            *train_args(seed), "--dump-params", out]
+    p = h.spawn("early", argv, env=dict(FAST, TETHER_TRAIN_TEST_DIE_BEFORE_AGREE="worker-2"))
+    rc = p.wait(180)
+    text = "\n".join(p.lines() + p.lines("log"))
+    summary = [l for l in text.splitlines() if "summary:" in l]
+    print(f"  launcher exit {rc}; {summary[-1] if summary else 'no summary'}")
+    assert "test knob: worker-2 ends before the first agreement" in text, text[-3000:]
+    assert "finished=3 failed=1" in text, text[-3000:]
+    assert "agreeing on the state" not in text, text[-3000:]
+    d = rel_diff(read_params(out), reference(h, seed, STEPS_PER_EPOCH, EPOCHS))
+    print(f"  relative difference to the fault-free run: {d:.2e}")
+    assert d < 1e-5, d
+
+
 def test_kill_and_restart(h, backend="ring"):
     seed = SEEDS[0] + 100
     # Paced steps (--pace-ms) stretch the 40 steps so that the restarted
@@ -463,7 +487,8 @@ if __name__ == "__main__":
     if not have_data():
         print(f"SKIPPED: no Fashion-MNIST at {DATA} (install dataset-fashion-mnist)")
         raise SystemExit(77)
-    run_tests([test_kill_random_worker, test_kill_worker_during_ps_steps, test_kill_and_restart,
+    run_tests([test_kill_random_worker, test_kill_worker_during_ps_steps,
+               test_worker_dies_before_first_agreement, test_kill_and_restart,
                test_restarted_worker_pulls_state_from_shards, test_sigstop_fenced_and_rejoins,
                test_below_min_workers, test_finished_job_refuses_late_worker,
                test_flapping_worker_guard_rails, test_guard_rails_survive_coordinator_restart])

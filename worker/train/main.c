@@ -447,17 +447,36 @@ static int setup(cli_t *c, const tt_trainer_opts_t *o, const tt_idx_set_t *train
     return 0;
 }
 
+/* Test knob only: TETHER_TRAIN_TEST_DIE_BEFORE_AGREE=<worker id> ends that
+ * worker once it is a member, before the first agreement, as a crash at
+ * start-up would. */
+static void die_for_test(void) {
+    const char *who = getenv("TETHER_TRAIN_TEST_DIE_BEFORE_AGREE");
+    const char *me = getenv("TETHER_WORKER_ID");
+    if (who == NULL || me == NULL || strcmp(who, me) != 0)
+        return;
+    fprintf(stderr, "tether-train: test knob: %s ends before the first agreement\n", me);
+    _exit(3);
+}
+
 /* The failover loop of a libtether run. The first generation agrees on
- * the state too, so a worker joining a running job pulls it here. */
+ * the state too, so a worker joining a running job pulls it here; a member
+ * lost meanwhile (a worker that dies at start-up) is a regroup like any
+ * other, not the end of the job. */
 static int failover_start(tt_train_tether_t *tt, tt_trainer_t *t, tt_train_ft_t **ft) {
     char err[256] = "";
     tt_train_ft_opts_t fo;
     int rc = tt_train_ft_opts_from_env(&fo, err, sizeof(err));
     if (rc == TT_OK)
         rc = tt_train_ft_create(ft, &fo, tt, t);
-    if (rc == TT_OK && (rc = tt_train_ft_agree(*ft)) != TT_OK)
-        snprintf(err, sizeof(err), "agreeing on the state with the job's members: %s",
-                 tt_strerror(rc));
+    die_for_test();
+    if (rc == TT_OK && (rc = tt_train_ft_agree(*ft)) != TT_OK) {
+        if (tt_train_ft_recoverable(rc))
+            rc = tt_train_ft_recover(*ft, rc);
+        if (rc != TT_OK)
+            snprintf(err, sizeof(err), "agreeing on the state with the job's members: %s",
+                     tt_strerror(rc));
+    }
     if (rc == TT_EJOBDONE)
         return job_done();
     if (rc != TT_OK)
