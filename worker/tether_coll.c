@@ -32,6 +32,7 @@ static void hook_view(void *ctx, tt_comm_view_t *v) {
     v->world = (int)cv.world_size;
     v->resume_step = cv.resume_step;
     v->ps_until_step = cv.ps_until_step;
+    v->job_nonce = cv.job_nonce;
 }
 
 static int hook_endpoint(void *ctx, uint64_t gen, int rank, char *buf, size_t len) {

@@ -578,6 +578,7 @@ void tt_client_view(tt_client_t *c, tt_client_view_t *v) {
     v->world_size = c->sm.world_size;
     v->resume_step = c->sm.resume_step;
     v->ps_until_step = c->sm.ps_until_step;
+    v->job_nonce = c->sm.job_nonce;
     v->regroup_after_step = c->sm.regroup_after_step;
     v->incarnation = c->incarnation;
     v->app_generation = c->sm.app_generation;

@@ -99,6 +99,7 @@ typedef struct tt_client_sm {
     uint32_t world_size;
     int64_t resume_step;
     int64_t ps_until_step;    /* Generation.ps_until_step; 0: none */
+    uint64_t job_nonce;       /* Generation.job_nonce; 0: none */
     tether_member_t *members; /* nmembers entries by rank, owned: all of
                                * them up to 256 ranks, else this rank and
                                * its ring neighbours (docs/protocol.md) */
@@ -199,6 +200,7 @@ typedef struct tt_client_view {
     uint32_t world_size;
     int64_t resume_step;
     int64_t ps_until_step;
+    uint64_t job_nonce;
     int64_t regroup_after_step;
     uint64_t incarnation;
     uint64_t app_generation; /* newest generation handed to the application */

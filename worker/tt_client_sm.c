@@ -81,6 +81,7 @@ int tt_client_sm_begin(tt_client_sm_t *sm, tt_client_op_t op, uint64_t rid) {
         sm->rank = -1;
         sm->resume_step = -1;
         sm->ps_until_step = 0;
+        sm->job_nonce = 0;
         sm->regroup_after_step = -1;
         sm->retry_at_ms = 0;
         sm->busy_refusals = 0;
@@ -144,6 +145,7 @@ static int install_generation(tt_client_sm_t *sm, const Tether__JoinReply *jr) {
     sm->rank = (int32_t)jr->rank;
     sm->resume_step = g->resume_step;
     sm->ps_until_step = g->ps_until_step;
+    sm->job_nonce = g->job_nonce;
     sm->regroup_after_step = -1;
     sm->state = TT_CLIENT_MEMBER;
     return TT_OK;

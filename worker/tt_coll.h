@@ -55,6 +55,9 @@ typedef struct tt_coll_cfg {
     /* Generation.ps_until_step: a ring generation's steps before it reduce
      * their gradients on the shard servers (the "ring+ps" row); 0: none. */
     int64_t ps_until_step;
+    /* Generation.job_nonce: with job_id, the tag of this job's ring
+     * messages (tt_ring_opts_t.job_tag). */
+    uint64_t job_nonce;
 } tt_coll_cfg_t;
 
 /* One backend. Every function but `name` receives the instance made by

@@ -153,7 +153,8 @@ static int open_backend(tt_comm_t *c, const tt_comm_view_t *v) {
                          .worker_id = c->opts.worker_id,
                          .tensor_counts = tcounts,
                          .ntensors = ntcounts,
-                         .ps_until_step = v->ps_until_step};
+                         .ps_until_step = v->ps_until_step,
+                         .job_nonce = v->job_nonce};
     const tt_coll_ops_t *ops = NULL;
     void *inst = NULL;
     if (rc == TT_OK)

@@ -42,6 +42,7 @@ typedef struct tt_comm_view {
     int rank, world;
     int64_t resume_step;
     int64_t ps_until_step; /* steps before it go through the shards; 0: none */
+    uint64_t job_nonce;    /* Generation.job_nonce */
 } tt_comm_view_t;
 
 typedef struct tt_comm_hooks {

@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 #define CSET_ERR(err, errlen, ...)                                                                 \
     do {                                                                                           \
@@ -74,6 +76,15 @@ void coord_unforget(tt_coord_t *c, const char *id) {
     *f = c->forgotten[--c->nforgotten];
 }
 
+/* Random, so that two job records never share one (a job forgotten and run
+ * again, two coordinators with a job of the same id); 0 means "none". */
+static uint64_t new_nonce(void) {
+    uint64_t x = 0;
+    if (getrandom(&x, sizeof(x), 0) != (ssize_t)sizeof(x))
+        x = tt_clock_wall_ms() * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid() ^ tt_clock_mono_ns();
+    return x != 0 ? x : 1;
+}
+
 int coord_add_job(tt_coord_t *c, tt_rdzv_t **rdzv) {
     tt_rdzv_guard_t g = tt_rdzv_guard_for_job(&c->guard, tt_rdzv_settings(*rdzv));
     int rc = tt_rdzv_set_guard(*rdzv, &g, NULL, 0); /* both parts validated */
@@ -88,7 +99,8 @@ int coord_add_job(tt_coord_t *c, tt_rdzv_t **rdzv) {
         c->capjobs = cap;
     }
     coord_job_t *job = &c->jobs[c->njobs++];
-    *job = (coord_job_t){.rdzv = *rdzv, .resume_step = -1, .progress_step = -1};
+    *job =
+        (coord_job_t){.rdzv = *rdzv, .resume_step = -1, .progress_step = -1, .nonce = new_nonce()};
     tt_ckpt_book_init(&job->ckpt, tt_clock_mono_ms());
     *rdzv = NULL;
     return TT_OK;

@@ -32,8 +32,8 @@ static void send_to_worker(tt_coord_t *c, const char *worker_id, uint64_t inc, c
 
 /* Builds the Generation message from a member array sorted by rank. */
 static int fill_generation(const tt_rdzv_member_t *src, size_t n, uint64_t gen, int64_t resume,
-                           int64_t ps_until, Tether__Generation *g, Tether__Member **ptrs,
-                           Tether__Member *ms) {
+                           int64_t ps_until, uint64_t nonce, Tether__Generation *g,
+                           Tether__Member **ptrs, Tether__Member *ms) {
     for (size_t i = 0; i < n; i++) {
         tether__member__init(&ms[i]);
         ms[i].rank = src[i].rank;
@@ -51,6 +51,7 @@ static int fill_generation(const tt_rdzv_member_t *src, size_t n, uint64_t gen, 
     g->members = ptrs;
     g->resume_step = resume;
     g->ps_until_step = ps_until;
+    g->job_nonce = nonce;
     return TT_OK;
 }
 
@@ -121,8 +122,8 @@ static void send_generation(tt_coord_t *c, coord_job_t *job, const tt_rdzv_membe
     Tether__Member **ptrs = calloc(n + 1, sizeof(*ptrs));
     Tether__Generation g;
     if (ms != NULL && ptrs != NULL) {
-        fill_generation(src, n, gen, resume, job->formed_gen == gen ? job->ps_until_step : 0, &g,
-                        ptrs, ms);
+        fill_generation(src, n, gen, resume, job->formed_gen == gen ? job->ps_until_step : 0,
+                        job->nonce, &g, ptrs, ms);
         for (size_t i = 0; i < n; i++) {
             if (worker_id == NULL ||
                 (strcmp(src[i].worker_id, worker_id) == 0 && src[i].incarnation == inc))

@@ -20,6 +20,7 @@ typedef struct coord_job {
     uint64_t formed_gen;   /* last generation formed while we ran */
     int64_t resume_step;   /* its first step, for members catching up */
     int64_t ps_until_step; /* its Generation.ps_until_step */
+    uint64_t nonce;        /* Generation.job_nonce: random at creation, persisted */
     uint64_t lost_version; /* shard placement already regrouped for a lost shard */
     tt_ckpt_book_t ckpt;   /* checkpoint requests and committed records */
     int commit_busy;       /* a CheckpointCommit of this job runs in the pool */

@@ -166,6 +166,7 @@ static int job_to_pb(const coord_job_t *job, const clocks_t *k, job_pb_t *j) {
     j->pb.last_committed_step = j->rec.last_committed_step;
     j->pb.state = j->rec.state;
     j->pb.failure = j->rec.failure_reason;
+    j->pb.job_nonce = job->nonce;
     int rc = history_to_pb(job, k, j);
     return rc == TT_OK ? book_to_pb(&job->ckpt, j) : rc;
 }
@@ -289,6 +290,8 @@ static int restore_jobs(tt_coord_t *c, const tt_coord_state_pb_t *st, uint64_t n
             rc = tt_rdzv_restore(&r, &rec, now, err, errlen);
         if (rc == TT_OK)
             rc = coord_add_job(c, &r);
+        if (rc == TT_OK) /* 0 from an older state file: its members had none either */
+            c->jobs[c->njobs - 1].nonce = st->jobs[i]->job_nonce;
         if (rc == TT_OK)
             rc = book_from_pb(st->jobs[i], &c->jobs[c->njobs - 1].ckpt, now, err, errlen);
         if (rc == TT_OK) /* after coord_add_job: setting the guard forgets regroups */

@@ -172,8 +172,10 @@ static int cli_call(fx_t *f, cli_t *c, tt_env_t *env, const void *frame, size_t 
     return cli_wait(f, c, cli_send(f, c, env, frame, flen), body, rx, msg, cap);
 }
 
-/* Worker w0 joins `job` alone (min = max = 1); returns the generation. */
-static uint64_t join(fx_t *f, cli_t *w, const char *job, uint32_t keep, uint32_t every_ms) {
+/* Worker w joins `job` alone (min = max = 1) as incarnation `inc`; returns
+ * the generation, and its job nonce in *nonce (may be NULL). */
+static uint64_t join_as(fx_t *f, cli_t *w, const char *job, uint32_t keep, uint32_t every_ms,
+                        uint64_t inc, uint64_t *nonce) {
     Tether__JobSettings s = TETHER__JOB_SETTINGS__INIT;
     s.min_workers = s.max_workers = 1;
     s.last_call_ms = 10;
@@ -188,7 +190,7 @@ static uint64_t join(fx_t *f, cli_t *w, const char *job, uint32_t keep, uint32_t
     jr.worker_id = w->sender;
     jr.host = "localhost";
     jr.endpoint = "tcp://127.0.0.1:9";
-    jr.incarnation = 1;
+    jr.incarnation = inc;
     jr.last_step = -1;
     tt_env_t env;
     tt_wire_env_init(&env, job, w->sender, 0, 0);
@@ -200,10 +202,16 @@ static uint64_t join(fx_t *f, cli_t *w, const char *job, uint32_t keep, uint32_t
         CU_ASSERT_EQUAL(rx.env->body_case, TETHER__ENVELOPE__BODY_JOIN_REPLY);
         if (rx.env->body_case == TETHER__ENVELOPE__BODY_JOIN_REPLY)
             gen = rx.env->join_reply->generation->generation;
+        if (rx.env->body_case == TETHER__ENVELOPE__BODY_JOIN_REPLY && nonce != NULL)
+            *nonce = rx.env->join_reply->generation->job_nonce;
         tt_zmq_rx_close(&rx);
     }
     CU_ASSERT(gen > 0);
     return gen;
+}
+
+static uint64_t join(fx_t *f, cli_t *w, const char *job, uint32_t keep, uint32_t every_ms) {
+    return join_as(f, w, job, keep, every_ms, 1, NULL);
 }
 
 /* A heartbeat of w0; *req and *served from the HeartbeatReply. */
@@ -459,6 +467,46 @@ static void ids_of(const Tether__CheckpointsReply *r, char *out, size_t cap) {
     for (size_t i = 0; i < r->n_checkpoints; i++)
         snprintf(out + strlen(out), cap - strlen(out), "%s%s", i ? "," : "",
                  r->checkpoints[i]->checkpoint_id);
+}
+
+/* Every job record gets its own random nonce (the ring tags its messages
+ * with it and the job id), the same in every generation of the job, also
+ * after a coordinator restart. */
+static void coord_job_nonce_is_per_job_and_survives_restart(void) {
+    fx_t f;
+    cli_t w, v;
+    uint64_t na = 0, nb = 0, again = 0;
+    fx_start(&f);
+    cli_open(&f, &w, "worker", "w0");
+    cli_open(&f, &v, "worker", "w1");
+    uint64_t gen = join_as(&f, &w, "na", 0, 0, 1, &na);
+    join_as(&f, &v, "nb", 0, 0, 1, &nb);
+    CU_ASSERT(na != 0 && nb != 0 && na != nb);
+    tt_zmq_close(&w.sock);
+    tt_zmq_close(&v.sock);
+    fx_down(&f);
+    fx_up(&f);
+    cli_open(&f, &w, "worker", "w0");
+    /* A heartbeat of an older generation: the restored coordinator sends
+     * the generation again, with the nonce it kept. */
+    Tether__Heartbeat hb = TETHER__HEARTBEAT__INIT;
+    hb.incarnation = 1;
+    tt_env_t env;
+    tt_wire_env_init(&env, "na", w.sender, gen - 1, 0);
+    env.body_case = TETHER__ENVELOPE__BODY_HEARTBEAT;
+    env.heartbeat = &hb;
+    tt_zmq_rx_t rx;
+    uint64_t id = cli_send(&f, &w, &env, NULL, 0);
+    if (cli_wait(&f, &w, id, -1, &rx, NULL, 0) == 0)
+        tt_zmq_rx_close(&rx); /* the HeartbeatReply */
+    if (cli_wait(&f, &w, UINT64_MAX, TETHER__ENVELOPE__BODY_JOIN_REPLY, &rx, NULL, 0) == 0) {
+        if (rx.env->body_case == TETHER__ENVELOPE__BODY_JOIN_REPLY)
+            again = rx.env->join_reply->generation->job_nonce;
+        tt_zmq_rx_close(&rx);
+    }
+    CU_ASSERT_EQUAL(again, na);
+    tt_zmq_close(&w.sock);
+    fx_stop(&f);
 }
 
 static void coord_ckpt_commit_stores_records_and_survives_restart(void) {
@@ -783,6 +831,8 @@ static const tt_cunit_test_t tests[] = {
     {"coord_ckpt_refuses_unknown_job_and_keep_0", coord_ckpt_refuses_unknown_job_and_keep_0},
     {"coord_ckpt_requests_show_in_heartbeats_and_list",
      coord_ckpt_requests_show_in_heartbeats_and_list},
+    {"coord_job_nonce_is_per_job_and_survives_restart",
+     coord_job_nonce_is_per_job_and_survives_restart},
     {"coord_ckpt_commit_stores_records_and_survives_restart",
      coord_ckpt_commit_stores_records_and_survives_restart},
     {"coord_ckpt_commit_refuses_missing_or_short_parts",
