@@ -459,10 +459,8 @@ static void die_for_test(void) {
     _exit(3);
 }
 
-/* The failover loop of a libtether run. The first generation agrees on
- * the state too, so a worker joining a running job pulls it here; a member
- * lost meanwhile (a worker that dies at start-up) is a regroup like any
- * other, not the end of the job. */
+/* The failover loop of a libtether run, from its first agreement
+ * (tt_train_ft_begin). */
 static int failover_start(tt_train_tether_t *tt, tt_trainer_t *t, tt_train_ft_t **ft) {
     char err[256] = "";
     tt_train_ft_opts_t fo;
@@ -470,13 +468,9 @@ static int failover_start(tt_train_tether_t *tt, tt_trainer_t *t, tt_train_ft_t 
     if (rc == TT_OK)
         rc = tt_train_ft_create(ft, &fo, tt, t);
     die_for_test();
-    if (rc == TT_OK && (rc = tt_train_ft_agree(*ft)) != TT_OK) {
-        if (tt_train_ft_recoverable(rc))
-            rc = tt_train_ft_recover(*ft, rc);
-        if (rc != TT_OK)
-            snprintf(err, sizeof(err), "agreeing on the state with the job's members: %s",
-                     tt_strerror(rc));
-    }
+    if (rc == TT_OK && (rc = tt_train_ft_begin(*ft)) != TT_OK)
+        snprintf(err, sizeof(err), "agreeing on the state with the job's members: %s",
+                 tt_strerror(rc));
     if (rc == TT_EJOBDONE)
         return job_done();
     if (rc != TT_OK)

@@ -403,6 +403,11 @@ int tt_train_ft_recover(tt_train_ft_t *ft, int step_rc) {
     return TT_OK;
 }
 
+int tt_train_ft_begin(tt_train_ft_t *ft) {
+    int rc = tt_train_ft_agree(ft);
+    return tt_train_ft_recoverable(rc) ? tt_train_ft_recover(ft, rc) : rc;
+}
+
 /* Wraps the caller's step callback to time the first step after a
  * recovery: kill-to-next-step is the figure failover is judged by. */
 static void on_step(void *ctx, const tt_step_report_t *r) {

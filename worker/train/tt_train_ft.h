@@ -74,6 +74,12 @@ int tt_train_ft_agree(tt_train_ft_t *ft);
  * TT_EAGAIN (the bound on regroups is spent) or a status of the agreement. */
 int tt_train_ft_recover(tt_train_ft_t *ft, int step_rc);
 
+/* The run's first agreement (a worker joining a running job pulls the
+ * state here). A member lost meanwhile, e.g. a worker that dies at
+ * start-up, is a regroup like a failed step's (tt_train_ft_recover), not
+ * the end of the run. Returns what tt_train_ft_recover returns. */
+int tt_train_ft_begin(tt_train_ft_t *ft);
+
 /* tt_trainer_run_epoch with failover: a recoverable failure is followed
  * by tt_train_ft_recover and the epoch continues where the agreed state
  * left it. Returns what tt_trainer_run_epoch returns, 1 when the agreed
