@@ -1,18 +1,31 @@
-/* tt_ring_net: the sockets of one ring generation. It owns their set-up
- * (a PULL bound to this rank's endpoint and a PUSH to the right neighbour,
- * each with a socket monitor started before bind/connect, the two
- * eventfds) and the reading of connection events, which tells tt_ring
- * when a neighbour is gone. The collectives are tt_ring.c's. */
+/* tt_ring_net: the life cycle and sockets of one ring generation. It owns
+ * creating and destroying the tt_ring_t (with the one process-wide effect,
+ * pin_malloc_thresholds, documented at tt_ring_create), its accessors, the
+ * sockets' set-up (a PULL bound to this rank's endpoint and a PUSH to the
+ * right neighbour, each with a socket monitor started before bind/connect,
+ * the two eventfds) and the reading of connection events, which tells
+ * tt_ring when a neighbour is gone. The collectives are tt_ring.c's. */
 #include "tt_ring_int.h"
 
 #include "tt_clock.h"
+#include "tt_flight.h"
+#include "tt_log.h"
+#include "tt_ring_sched.h"
 #include "tt_status.h"
 #include "tt_zmq.h"
 
 #include <errno.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/eventfd.h>
+#include <unistd.h>
 #include <zmq.h>
+
+#define SUBSYS "ring"
 
 int tt_ring_net_set_int(void *s, int opt, int v) {
     return zmq_setsockopt(s, opt, &v, sizeof(v));
@@ -150,4 +163,126 @@ void tt_ring_net_poll(tt_ring_t *r, int64_t tmo) {
         tt_ring_net_drain(r->mon_pull, &r->left_gone_ms, &r->left_conns);
     if (it[2].revents)
         tt_ring_net_drain(r->mon_push, &r->right_gone_ms, NULL);
+}
+
+/* ---- life cycle and accessors ---- */
+
+static int check_opts(const tt_ring_opts_t *o, char *err, size_t errlen) {
+    const char *why = NULL;
+    if (o == NULL || o->world < 1 || o->rank < 0 || o->rank >= o->world)
+        why = "rank/world out of range";
+    else if (o->world > 1 && o->endpoints == NULL)
+        why = "endpoints missing";
+    else if (o->deadline_ms < 0)
+        why = "negative deadline";
+    for (int i = 0; why == NULL && o->world > 1 && i < o->world; i++)
+        if (o->endpoints[i] == NULL)
+            why = "an endpoint is NULL";
+    if (why != NULL && err != NULL)
+        snprintf(err, errlen, "tt_ring_create: %s", why);
+    return why == NULL ? TT_OK : TT_EINVAL;
+}
+
+/* Why: tt_ring_create in the header. Idempotent, so every ring may do it. */
+static void pin_malloc_thresholds(const tt_ring_opts_t *o) {
+#ifdef __GLIBC__
+    if (!o->keep_malloc_settings && o->world > 1 &&
+        (!mallopt(M_MMAP_THRESHOLD, 32 << 20) || !mallopt(M_TRIM_THRESHOLD, 64 << 20)))
+        TT_DEBUG(SUBSYS, "mallopt refused the ring's malloc thresholds");
+#endif
+    (void)o;
+}
+
+int tt_ring_create(tt_ring_t **out, const tt_ring_opts_t *o, char *err, size_t errlen) {
+    int rc = check_opts(o, err, errlen);
+    if (out == NULL || rc != TT_OK)
+        return TT_EINVAL;
+    *out = NULL;
+    tt_ring_t *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return TT_ENOMEM;
+    r->rank = o->rank;
+    r->world = o->world;
+    r->left = (o->rank + o->world - 1) % o->world;
+    r->right = (o->rank + 1) % o->world;
+    r->gen = o->generation;
+    r->job = o->job_tag;
+    r->deadline_ms = o->deadline_ms > 0 ? o->deadline_ms : TT_RING_DEADLINE_DEFAULT_MS;
+    r->wait_ivl_ms = r->deadline_ms / 10 < 10 ? 10 : r->deadline_ms / 10;
+    if (r->wait_ivl_ms > 1000)
+        r->wait_ivl_ms = 1000;
+    r->seg_bytes = o->segment_bytes ? o->segment_bytes : TT_RING_SEG_BYTES_DEFAULT;
+    r->step = -1;
+    r->idle = o->idle;
+    r->idle_ctx = o->idle_ctx;
+    r->suspect = -1;
+    r->evfd = -1;
+    atomic_init(&r->zc_pending, 0);
+    tt_wake_init(&r->wake);
+    TT_CHECK_GOTO(tt_flight_create(&r->flight, o->flight_capacity), rc, fail);
+    pin_malloc_thresholds(o);
+    if (r->world > 1)
+        TT_CHECK_GOTO(tt_ring_net_open(r, o, err, errlen), rc, fail);
+    TT_INFO(SUBSYS, "ring gen=%llu rank %d/%d up (left %d, right %d)", (unsigned long long)r->gen,
+            r->rank, r->world, r->left, r->right);
+    *out = r;
+    return TT_OK;
+fail:
+    tt_ring_destroy(&r);
+    return rc;
+}
+
+void tt_ring_destroy(tt_ring_t **rp) {
+    if (rp == NULL || *rp == NULL)
+        return;
+    tt_ring_t *r = *rp;
+    if (r->push != NULL) { /* bounded linger: flush our last frames or ABORT */
+        tt_ring_net_set_int(r->push, ZMQ_LINGER, r->failed ? 500 : 2000);
+        zmq_close(r->push); /* not tt_zmq_close, which sets linger 0 */
+    }
+    tt_zmq_close(&r->pull);
+    tt_zmq_close(&r->mon_push);
+    tt_zmq_close(&r->mon_pull);
+    if (r->zctx != NULL)
+        zmq_ctx_term(r->zctx); /* returns once every zero-copy frame is freed */
+    if (r->evfd >= 0)
+        close(r->evfd);
+    tt_wake_close(&r->wake);
+    tt_flight_destroy(&r->flight);
+    free(r);
+    *rp = NULL;
+}
+
+void tt_ring_interrupt(tt_ring_t *r) {
+    if (r == NULL)
+        return;
+    tt_wake_raise(&r->wake);
+}
+
+void tt_ring_set_step(tt_ring_t *r, int64_t step) {
+    r->step = step;
+}
+
+int tt_ring_status(const tt_ring_t *r) {
+    return r->failed;
+}
+const char *tt_ring_last_error(const tt_ring_t *r) {
+    return r->err;
+}
+int tt_ring_suspect(const tt_ring_t *r) {
+    return r->suspect;
+}
+
+uint64_t tt_ring_dropped_stale(const tt_ring_t *r) {
+    return r->dropped_stale;
+}
+
+uint64_t tt_ring_dropped_foreign(const tt_ring_t *r) {
+    return r->dropped_foreign;
+}
+
+char *tt_ring_dump(tt_ring_t *r) {
+    char who[64];
+    snprintf(who, sizeof(who), "rank %d gen %llu", r->rank, (unsigned long long)r->gen);
+    return tt_flight_dump(r->flight, who, tt_clock_mono_ns());
 }
