@@ -9,8 +9,9 @@
  * restart; commits with a missing or short part refused; a second commit
  * while one runs (EAGAIN); the timer schedule; a shutdown while a commit
  * runs; the real tetherctl (checkpoint --wait, checkpoints JOB, --json,
- * the offline DIR form). */
+ * the offline DIR form). The fixture is coord_testlib.h. */
 #include "coord.h"
+#include "coord_testlib.h"
 #include "coord_internal.h" /* white box: whether a commit is in the pool */
 #include "tt_ckpt.h"
 #include "tt_ckpt_dir.h"
@@ -29,190 +30,6 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#define CALL_MS 5000 /* every reply comes well within this */
-
-typedef struct fx {
-    uv_loop_t loop;
-    tt_coord_t *coord;
-    void *zctx;
-    char tmp[64];    /* removed at the end */
-    char state[128]; /* coordinator state dir */
-    char root[128];  /* checkpoint root */
-} fx_t;
-
-static void fx_up(fx_t *f) {
-    char err[512] = "";
-    uv_loop_init(&f->loop);
-    tt_coord_opts_t o = {.listen = "tcp://127.0.0.1:*",
-                         .state_dir = f->state,
-                         .id = "coord-test",
-                         .max_msg_bytes = 1 << 20};
-    int rc = tt_coord_create(&f->coord, &f->loop, &o, err, sizeof(err));
-    if (rc != TT_OK)
-        printf("\n  coordinator: %s\n", err);
-    CU_ASSERT_EQUAL_FATAL(rc, TT_OK);
-}
-
-/* Closing waits for work in the pool, as the daemon's loop does. */
-static void fx_down(fx_t *f) {
-    tt_coord_close(f->coord);
-    uv_run(&f->loop, UV_RUN_DEFAULT);
-    tt_coord_destroy(&f->coord);
-    uv_loop_close(&f->loop);
-}
-
-static void fx_start(fx_t *f) {
-    memset(f, 0, sizeof(*f));
-    strcpy(f->tmp, "/tmp/tt_coord_ckpt_XXXXXX");
-    CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(f->tmp));
-    snprintf(f->state, sizeof(f->state), "%s/state", f->tmp);
-    snprintf(f->root, sizeof(f->root), "%s/ckpt", f->tmp);
-    f->zctx = zmq_ctx_new();
-    fx_up(f);
-}
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static void fx_stop(fx_t *f) {
-    fx_down(f);
-    zmq_ctx_term(f->zctx);
-    nftw(f->tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS); /* children first */
-}
-
-static void fx_pump(fx_t *f) {
-    uv_run(&f->loop, UV_RUN_NOWAIT);
-}
-
-/* Pumps the coordinator for `ms` (its timer included). */
-static void fx_pump_for(fx_t *f, uint64_t ms) {
-    uint64_t end = tt_clock_mono_ms() + ms;
-    while (tt_clock_mono_ms() < end) {
-        fx_pump(f);
-        tt_clock_sleep_ms(2);
-    }
-}
-
-/* ---- raw clients ---- */
-
-typedef struct cli {
-    void *sock;
-    uint64_t next_id;
-    char sender[32];
-} cli_t;
-
-/* A DEALER with routing id "<role>-<id>.1" ("worker-w0.1" is what the
- * coordinator insists on for worker w0). */
-static void cli_open(fx_t *f, cli_t *c, const char *role, const char *id) {
-    char rid[128], err[256] = "";
-    tt_zmq_routing_id(rid, sizeof(rid), role, id, 1);
-    tt_zmq_opts_t zo;
-    tt_zmq_opts_default(&zo);
-    zo.routing_id = rid;
-    c->next_id = 1;
-    snprintf(c->sender, sizeof(c->sender), "%s", id);
-    CU_ASSERT_EQUAL_FATAL(
-        tt_zmq_dealer(f->zctx, tt_coord_endpoint(f->coord), &zo, &c->sock, err, sizeof(err)),
-        TT_OK);
-}
-
-/* Sends env (request id set here and returned, one payload frame when
- * `frame`) without waiting for the reply. */
-static uint64_t cli_send(fx_t *f, cli_t *c, tt_env_t *env, const void *frame, size_t flen) {
-    uint64_t end = tt_clock_mono_ms() + CALL_MS;
-    env->request_id = c->next_id++;
-    tt_zmq_payload_t pl = {.data = frame, .len = flen};
-    int rc = TT_EAGAIN;
-    while (rc == TT_EAGAIN && tt_clock_mono_ms() < end) {
-        fx_pump(f); /* ZMQ_IMMEDIATE: queued only once connected */
-        rc = tt_zmq_send(c->sock, NULL, 0, env, frame ? &pl : NULL, frame ? 1 : 0, 1);
-    }
-    CU_ASSERT_EQUAL(rc, TT_OK);
-    return env->request_id;
-}
-
-/* Pumps the coordinator until the reply to request `id`, or a message of
- * body `body` (pushed ones carry id 0), arrives. An Error is released and
- * its code returned (its message into msg when given); anything else stays
- * in *rx (release it) with 0. TT_ETIMEDOUT after CALL_MS. */
-static int cli_wait(fx_t *f, cli_t *c, uint64_t id, int body, tt_zmq_rx_t *rx, char *msg,
-                    size_t cap) {
-    uint64_t end = tt_clock_mono_ms() + CALL_MS;
-    while (tt_clock_mono_ms() < end) {
-        fx_pump(f);
-        char err[256];
-        if (tt_zmq_recv(c->sock, 0, 1, NULL, rx, err, sizeof(err)) != TT_OK) {
-            zmq_pollitem_t it = {.socket = c->sock, .events = ZMQ_POLLIN};
-            zmq_poll(&it, 1, 2);
-            continue;
-        }
-        if (rx->env->request_id != id && (int)rx->env->body_case != body) {
-            tt_zmq_rx_close(rx);
-            continue;
-        }
-        if (rx->env->body_case != TETHER__ENVELOPE__BODY_ERROR)
-            return 0;
-        int code = rx->env->error->code;
-        if (msg != NULL)
-            snprintf(msg, cap, "%s", rx->env->error->message ? rx->env->error->message : "");
-        tt_zmq_rx_close(rx);
-        return code;
-    }
-    CU_FAIL("no reply from the coordinator");
-    return TT_ETIMEDOUT;
-}
-
-static int cli_call(fx_t *f, cli_t *c, tt_env_t *env, const void *frame, size_t flen, int body,
-                    tt_zmq_rx_t *rx, char *msg, size_t cap) {
-    return cli_wait(f, c, cli_send(f, c, env, frame, flen), body, rx, msg, cap);
-}
-
-/* Worker w joins `job` alone (min = max = 1) as incarnation `inc`; returns
- * the generation, and its job nonce in *nonce (may be NULL). */
-static uint64_t join_as(fx_t *f, cli_t *w, const char *job, uint32_t keep, uint32_t every_ms,
-                        uint64_t inc, uint64_t *nonce) {
-    Tether__JobSettings s = TETHER__JOB_SETTINGS__INIT;
-    s.min_workers = s.max_workers = 1;
-    s.last_call_ms = 10;
-    s.heartbeat_ms = 100;
-    s.heartbeat_timeout_ms = 600000; /* no eviction while the test talks */
-    s.global_batch = 8;
-    s.join_timeout_ms = 60000;
-    s.checkpoint_keep = keep;
-    s.checkpoint_every_ms = every_ms;
-    Tether__JoinRequest jr = TETHER__JOIN_REQUEST__INIT;
-    jr.settings = &s;
-    jr.worker_id = w->sender;
-    jr.host = "localhost";
-    jr.endpoint = "tcp://127.0.0.1:9";
-    jr.incarnation = inc;
-    jr.last_step = -1;
-    tt_env_t env;
-    tt_wire_env_init(&env, job, w->sender, 0, 0);
-    env.body_case = TETHER__ENVELOPE__BODY_JOIN;
-    env.join = &jr;
-    tt_zmq_rx_t rx;
-    uint64_t gen = 0;
-    if (cli_call(f, w, &env, NULL, 0, TETHER__ENVELOPE__BODY_JOIN_REPLY, &rx, NULL, 0) == 0) {
-        CU_ASSERT_EQUAL(rx.env->body_case, TETHER__ENVELOPE__BODY_JOIN_REPLY);
-        if (rx.env->body_case == TETHER__ENVELOPE__BODY_JOIN_REPLY)
-            gen = rx.env->join_reply->generation->generation;
-        if (rx.env->body_case == TETHER__ENVELOPE__BODY_JOIN_REPLY && nonce != NULL)
-            *nonce = rx.env->join_reply->generation->job_nonce;
-        tt_zmq_rx_close(&rx);
-    }
-    CU_ASSERT(gen > 0);
-    return gen;
-}
-
-static uint64_t join(fx_t *f, cli_t *w, const char *job, uint32_t keep, uint32_t every_ms) {
-    return join_as(f, w, job, keep, every_ms, 1, NULL);
-}
 
 /* A heartbeat of w0; *req and *served from the HeartbeatReply. */
 static void heartbeat(fx_t *f, cli_t *w, const char *job, uint64_t gen, uint64_t *req,
@@ -467,46 +284,6 @@ static void ids_of(const Tether__CheckpointsReply *r, char *out, size_t cap) {
     for (size_t i = 0; i < r->n_checkpoints; i++)
         snprintf(out + strlen(out), cap - strlen(out), "%s%s", i ? "," : "",
                  r->checkpoints[i]->checkpoint_id);
-}
-
-/* Every job record gets its own random nonce (the ring tags its messages
- * with it and the job id), the same in every generation of the job, also
- * after a coordinator restart. */
-static void coord_job_nonce_is_per_job_and_survives_restart(void) {
-    fx_t f;
-    cli_t w, v;
-    uint64_t na = 0, nb = 0, again = 0;
-    fx_start(&f);
-    cli_open(&f, &w, "worker", "w0");
-    cli_open(&f, &v, "worker", "w1");
-    uint64_t gen = join_as(&f, &w, "na", 0, 0, 1, &na);
-    join_as(&f, &v, "nb", 0, 0, 1, &nb);
-    CU_ASSERT(na != 0 && nb != 0 && na != nb);
-    tt_zmq_close(&w.sock);
-    tt_zmq_close(&v.sock);
-    fx_down(&f);
-    fx_up(&f);
-    cli_open(&f, &w, "worker", "w0");
-    /* A heartbeat of an older generation: the restored coordinator sends
-     * the generation again, with the nonce it kept. */
-    Tether__Heartbeat hb = TETHER__HEARTBEAT__INIT;
-    hb.incarnation = 1;
-    tt_env_t env;
-    tt_wire_env_init(&env, "na", w.sender, gen - 1, 0);
-    env.body_case = TETHER__ENVELOPE__BODY_HEARTBEAT;
-    env.heartbeat = &hb;
-    tt_zmq_rx_t rx;
-    uint64_t id = cli_send(&f, &w, &env, NULL, 0);
-    if (cli_wait(&f, &w, id, -1, &rx, NULL, 0) == 0)
-        tt_zmq_rx_close(&rx); /* the HeartbeatReply */
-    if (cli_wait(&f, &w, UINT64_MAX, TETHER__ENVELOPE__BODY_JOIN_REPLY, &rx, NULL, 0) == 0) {
-        if (rx.env->body_case == TETHER__ENVELOPE__BODY_JOIN_REPLY)
-            again = rx.env->join_reply->generation->job_nonce;
-        tt_zmq_rx_close(&rx);
-    }
-    CU_ASSERT_EQUAL(again, na);
-    tt_zmq_close(&w.sock);
-    fx_stop(&f);
 }
 
 static void coord_ckpt_commit_stores_records_and_survives_restart(void) {
@@ -831,8 +608,6 @@ static const tt_cunit_test_t tests[] = {
     {"coord_ckpt_refuses_unknown_job_and_keep_0", coord_ckpt_refuses_unknown_job_and_keep_0},
     {"coord_ckpt_requests_show_in_heartbeats_and_list",
      coord_ckpt_requests_show_in_heartbeats_and_list},
-    {"coord_job_nonce_is_per_job_and_survives_restart",
-     coord_job_nonce_is_per_job_and_survives_restart},
     {"coord_ckpt_commit_stores_records_and_survives_restart",
      coord_ckpt_commit_stores_records_and_survives_restart},
     {"coord_ckpt_commit_refuses_missing_or_short_parts",

@@ -1,0 +1,205 @@
+/* coord_testlib: the fixture of the coordinator tests that talk to a real
+ * tt_coord over TCP on 127.0.0.1 (test_coord_ckpt.c, test_coord_job.c): the
+ * coordinator on a loop this thread pumps between socket reads, with a
+ * state directory so it can be stopped and started again, and raw DEALER
+ * clients that send an envelope and wait for its reply. */
+#ifndef COORD_TESTLIB_H
+#define COORD_TESTLIB_H
+
+#include "coord.h"
+#include "tt_clock.h"
+#include "tt_cunit.h"
+#include "tt_status.h"
+#include "tt_zmq.h"
+
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define CALL_MS 5000 /* every reply comes well within this */
+
+typedef struct fx {
+    uv_loop_t loop;
+    tt_coord_t *coord;
+    void *zctx;
+    char tmp[64];    /* removed at the end */
+    char state[128]; /* coordinator state dir */
+    char root[128];  /* checkpoint root */
+} fx_t;
+
+static inline void fx_up(fx_t *f) {
+    char err[512] = "";
+    uv_loop_init(&f->loop);
+    tt_coord_opts_t o = {.listen = "tcp://127.0.0.1:*",
+                         .state_dir = f->state,
+                         .id = "coord-test",
+                         .max_msg_bytes = 1 << 20};
+    int rc = tt_coord_create(&f->coord, &f->loop, &o, err, sizeof(err));
+    if (rc != TT_OK)
+        printf("\n  coordinator: %s\n", err);
+    CU_ASSERT_EQUAL_FATAL(rc, TT_OK);
+}
+
+/* Closing waits for work in the pool, as the daemon's loop does. */
+static inline void fx_down(fx_t *f) {
+    tt_coord_close(f->coord);
+    uv_run(&f->loop, UV_RUN_DEFAULT);
+    tt_coord_destroy(&f->coord);
+    uv_loop_close(&f->loop);
+}
+
+static inline void fx_start(fx_t *f) {
+    memset(f, 0, sizeof(*f));
+    strcpy(f->tmp, "/tmp/tt_coord_test_XXXXXX");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(f->tmp));
+    snprintf(f->state, sizeof(f->state), "%s/state", f->tmp);
+    snprintf(f->root, sizeof(f->root), "%s/ckpt", f->tmp);
+    f->zctx = zmq_ctx_new();
+    fx_up(f);
+}
+
+static inline int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static inline void fx_stop(fx_t *f) {
+    fx_down(f);
+    zmq_ctx_term(f->zctx);
+    nftw(f->tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS); /* children first */
+}
+
+static inline void fx_pump(fx_t *f) {
+    uv_run(&f->loop, UV_RUN_NOWAIT);
+}
+
+/* Pumps the coordinator for `ms` (its timer included). */
+static inline void fx_pump_for(fx_t *f, uint64_t ms) {
+    uint64_t end = tt_clock_mono_ms() + ms;
+    while (tt_clock_mono_ms() < end) {
+        fx_pump(f);
+        tt_clock_sleep_ms(2);
+    }
+}
+
+/* ---- raw clients ---- */
+
+typedef struct cli {
+    void *sock;
+    uint64_t next_id;
+    char sender[32];
+} cli_t;
+
+/* A DEALER with routing id "<role>-<id>.1" ("worker-w0.1" is what the
+ * coordinator insists on for worker w0). */
+static inline void cli_open(fx_t *f, cli_t *c, const char *role, const char *id) {
+    char rid[128], err[256] = "";
+    tt_zmq_routing_id(rid, sizeof(rid), role, id, 1);
+    tt_zmq_opts_t zo;
+    tt_zmq_opts_default(&zo);
+    zo.routing_id = rid;
+    c->next_id = 1;
+    snprintf(c->sender, sizeof(c->sender), "%s", id);
+    CU_ASSERT_EQUAL_FATAL(
+        tt_zmq_dealer(f->zctx, tt_coord_endpoint(f->coord), &zo, &c->sock, err, sizeof(err)),
+        TT_OK);
+}
+
+/* Sends env (request id set here and returned, one payload frame when
+ * `frame`) without waiting for the reply. */
+static inline uint64_t cli_send(fx_t *f, cli_t *c, tt_env_t *env, const void *frame, size_t flen) {
+    uint64_t end = tt_clock_mono_ms() + CALL_MS;
+    env->request_id = c->next_id++;
+    tt_zmq_payload_t pl = {.data = frame, .len = flen};
+    int rc = TT_EAGAIN;
+    while (rc == TT_EAGAIN && tt_clock_mono_ms() < end) {
+        fx_pump(f); /* ZMQ_IMMEDIATE: queued only once connected */
+        rc = tt_zmq_send(c->sock, NULL, 0, env, frame ? &pl : NULL, frame ? 1 : 0, 1);
+    }
+    CU_ASSERT_EQUAL(rc, TT_OK);
+    return env->request_id;
+}
+
+/* Pumps the coordinator until the reply to request `id`, or a message of
+ * body `body` (pushed ones carry id 0), arrives. An Error is released and
+ * its code returned (its message into msg when given); anything else stays
+ * in *rx (release it) with 0. TT_ETIMEDOUT after CALL_MS. */
+static inline int cli_wait(fx_t *f, cli_t *c, uint64_t id, int body, tt_zmq_rx_t *rx, char *msg,
+                           size_t cap) {
+    uint64_t end = tt_clock_mono_ms() + CALL_MS;
+    while (tt_clock_mono_ms() < end) {
+        fx_pump(f);
+        char err[256];
+        if (tt_zmq_recv(c->sock, 0, 1, NULL, rx, err, sizeof(err)) != TT_OK) {
+            zmq_pollitem_t it = {.socket = c->sock, .events = ZMQ_POLLIN};
+            zmq_poll(&it, 1, 2);
+            continue;
+        }
+        if (rx->env->request_id != id && (int)rx->env->body_case != body) {
+            tt_zmq_rx_close(rx);
+            continue;
+        }
+        if (rx->env->body_case != TETHER__ENVELOPE__BODY_ERROR)
+            return 0;
+        int code = rx->env->error->code;
+        if (msg != NULL)
+            snprintf(msg, cap, "%s", rx->env->error->message ? rx->env->error->message : "");
+        tt_zmq_rx_close(rx);
+        return code;
+    }
+    CU_FAIL("no reply from the coordinator");
+    return TT_ETIMEDOUT;
+}
+
+static inline int cli_call(fx_t *f, cli_t *c, tt_env_t *env, const void *frame, size_t flen,
+                           int body, tt_zmq_rx_t *rx, char *msg, size_t cap) {
+    return cli_wait(f, c, cli_send(f, c, env, frame, flen), body, rx, msg, cap);
+}
+
+/* Worker w joins `job` alone (min = max = 1) as incarnation `inc`; returns
+ * the generation, and its job nonce in *nonce (may be NULL). */
+static inline uint64_t join_as(fx_t *f, cli_t *w, const char *job, uint32_t keep, uint32_t every_ms,
+                               uint64_t inc, uint64_t *nonce) {
+    Tether__JobSettings s = TETHER__JOB_SETTINGS__INIT;
+    s.min_workers = s.max_workers = 1;
+    s.last_call_ms = 10;
+    s.heartbeat_ms = 100;
+    s.heartbeat_timeout_ms = 600000; /* no eviction while the test talks */
+    s.global_batch = 8;
+    s.join_timeout_ms = 60000;
+    s.checkpoint_keep = keep;
+    s.checkpoint_every_ms = every_ms;
+    Tether__JoinRequest jr = TETHER__JOIN_REQUEST__INIT;
+    jr.settings = &s;
+    jr.worker_id = w->sender;
+    jr.host = "localhost";
+    jr.endpoint = "tcp://127.0.0.1:9";
+    jr.incarnation = inc;
+    jr.last_step = -1;
+    tt_env_t env;
+    tt_wire_env_init(&env, job, w->sender, 0, 0);
+    env.body_case = TETHER__ENVELOPE__BODY_JOIN;
+    env.join = &jr;
+    tt_zmq_rx_t rx;
+    uint64_t gen = 0;
+    if (cli_call(f, w, &env, NULL, 0, TETHER__ENVELOPE__BODY_JOIN_REPLY, &rx, NULL, 0) == 0) {
+        CU_ASSERT_EQUAL(rx.env->body_case, TETHER__ENVELOPE__BODY_JOIN_REPLY);
+        if (rx.env->body_case == TETHER__ENVELOPE__BODY_JOIN_REPLY)
+            gen = rx.env->join_reply->generation->generation;
+        if (rx.env->body_case == TETHER__ENVELOPE__BODY_JOIN_REPLY && nonce != NULL)
+            *nonce = rx.env->join_reply->generation->job_nonce;
+        tt_zmq_rx_close(&rx);
+    }
+    CU_ASSERT(gen > 0);
+    return gen;
+}
+
+static inline uint64_t join(fx_t *f, cli_t *w, const char *job, uint32_t keep, uint32_t every_ms) {
+    return join_as(f, w, job, keep, every_ms, 1, NULL);
+}
+
+#endif
