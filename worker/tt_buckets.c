@@ -2,8 +2,8 @@
  * each bucket we precompute how many tensors overlap it; grad_ready
  * decrements the counter of every bucket its tensor overlaps, so a bucket
  * completes exactly when the counter reaches zero, once per step, whatever
- * order the gradients arrive in. A tensor's buckets are found by arithmetic
- * on the end-anchored layout, not by search. */
+ * order the gradients arrive in. The layout (each bucket's span, each
+ * tensor's first and last bucket) is computed once at finalize. */
 #include "tt_buckets.h"
 
 #include "tt_status.h"
@@ -16,10 +16,12 @@ struct tt_buckets {
     int finalized;
     size_t ntensors, tcap, total;
     size_t *toff, *tcount;
+    size_t *tlo, *thi; /* first and last bucket of each tensor */
     unsigned char *tready;
     size_t nbuckets;
-    size_t *bdeps;    /* tensors overlapping each bucket */
-    size_t *bpending; /* this step's remaining tensors per bucket */
+    size_t *bstart, *bcount; /* element span of each bucket */
+    size_t *bdeps;           /* tensors overlapping each bucket */
+    size_t *bpending;        /* this step's remaining tensors per bucket */
 };
 
 int tt_buckets_create(tt_buckets_t **out, const tt_buckets_opts_t *opts) {
@@ -53,6 +55,10 @@ void tt_buckets_destroy(tt_buckets_t **b) {
     free(x->toff);
     free(x->tcount);
     free(x->tready);
+    free(x->tlo);
+    free(x->thi);
+    free(x->bstart);
+    free(x->bcount);
     free(x->bdeps);
     free(x->bpending);
     free(x);
@@ -89,30 +95,69 @@ int tt_buckets_add(tt_buckets_t *b, size_t count, size_t *tensor) {
     return TT_OK;
 }
 
-/* Bucket holding element index `e` (e < total), given the end anchoring. */
-static size_t bucket_of(const tt_buckets_t *b, size_t e) {
-    size_t from_end = b->total - 1 - e;
-    if (from_end < b->first_elems)
-        return 0;
-    return 1 + (from_end - b->first_elems) / b->bucket_elems;
+/* One pass of the layout walk, from the last tensor back to the first.
+ * Buckets end at tensor boundaries: a bucket is closed before a tensor that
+ * does not fit in what is left of it, because a bucket that ends inside a
+ * tensor completes only when that whole tensor is ready, and so would wait
+ * as long as the next bucket while making the step pay one more collective.
+ * Only a tensor larger than an empty bucket is cut, into pieces of the
+ * bucket size from its end. With bstart == NULL it only counts. */
+static size_t walk(tt_buckets_t *b, size_t *bstart, size_t *bcount) {
+    size_t nb = 0, cap = b->first_elems, cur = 0, end = b->total;
+    for (size_t t = b->ntensors; t-- > 0;) {
+        size_t left = b->tcount[t];
+        if (bstart != NULL)
+            b->tlo[t] = nb;
+        while (left > 0) {
+            size_t take = left <= cap - cur ? left : cur == 0 ? cap : 0;
+            cur += take;
+            left -= take;
+            if (left > 0 || cur == cap) { /* close the bucket */
+                if (bstart != NULL) {
+                    bstart[nb] = end - cur;
+                    bcount[nb] = cur;
+                }
+                if (left > 0 && take == 0 && bstart != NULL && b->tlo[t] == nb)
+                    b->tlo[t] = nb + 1; /* nothing of t went into it */
+                end -= cur;
+                nb++;
+                cap = b->bucket_elems;
+                cur = 0;
+            }
+        }
+        if (bstart != NULL)
+            b->thi[t] = cur > 0 ? nb : nb - 1;
+    }
+    if (cur > 0) {
+        if (bstart != NULL) {
+            bstart[nb] = end - cur;
+            bcount[nb] = cur;
+        }
+        nb++;
+    }
+    return nb;
 }
 
 int tt_buckets_finalize(tt_buckets_t *b) {
     if (b->finalized)
         return TT_EBUSY;
-    size_t rest = b->total > b->first_elems ? b->total - b->first_elems : 0;
-    b->nbuckets = b->total == 0 ? 0 : 1 + (rest + b->bucket_elems - 1) / b->bucket_elems;
+    b->tlo = calloc(b->ntensors + 1, sizeof(size_t));
+    b->thi = calloc(b->ntensors + 1, sizeof(size_t));
+    if (b->tlo == NULL || b->thi == NULL)
+        return TT_ENOMEM;
+    b->nbuckets = walk(b, NULL, NULL);
+    b->bstart = calloc(b->nbuckets + 1, sizeof(size_t));
+    b->bcount = calloc(b->nbuckets + 1, sizeof(size_t));
     b->bdeps = calloc(b->nbuckets + 1, sizeof(size_t));
     b->bpending = calloc(b->nbuckets + 1, sizeof(size_t));
     b->tready = calloc(b->ntensors + 1, 1);
-    if (b->bdeps == NULL || b->bpending == NULL || b->tready == NULL)
+    if (b->bstart == NULL || b->bcount == NULL || b->bdeps == NULL || b->bpending == NULL ||
+        b->tready == NULL)
         return TT_ENOMEM;
-    for (size_t t = 0; t < b->ntensors; t++) {
-        size_t hi = bucket_of(b, b->toff[t]);
-        size_t lo = bucket_of(b, b->toff[t] + b->tcount[t] - 1);
-        for (size_t k = lo; k <= hi; k++)
+    walk(b, b->bstart, b->bcount);
+    for (size_t t = 0; t < b->ntensors; t++)
+        for (size_t k = b->tlo[t]; k <= b->thi[t]; k++)
             b->bdeps[k]++;
-    }
     b->finalized = 1;
     tt_buckets_reset(b);
     return TT_OK;
@@ -139,11 +184,8 @@ int tt_buckets_tensor_span(const tt_buckets_t *b, size_t tensor, size_t *off, si
 int tt_buckets_bucket_span(const tt_buckets_t *b, size_t bucket, size_t *off, size_t *count) {
     if (!b->finalized || bucket >= b->nbuckets)
         return TT_ENOTFOUND;
-    size_t end_from_end = bucket == 0 ? 0 : b->first_elems + (bucket - 1) * b->bucket_elems;
-    size_t size = bucket == 0 ? b->first_elems : b->bucket_elems;
-    size_t end = b->total - end_from_end;
-    *count = size < end ? size : end;
-    *off = end - *count;
+    *off = b->bstart[bucket];
+    *count = b->bcount[bucket];
     return TT_OK;
 }
 
@@ -156,9 +198,7 @@ int tt_buckets_grad_ready(tt_buckets_t *b, size_t tensor, size_t *done, size_t *
     if (b->tready[tensor])
         return TT_EEXIST;
     b->tready[tensor] = 1;
-    size_t hi = bucket_of(b, b->toff[tensor]);
-    size_t lo = bucket_of(b, b->toff[tensor] + b->tcount[tensor] - 1);
-    for (size_t k = lo; k <= hi; k++) {
+    for (size_t k = b->tlo[tensor]; k <= b->thi[tensor]; k++) {
         if (--b->bpending[k] == 0)
             done[(*ndone)++] = k;
     }

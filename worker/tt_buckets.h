@@ -5,9 +5,11 @@
  * 25 MiB). Backward produces gradients last layer first, so bucket 0 covers
  * the END of the buffer (the last registered tensors) and is smaller
  * (first_bucket_bytes, default 1 MiB) so that its all-reduce starts early;
- * bucket 1 is the range just before it, and so on. Bucket boundaries are
- * element boundaries, not tensor boundaries: a tensor may span buckets, and
- * a bucket is complete when every tensor overlapping it is ready.
+ * bucket 1 is the range just before it, and so on. Buckets end at tensor
+ * boundaries (a bucket ending inside a tensor would wait for that whole
+ * tensor anyway, and cost one more collective); only a tensor larger than
+ * an empty bucket is cut, into bucket-sized pieces from its end. A bucket
+ * is complete when every tensor overlapping it is ready.
  * grad_ready(tensor) reports the bucket(s) that just became complete, each
  * exactly once per step. It owns the layout and the per-step readiness, not
  * the buffer memory and not the communication.

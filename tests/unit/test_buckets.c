@@ -1,5 +1,6 @@
 /* Unit tests of tt_buckets: end-anchored layout with a smaller first bucket,
- * limits respected, and completion reported exactly once per step. */
+ * buckets ending at tensor boundaries (only tensors larger than a bucket
+ * cut), limits respected, and completion reported exactly once per step. */
 #include "tt_buckets.h"
 #include "tt_cunit.h"
 #include "tt_status.h"
@@ -23,7 +24,9 @@ static void buckets_layout_end_anchored(void) {
     tt_buckets_t *b = make(40, 16, counts, 5);
     CU_ASSERT(tt_buckets_total(b) == 100);
     size_t off, cnt, covered = 0, prev_off = 100;
-    CU_ASSERT(tt_buckets_count(b) == 1 + 10); /* 4 + 9x10 + 6 */
+    /* [96,100) [90,96) | [80,90) [75,80) | [65,75) | [55,65) [45,55) [35,45)
+     * | [30,35) [20,30) [10,20) [0,10): tensors 4, 3, 2, 1, 0 ("|") */
+    CU_ASSERT(tt_buckets_count(b) == 12);
     for (size_t k = 0; k < tt_buckets_count(b); k++) {
         CU_ASSERT(tt_buckets_bucket_span(b, k, &off, &cnt) == TT_OK);
         CU_ASSERT(off + cnt == prev_off); /* contiguous, walking backwards */
@@ -43,8 +46,9 @@ static void buckets_layout_end_anchored(void) {
 }
 
 static void buckets_completion_once(void) {
-    /* bucket 0 = [90,100) (tensor 4), bucket 1 = [50,90) (tensors 2,3 and
-     * part of 1), bucket 2 = [10,50) (tensors 0,1), bucket 3 = [0,10) */
+    /* bucket 0 = [90,100) (tensor 4), bucket 1 = [55,90) (tensors 2, 3:
+     * tensor 1 does not fit in what is left), bucket 2 = [30,55) (tensor 1),
+     * bucket 3 = [0,30) (tensor 0) */
     const size_t counts[] = {30, 25, 20, 15, 10};
     tt_buckets_t *b = make(160, 40, counts, 5);
     size_t done[8], nd;
@@ -55,11 +59,12 @@ static void buckets_completion_once(void) {
         CU_ASSERT(tt_buckets_grad_ready(b, 4, done, &nd) == TT_EEXIST);
         CU_ASSERT(nd == 0);
         CU_ASSERT(tt_buckets_grad_ready(b, 3, done, &nd) == TT_OK && nd == 0);
-        CU_ASSERT(tt_buckets_grad_ready(b, 2, done, &nd) == TT_OK && nd == 0);
-        CU_ASSERT(tt_buckets_grad_ready(b, 1, done, &nd) == TT_OK);
+        CU_ASSERT(tt_buckets_grad_ready(b, 2, done, &nd) == TT_OK);
         CU_ASSERT(nd == 1 && done[0] == 1);
+        CU_ASSERT(tt_buckets_grad_ready(b, 1, done, &nd) == TT_OK);
+        CU_ASSERT(nd == 1 && done[0] == 2);
         CU_ASSERT(tt_buckets_grad_ready(b, 0, done, &nd) == TT_OK);
-        CU_ASSERT(nd == 2 && done[0] == 2 && done[1] == 3);
+        CU_ASSERT(nd == 1 && done[0] == 3);
         tt_buckets_reset(b);
     }
     CU_ASSERT(tt_buckets_grad_ready(b, 7, done, &nd) == TT_ENOTFOUND);
@@ -70,14 +75,36 @@ static void buckets_big_tensor_spans_buckets(void) {
     const size_t counts[] = {3, 50};
     tt_buckets_t *b = make(40, 8, counts, 2);
     size_t done[16], nd;
-    /* 53 elems: first 2, then 10 each -> 1 + 6 buckets (last holds 1) */
+    /* tensor 1 (50) is cut from its end: 2, then 10 x 4, then its head of 8
+     * alone (tensor 0 does not fit beside it); tensor 0 gets bucket 6 */
     CU_ASSERT(tt_buckets_count(b) == 7);
     CU_ASSERT(tt_buckets_grad_ready(b, 1, done, &nd) == TT_OK);
-    CU_ASSERT(nd == 5); /* buckets 0..4 lie inside tensor 1 only */
+    CU_ASSERT(nd == 6); /* buckets 0..5 lie inside tensor 1 only */
     for (size_t i = 0; i < nd; i++)
         CU_ASSERT(done[i] == i);
+    size_t off, cnt;
+    CU_ASSERT(tt_buckets_bucket_span(b, 5, &off, &cnt) == TT_OK && off == 3 && cnt == 8);
     CU_ASSERT(tt_buckets_grad_ready(b, 0, done, &nd) == TT_OK);
-    CU_ASSERT(nd == 2 && done[0] == 5 && done[1] == 6);
+    CU_ASSERT(nd == 1 && done[0] == 6);
+    tt_buckets_destroy(&b);
+}
+
+static void buckets_reference_mlp(void) {
+    /* 784-256-256-10 in model order (W1 b1 W2 b2 W3 b3), default sizes: the
+     * first bucket takes every tensor after W1 and completes as soon as b1
+     * is ready, while W1 (802,816 B) is still being computed; cutting W1 to
+     * fill 1 MiB would hold the first bucket back until W1 is done. */
+    const size_t counts[] = {200704, 256, 65536, 256, 2560, 10};
+    tt_buckets_t *b = make(0, 0, counts, 6);
+    size_t done[4], nd, off, cnt;
+    CU_ASSERT(tt_buckets_count(b) == 2);
+    CU_ASSERT(tt_buckets_bucket_span(b, 0, &off, &cnt) == TT_OK);
+    CU_ASSERT(off == 200704 && cnt == 68618);
+    CU_ASSERT(tt_buckets_bucket_span(b, 1, &off, &cnt) == TT_OK && off == 0 && cnt == 200704);
+    for (size_t t = 5; t >= 2; t--)
+        CU_ASSERT(tt_buckets_grad_ready(b, t, done, &nd) == TT_OK && nd == 0);
+    CU_ASSERT(tt_buckets_grad_ready(b, 1, done, &nd) == TT_OK && nd == 1 && done[0] == 0);
+    CU_ASSERT(tt_buckets_grad_ready(b, 0, done, &nd) == TT_OK && nd == 1 && done[0] == 1);
     tt_buckets_destroy(&b);
 }
 
@@ -111,6 +138,7 @@ static const tt_cunit_test_t tests[] = {
     {"buckets_layout_end_anchored", buckets_layout_end_anchored},
     {"buckets_completion_once", buckets_completion_once},
     {"buckets_big_tensor_spans_buckets", buckets_big_tensor_spans_buckets},
+    {"buckets_reference_mlp", buckets_reference_mlp},
     {"buckets_defaults_and_errors", buckets_defaults_and_errors},
     {NULL, NULL},
 };
