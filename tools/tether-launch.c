@@ -57,6 +57,10 @@ static const tt_config_entry_t launch_table[] = {
      CFG_OFF(shard_bin)},
     {"daemon-log-level", TT_CFG_STR, "warn", 0, 0,
      "--log-level passed to the coordinator and the shards", 0, CFG_OFF(daemon_log_level)},
+    {"bind", TT_CFG_STR, "cores", 0, 0,
+     "cores: bind worker I to its block of the CPUs this launcher may use (workers share a "
+     "CPU when there are more workers than CPUs); none: leave placement to the kernel",
+     0, CFG_OFF(bind)},
 };
 #define LAUNCH_NCFG (sizeof(launch_table) / sizeof(launch_table[0]))
 
@@ -67,8 +71,9 @@ static const char usage[] =
     "dies and exits with the job's status. Each worker gets TETHER_COORDINATOR,\n"
     "TETHER_JOB, TETHER_WORKER_ID=worker-I, TETHER_ENDPOINT (a free port),\n"
     "TETHER_MIN_WORKERS, TETHER_MAX_WORKERS=N, TETHER_LOCAL_RANK=I and\n"
-    "TETHER_LAUNCH_RESTART (0, then 1, 2, ... after restarts). SIGINT/SIGTERM stop\n"
-    "the workers, then the daemons (SIGTERM, SIGKILL after --grace-ms).";
+    "TETHER_LAUNCH_RESTART (0, then 1, 2, ... after restarts), and is bound to its\n"
+    "share of the CPUs (--bind). SIGINT/SIGTERM stop the workers, then the daemons\n"
+    "(SIGTERM, SIGKILL after --grace-ms).";
 
 /* Build-tree and installed locations of tether programs, relative to us. */
 static const char *const rel_dirs[] = {"../server/coordinator", "../server/shard",
@@ -155,6 +160,10 @@ static int load_config(tt_launch_cfg_t *cfg, int argc, char **argv, int *first) 
     }
     if (*first >= argc) {
         fprintf(stderr, "tether-launch: no PROGRAM given (... -- PROGRAM ARGS; see --help)\n");
+        return 2;
+    }
+    if (strcmp(cfg->bind, "cores") != 0 && strcmp(cfg->bind, "none") != 0) {
+        fprintf(stderr, "tether-launch: --bind '%s' is neither cores nor none\n", cfg->bind);
         return 2;
     }
     if (cfg->min_workers > cfg->workers) {

@@ -265,6 +265,46 @@ def test_real_shards(h):
     assert marked_pids(p.marker) == []
 
 
+def cpu_list(text):
+    """ "0-2,5" -> {0, 1, 2, 5}"""
+    cpus = set()
+    for part in text.strip().split(","):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def test_workers_bound_to_cpus(h):
+    mine = os.sched_getaffinity(0)
+    if len(mine) < 2:
+        print("  SKIP: one CPU allowed here, binding changes nothing")
+        return
+    prog = wrapper(h, 'grep Cpus_allowed_list /proc/self/status')
+    for bind, nworkers in (("cores", 2), ("cores", 2 * len(mine) + 1), ("none", 2)):
+        p = launch(h, ["--workers", str(nworkers), "--bind", bind], [prog], name=f"bind-{bind}")
+        assert p.wait(60) == 0, err_lines(p)[-10:]
+        got = {}
+        for l in p.lines():
+            m = re.match(r"^\[worker (\d+)\] Cpus_allowed_list:\s*(\S+)$", l)
+            if m:
+                got[int(m.group(1))] = cpu_list(m.group(2))
+        assert sorted(got) == list(range(nworkers)), p.lines()
+        if bind == "none":
+            assert all(c == mine for c in got.values()), got
+            continue
+        assert all(c and c <= mine for c in got.values()), (got, mine)
+        assert set().union(*got.values()) == mine, "every allowed CPU gets a worker"
+        if nworkers <= len(mine):
+            assert sum(len(c) for c in got.values()) == len(mine), "disjoint shares"
+        else:
+            assert all(len(c) == 1 for c in got.values()), got
+            # blocks: worker i and i + 1 share a CPU or move to the next one
+            order = [min(got[i]) for i in range(nworkers)]
+            assert order == sorted(order), order
+        started = [l for l in err_lines(p) if l.startswith("[launch] started worker")]
+        assert all(", CPUs " in l for l in started), started
+
+
 def test_bad_program_and_dying_coordinator(h):
     p = launch(h, ["--workers", "1"], ["/nonexistent/prog"], name="noprog")
     assert p.wait(20) == 2
@@ -283,5 +323,5 @@ if __name__ == "__main__":
                test_sigterm_stops_everything, test_coordinator_restarted_on_same_port,
                test_sigkill_takes_children_down,
                test_sigterm_during_startup_with_stuck_worker, test_shards_started_before_workers,
-               test_real_shards,
+               test_real_shards, test_workers_bound_to_cpus,
                test_bad_program_and_dying_coordinator])

@@ -302,6 +302,38 @@ static void launch_free_port_claims_are_exclusive(void) {
             close(claim[i]);
 }
 
+static void launch_cpu_share_blocks(void) {
+    const int two[] = {0, 1}, mask[] = {2, 3, 6, 7}; /* a cpuset of 4 CPUs */
+    int out[8];
+    char buf[64];
+    /* fewer workers than CPUs: contiguous blocks, every CPU used once */
+    CU_ASSERT(tt_launch_cpu_share(mask, 4, 0, 2, out) == 2 && out[0] == 2 && out[1] == 3);
+    CU_ASSERT(tt_launch_cpu_share(mask, 4, 1, 2, out) == 2 && out[0] == 6 && out[1] == 7);
+    CU_ASSERT(strcmp(tt_launch_cpus_format(buf, sizeof(buf), out, 2), "6,7") == 0);
+    /* 3 workers on 4 CPUs: 1, 1, 2 */
+    CU_ASSERT(tt_launch_cpu_share(mask, 4, 0, 3, out) == 1 && out[0] == 2);
+    CU_ASSERT(tt_launch_cpu_share(mask, 4, 1, 3, out) == 1 && out[0] == 3);
+    CU_ASSERT(tt_launch_cpu_share(mask, 4, 2, 3, out) == 2 && out[0] == 6 && out[1] == 7);
+    /* more workers than CPUs: ring neighbours 0,1 and 2,3 share a CPU */
+    int cpu_of[4];
+    for (int i = 0; i < 4; i++) {
+        CU_ASSERT(tt_launch_cpu_share(two, 2, i, 4, out) == 1);
+        cpu_of[i] = out[0];
+    }
+    CU_ASSERT(cpu_of[0] == 0 && cpu_of[1] == 0 && cpu_of[2] == 1 && cpu_of[3] == 1);
+    /* 5 workers on 2 CPUs: every worker gets one, both CPUs used */
+    int used[2] = {0, 0};
+    for (int i = 0; i < 5; i++) {
+        CU_ASSERT(tt_launch_cpu_share(two, 2, i, 5, out) == 1);
+        used[out[0]]++;
+    }
+    CU_ASSERT(used[0] == 3 && used[1] == 2);
+    CU_ASSERT(tt_launch_cpu_share(two, 0, 0, 2, out) == 0);
+    CU_ASSERT(tt_launch_cpu_share(two, 2, 0, 0, out) == 0);
+    CU_ASSERT(strcmp(tt_launch_cpus_format(buf, sizeof(buf), out, 0), "") == 0);
+    CU_ASSERT(strcmp(tt_launch_cpus_format(buf, 4, mask, 4), "2,3") == 0); /* truncated */
+}
+
 static const tt_cunit_test_t tests[] = {
     {"launch_lines_prefix_each_line_across_chunks", launch_lines_prefix_each_line_across_chunks},
     {"launch_free_port_claims_are_exclusive", launch_free_port_claims_are_exclusive},
@@ -325,6 +357,7 @@ static const tt_cunit_test_t tests[] = {
     {"launch_find_exe_order_and_exec_bit", launch_find_exe_order_and_exec_bit},
     {"launch_dirname_cases", launch_dirname_cases},
     {"launch_free_port_is_bindable", launch_free_port_is_bindable},
+    {"launch_cpu_share_blocks", launch_cpu_share_blocks},
     {NULL, NULL},
 };
 

@@ -2,9 +2,11 @@
  * Children are one array: [0] the coordinator, [1..M] the shards, then the
  * workers. A daemon keeps its port and state directory across restarts so
  * clients reconnect to the same endpoint and it reloads its own state; a
- * worker keeps its id and local rank but gets a fresh ring port, because
- * its old port may still be in TIME_WAIT and its successor is a new
- * incarnation to the coordinator anyway. */
+ * worker keeps its id, local rank and CPUs but gets a fresh ring port,
+ * because its old port may still be in TIME_WAIT and its successor is a
+ * new incarnation to the coordinator anyway. Workers are bound to their
+ * share of the launcher's CPUs (launch_policy) unless --bind none; the
+ * daemons are not bound: they idle while the ring carries the steps. */
 #include "launch_app.h"
 #include "launch_env.h"
 #include "launch_policy.h"
@@ -13,6 +15,7 @@
 #include "tt_status.h"
 
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -43,6 +46,7 @@ typedef struct child {
     tt_launch_backoff_t backoff;
     uv_timer_t restart_timer;
     char state_dir[PATH_MAX];
+    char cpus[256]; /* workers: "0,1" when bound, else "" */
 } child_t;
 
 struct app {
@@ -233,6 +237,7 @@ static int spawn_with(child_t *c, char *const *argv, char *const *env) {
                                 .prefix = c->prefix,
                                 .argv = argv,
                                 .env = env,
+                                .cpus = c->cpus,
                                 .tty = a->o->tty,
                                 .out = emit_out,
                                 .err = emit_err,
@@ -245,8 +250,8 @@ static int spawn_with(child_t *c, char *const *argv, char *const *env) {
     }
     c->state = CH_RUNNING;
     tt_launch_backoff_started(&c->backoff, (int64_t)tt_clock_mono_ms());
-    say("started %s: pid %d, port %d, restart %d", c->label, tt_launch_proc_pid(c->proc), c->port,
-        c->restarts);
+    say("started %s: pid %d, port %d, restart %d%s%s", c->label, tt_launch_proc_pid(c->proc),
+        c->port, c->restarts, c->cpus[0] ? ", CPUs " : "", c->cpus);
     return TT_OK;
 }
 
@@ -432,6 +437,36 @@ static void on_signal(uv_signal_t *s, int signum) {
 
 /* ---- setup and teardown ---- */
 
+/* The CPUs this launcher may use, in order; 0 when unknown. */
+static int allowed_cpus(int *out, int max) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) != 0)
+        return 0;
+    int n = 0;
+    for (int c = 0; c < CPU_SETSIZE && n < max; c++)
+        if (CPU_ISSET(c, &set))
+            out[n++] = c;
+    return n;
+}
+
+/* Fills c->cpus from the worker's share ("" when not binding: --bind
+ * none, or a single CPU, where binding changes nothing). */
+static int bind_worker(app_t *a, child_t *c) {
+    c->cpus[0] = '\0';
+    if (strcmp(a->cfg->bind, "none") == 0)
+        return TT_OK;
+    int *allowed = calloc(CPU_SETSIZE, sizeof(int)), *mine = calloc(CPU_SETSIZE, sizeof(int));
+    int rc = allowed == NULL || mine == NULL ? TT_ENOMEM : TT_OK;
+    int n = rc == TT_OK ? allowed_cpus(allowed, CPU_SETSIZE) : 0;
+    if (n > 1) {
+        int k = tt_launch_cpu_share(allowed, n, c->index, (int)a->cfg->workers, mine);
+        tt_launch_cpus_format(c->cpus, sizeof(c->cpus), mine, k);
+    }
+    free(allowed);
+    free(mine);
+    return rc;
+}
+
 static int init_child(app_t *a, int i) {
     child_t *c = &a->ch[i];
     c->app = a;
@@ -448,7 +483,7 @@ static int init_child(app_t *a, int i) {
     c->restart_timer.data = c;
     c->port_claim = -1;
     if (c->kind == KIND_WORKER)
-        return TT_OK;
+        return bind_worker(a, c);
     if (c->kind == KIND_COORD)
         snprintf(c->state_dir, sizeof(c->state_dir), "%s/coordinator", a->o->state_root);
     else

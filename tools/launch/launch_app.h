@@ -30,6 +30,7 @@ typedef struct tt_launch_cfg {
     char coordinator_bin[TT_CFG_STR_MAX];
     char shard_bin[TT_CFG_STR_MAX];
     char daemon_log_level[TT_CFG_STR_MAX];
+    char bind[TT_CFG_STR_MAX]; /* "cores" | "none" */
 } tt_launch_cfg_t;
 
 typedef struct tt_launch_app_opts {

@@ -1,4 +1,5 @@
-/* launch_policy: restart and exit-status decisions of tether-launch. */
+/* launch_policy: restart, exit-status and CPU-binding decisions of
+ * tether-launch. */
 #include "launch_policy.h"
 
 #include <signal.h>
@@ -94,4 +95,32 @@ int64_t tt_launch_backoff_died(tt_launch_backoff_t *b, int64_t now_ms) {
         delay *= 2;
     b->quick++;
     return delay < b->cap_ms ? delay : b->cap_ms;
+}
+
+int tt_launch_cpu_share(const int *allowed, int nallowed, int index, int workers, int *out) {
+    if (nallowed <= 0 || workers <= 0 || index < 0)
+        return 0;
+    index %= workers;
+    int64_t lo = (int64_t)index * nallowed / workers;
+    int64_t hi = (int64_t)(index + 1) * nallowed / workers;
+    if (hi <= lo)
+        hi = lo + 1;
+    int n = 0;
+    for (int64_t i = lo; i < hi; i++)
+        out[n++] = allowed[i];
+    return n;
+}
+
+char *tt_launch_cpus_format(char *buf, size_t n, const int *cpus, int ncpus) {
+    size_t used = 0;
+    if (n == 0)
+        return buf;
+    buf[0] = '\0';
+    for (int i = 0; i < ncpus && used < n; i++) {
+        int w = snprintf(buf + used, n - used, "%s%d", i ? "," : "", cpus[i]);
+        if (w < 0)
+            break;
+        used += (size_t)w;
+    }
+    return buf;
 }

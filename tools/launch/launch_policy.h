@@ -1,11 +1,11 @@
 /* launch_policy: the decisions tether-launch makes about its children, as
  * pure functions of exit statuses and an injected clock: whether a dead
  * worker is restarted, done or failed; when the job can no longer go on;
- * the job's exit status; and how fast a daemon that keeps dying is
- * restarted. It owns no process and no handle; tether-launch applies the
- * verdicts. The structs are plain values (the launcher embeds them and the
- * tests read them); callers change them only through these functions.
- * Thread safety: none needed (one loop thread). */
+ * the job's exit status; how fast a daemon that keeps dying is restarted;
+ * and which CPUs each worker is bound to. It owns no process and no handle; tether-launch applies
+ * the verdicts. The structs are plain values (the launcher embeds them and the tests read them);
+ * callers change them only through these functions. Thread safety: none needed (one loop thread).
+ */
 #ifndef TT_LAUNCH_POLICY_H
 #define TT_LAUNCH_POLICY_H
 
@@ -76,5 +76,19 @@ void tt_launch_backoff_started(tt_launch_backoff_t *b, int64_t now_ms);
 /* The daemon died at now_ms: the delay before restarting it, or -1 when it
  * keeps dying and should not be restarted any more. */
 int64_t tt_launch_backoff_died(tt_launch_backoff_t *b, int64_t now_ms);
+
+/* The CPUs worker `index` of `workers` is bound to, as a share of the
+ * `nallowed` CPUs the launcher may use (allowed[], its affinity mask in
+ * order): contiguous blocks, so with fewer workers than CPUs each gets
+ * nallowed / workers of them (BLAS threads included), and with more, ring
+ * neighbours index and index + 1 share a CPU and talk without a migration.
+ * Binding matters on a small host: two workers on two CPUs, left to the
+ * scheduler, ran the reference model at 64-67k examples/s; bound, at
+ * 96-104k (bench/README.md). Writes the CPU numbers to out (room for
+ * nallowed) and returns how many (>= 1), or 0 when nothing is allowed. */
+int tt_launch_cpu_share(const int *allowed, int nallowed, int index, int workers, int *out);
+
+/* "0,1,5" into buf; returns buf ("" for n == 0, truncated at n bytes). */
+char *tt_launch_cpus_format(char *buf, size_t n, const int *cpus, int ncpus);
 
 #endif

@@ -3,6 +3,7 @@
 #include "tt_status.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,19 +125,20 @@ static void init_handles(tt_launch_proc_t *p, uv_loop_t *loop) {
     p->open_handles = 3; /* the process handle counts once spawned */
 }
 
-/* {self, TRAMPOLINE_ARG, ppid, argv..., NULL}; the caller frees it. */
+/* {self, TRAMPOLINE_ARG, ppid, cpus, argv..., NULL}; the caller frees it. */
 static char **trampoline_args(const tt_launch_proc_opts_t *o, char *ppid, size_t n) {
     size_t argc = 0;
     while (o->argv[argc] != NULL)
         argc++;
-    char **args = calloc(argc + 4, sizeof(*args));
+    char **args = calloc(argc + 5, sizeof(*args));
     if (args == NULL)
         return NULL;
     snprintf(ppid, n, "%ld", (long)getpid());
     args[0] = (char *)o->self_exe;
     args[1] = (char *)TT_LAUNCH_TRAMPOLINE_ARG;
     args[2] = ppid;
-    memcpy(&args[3], o->argv, argc * sizeof(*args));
+    args[3] = (char *)(o->cpus != NULL && o->cpus[0] != '\0' ? o->cpus : "-");
+    memcpy(&args[4], o->argv, argc * sizeof(*args));
     return args;
 }
 
@@ -220,9 +222,24 @@ void tt_launch_proc_close(tt_launch_proc_t **pp) {
     close_handles(p);
 }
 
+/* "0,1,5" into a CPU set; 0 when the list is malformed. */
+static int parse_cpus(const char *s, cpu_set_t *set) {
+    CPU_ZERO(set);
+    while (*s != '\0') {
+        char *end;
+        errno = 0;
+        long c = strtol(s, &end, 10);
+        if (end == s || errno != 0 || c < 0 || c >= CPU_SETSIZE || (*end != ',' && *end != '\0'))
+            return 0;
+        CPU_SET((int)c, set);
+        s = *end == ',' ? end + 1 : end;
+    }
+    return CPU_COUNT(set) > 0;
+}
+
 int tt_launch_proc_trampoline(int argc, char **argv) {
-    if (argc < 4) {
-        fprintf(stderr, "tether-launch: %s is internal (PARENT_PID PROGRAM ARGS...)\n",
+    if (argc < 5) {
+        fprintf(stderr, "tether-launch: %s is internal (PARENT_PID CPUS PROGRAM ARGS...)\n",
                 TT_LAUNCH_TRAMPOLINE_ARG);
         return 127;
     }
@@ -230,7 +247,17 @@ int tt_launch_proc_trampoline(int argc, char **argv) {
     /* Dies with the launcher, even when the launcher is SIGKILLed. */
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != (pid_t)parent)
         return 127; /* the launcher died before the line above took hold */
-    execvp(argv[3], &argv[3]);
-    fprintf(stderr, "tether-launch: cannot execute %s: %s\n", argv[3], strerror(errno));
+    if (strcmp(argv[3], "-") != 0) {
+        cpu_set_t set;
+        if (!parse_cpus(argv[3], &set)) {
+            fprintf(stderr, "tether-launch: bad CPU list '%s'\n", argv[3]);
+            return 127;
+        }
+        if (sched_setaffinity(0, sizeof(set), &set) != 0)
+            fprintf(stderr, "tether-launch: cannot bind %s to CPUs %s (%s); running unbound\n",
+                    argv[4], argv[3], strerror(errno));
+    }
+    execvp(argv[4], &argv[4]);
+    fprintf(stderr, "tether-launch: cannot execute %s: %s\n", argv[4], strerror(errno));
     return 127;
 }

@@ -6,7 +6,9 @@
  * Every child is started through the launcher's own executable in its
  * hidden trampoline mode (tt_launch_proc_trampoline): that sets
  * PR_SET_PDEATHSIG=SIGKILL and then execs the real program, because libuv
- * runs no code of ours between fork and exec. The child also gets its own
+ * runs no code of ours between fork and exec; it also binds the child to
+ * its CPUs (sched_setaffinity, inherited by every thread the program
+ * starts) when the launcher gave it some. The child also gets its own
  * session and process group (UV_PROCESS_DETACHED), so signals go to the
  * whole group and a terminal's Ctrl-C reaches only the launcher, which
  * then stops the children in order.
@@ -36,6 +38,7 @@ typedef struct tt_launch_proc_opts {
     const char *prefix;    /* "[worker 2] " */
     char *const *argv;     /* program and arguments; copied by the exec */
     char *const *env;      /* NULL-terminated environment */
+    const char *cpus;      /* "0,1": bind the child to these CPUs; NULL: don't */
     int tty;               /* launch_lines tty mode */
     tt_launch_emit_fn out; /* where stdout lines go */
     tt_launch_emit_fn err; /* where stderr lines go */
@@ -66,9 +69,11 @@ int tt_launch_proc_kill(tt_launch_proc_t *p, int signum);
 void tt_launch_proc_close(tt_launch_proc_t **p);
 
 /* The trampoline mode: argv = {self, TT_LAUNCH_TRAMPOLINE_ARG, PARENT_PID,
- * PROGRAM, ARGS...}. Never returns on success (exec); returns 127 when the
- * launcher is already gone or the program cannot be executed (after
- * printing why on stderr). */
+ * CPUS, PROGRAM, ARGS...}, CPUS a list like "0,1" or "-" for no binding.
+ * Never returns on success (exec); returns 127 when the launcher is
+ * already gone, CPUS is malformed or the program cannot be executed (after
+ * printing why on stderr). A binding the kernel refuses (a CPU taken away
+ * since) is reported and the program runs unbound. */
 #define TT_LAUNCH_TRAMPOLINE_ARG "--tether-launch-exec"
 int tt_launch_proc_trampoline(int argc, char **argv);
 
