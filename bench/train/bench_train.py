@@ -10,7 +10,12 @@ script (shared/peers/ddp_mlp_fmnist.py: 1 torch thread and 1 OpenBLAS
 thread per rank), when Debian's python3-torch is installed. Both use SGD
 lr 0.1 momentum 0.9, global batch 256, no schedule, no weight decay.
 
-Usage: bench/train/bench_train.py [--build build] [--quick] [--repeat N]
+tether-launch binds each worker to its share of the CPUs (its default,
+--bind cores); --unbound adds, for W > 1, a row of tether with --bind none
+(placement left to the kernel, as the DDP ranks are), run in the same
+rounds, to show what the binding is worth.
+
+Usage: bench/train/bench_train.py [--build build] [--quick] [--repeat N] [--unbound]
 Prints a Markdown table; medians over --repeat runs (default 1).
 """
 import argparse
@@ -33,14 +38,14 @@ DONE = re.compile(r"done: test accuracy ([0-9.]+).* train ([0-9.]+) examples/s .
                   r"training ([0-9.]+)s")
 
 
-def run_tether(build, hidden, epochs, world):
+def run_tether(build, hidden, epochs, world, bind="cores"):
     layers = ",".join(["784", *map(str, hidden), "10"])
     args = ["--layers", layers, "--epochs", str(epochs), *SGD]
     if world == 1:
         argv = [os.path.join(build, "worker/train/tether-train"), "--backend", "local", *args]
     else:
         argv = [os.path.join(build, "tools/tether-launch"), "--workers", str(world), "--shards",
-                "0", "--", "tether-train", "--backend", "ring", *args]
+                "0", "--bind", bind, "--", "tether-train", "--backend", "ring", *args]
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
     out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=3600)
     m = DONE.search(out.stdout)
@@ -81,6 +86,8 @@ def main():
     ap.add_argument("--build", default=os.path.join(TOP, "build"))
     ap.add_argument("--quick", action="store_true", help="small model only, W = 1 and 2")
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--unbound", action="store_true",
+                    help="also run tether with --bind none for W > 1")
     a = ap.parse_args()
     torch_ok = have_torch()
     models = [((256, 256), 5)] if a.quick else [((256, 256), 5), ((2048, 2048), 1)]
@@ -92,9 +99,11 @@ def main():
         base = None
         for w in worlds:
             # interleave tether and DDP so drifting machine load hits both
-            t_runs, d_runs = [], []
+            t_runs, d_runs, u_runs = [], [], []
             for _ in range(a.repeat):
                 t_runs.append(run_tether(a.build, hidden, epochs, w))
+                if a.unbound and w > 1:
+                    u_runs.append(run_tether(a.build, hidden, epochs, w, bind="none"))
                 if torch_ok:
                     d_runs.append(run_ddp(hidden, epochs, w))
             t = {k: median_of(t_runs, k) for k in t_runs[0]}
@@ -112,6 +121,12 @@ def main():
             if w > 1:
                 print(f"|  | W={w} vs tether W=1 | {t['examples_per_s'] / base:.2f}x |  |  |  "
                       "|  |  |  |")
+            if u_runs:
+                u = median_of(u_runs, "examples_per_s")
+                vs = f"{u / d['examples_per_s']:.2f}x" if d else "n/a"
+                print(f"|  | W={w} unbound (--bind none) | {u:.0f} |  | {vs} | "
+                      f"{median_of(u_runs, 's_per_epoch'):.2f} |  | "
+                      f"{median_of(u_runs, 'test_acc'):.4f} |  |")
             sys.stdout.flush()
     if not torch_ok:
         print("\nPyTorch (Debian python3-torch) not installed: DDP columns not measured.")
