@@ -144,8 +144,9 @@ void coord_send_generation(tt_coord_t *c, coord_job_t *job, const char *worker_i
         tt_rdzv_members(job->rdzv, 0, info, cap, &n);
         for (size_t i = 0; i < n && i < cap; i++)
             ms[i] = info[i].m;
-        /* After a coordinator restart the resume step is unknown (-1): the
-         * members' last steps tell where the generation stands. */
+        /* Unknown (-1) only when the state file did not say (written by
+         * an older coordinator): the members' last steps then tell where
+         * the generation stands. */
         int64_t resume = job->formed_gen == gen ? job->resume_step : -1;
         send_generation(c, job, ms, n < cap ? n : cap, gen, resume, worker_id, incarnation, req,
                         hold);

@@ -17,7 +17,7 @@
 
 typedef struct coord_job {
     tt_rdzv_t *rdzv;
-    uint64_t formed_gen;   /* last generation formed while we ran */
+    uint64_t formed_gen;   /* last generation formed (kept in the state file) */
     int64_t resume_step;   /* its first step, for members catching up */
     int64_t ps_until_step; /* its Generation.ps_until_step */
     uint64_t nonce;        /* Generation.job_nonce: random at creation, persisted */

@@ -167,6 +167,9 @@ static int job_to_pb(const coord_job_t *job, const clocks_t *k, job_pb_t *j) {
     j->pb.state = j->rec.state;
     j->pb.failure = j->rec.failure_reason;
     j->pb.job_nonce = job->nonce;
+    j->pb.formed_generation = job->formed_gen;
+    j->pb.resume_step = job->resume_step;
+    j->pb.ps_until_step = job->ps_until_step;
     int rc = history_to_pb(job, k, j);
     return rc == TT_OK ? book_to_pb(&job->ckpt, j) : rc;
 }
@@ -279,6 +282,17 @@ static int history_from_pb(const Tether__CoordJobRecord *p, const clocks_t *k, t
     return TT_OK;
 }
 
+/* What the last formed generation said, so that a member that missed its
+ * JoinReply gets the same one from the restarted coordinator; an older
+ * state file has none (formed 0) and the resume step stays unknown. */
+static void restore_formed(coord_job_t *job, const Tether__CoordJobRecord *p) {
+    if (p->formed_generation == 0 || p->formed_generation != p->generation)
+        return;
+    job->formed_gen = p->formed_generation;
+    job->resume_step = p->resume_step;
+    job->ps_until_step = p->ps_until_step;
+}
+
 static int restore_jobs(tt_coord_t *c, const tt_coord_state_pb_t *st, uint64_t now, char *err,
                         size_t errlen) {
     clocks_t k = {now, tt_clock_wall_ms()};
@@ -292,6 +306,8 @@ static int restore_jobs(tt_coord_t *c, const tt_coord_state_pb_t *st, uint64_t n
             rc = coord_add_job(c, &r);
         if (rc == TT_OK) /* 0 from an older state file: its members had none either */
             c->jobs[c->njobs - 1].nonce = st->jobs[i]->job_nonce;
+        if (rc == TT_OK)
+            restore_formed(&c->jobs[c->njobs - 1], st->jobs[i]);
         if (rc == TT_OK)
             rc = book_from_pb(st->jobs[i], &c->jobs[c->njobs - 1].ckpt, now, err, errlen);
         if (rc == TT_OK) /* after coord_add_job: setting the guard forgets regroups */

@@ -160,10 +160,11 @@ static inline int cli_call(fx_t *f, cli_t *c, tt_env_t *env, const void *frame, 
     return cli_wait(f, c, cli_send(f, c, env, frame, flen), body, rx, msg, cap);
 }
 
-/* Worker w joins `job` alone (min = max = 1) as incarnation `inc`; returns
- * the generation, and its job nonce in *nonce (may be NULL). */
-static inline uint64_t join_as(fx_t *f, cli_t *w, const char *job, uint32_t keep, uint32_t every_ms,
-                               uint64_t inc, uint64_t *nonce) {
+/* Worker w joins `job` alone (min = max = 1) as incarnation `inc` having
+ * completed `last_step` (-1: none); returns the generation, its job nonce
+ * in *nonce and its resume step in *resume (either may be NULL). */
+static inline uint64_t join_at(fx_t *f, cli_t *w, const char *job, uint32_t keep, uint32_t every_ms,
+                               uint64_t inc, int64_t last_step, uint64_t *nonce, int64_t *resume) {
     Tether__JobSettings s = TETHER__JOB_SETTINGS__INIT;
     s.min_workers = s.max_workers = 1;
     s.last_call_ms = 10;
@@ -179,7 +180,7 @@ static inline uint64_t join_as(fx_t *f, cli_t *w, const char *job, uint32_t keep
     jr.host = "localhost";
     jr.endpoint = "tcp://127.0.0.1:9";
     jr.incarnation = inc;
-    jr.last_step = -1;
+    jr.last_step = last_step;
     tt_env_t env;
     tt_wire_env_init(&env, job, w->sender, 0, 0);
     env.body_case = TETHER__ENVELOPE__BODY_JOIN;
@@ -192,10 +193,17 @@ static inline uint64_t join_as(fx_t *f, cli_t *w, const char *job, uint32_t keep
             gen = rx.env->join_reply->generation->generation;
         if (rx.env->body_case == TETHER__ENVELOPE__BODY_JOIN_REPLY && nonce != NULL)
             *nonce = rx.env->join_reply->generation->job_nonce;
+        if (rx.env->body_case == TETHER__ENVELOPE__BODY_JOIN_REPLY && resume != NULL)
+            *resume = rx.env->join_reply->generation->resume_step;
         tt_zmq_rx_close(&rx);
     }
     CU_ASSERT(gen > 0);
     return gen;
+}
+
+static inline uint64_t join_as(fx_t *f, cli_t *w, const char *job, uint32_t keep, uint32_t every_ms,
+                               uint64_t inc, uint64_t *nonce) {
+    return join_at(f, w, job, keep, every_ms, inc, -1, nonce, NULL);
 }
 
 static inline uint64_t join(fx_t *f, cli_t *w, const char *job, uint32_t keep, uint32_t every_ms) {

@@ -1,8 +1,36 @@
 /* Tests of the coordinator's job records against a real tt_coord over TCP
  * (coord_testlib.h): the per-job nonce that tags a job's ring messages
  * (Generation.job_nonce) is random per job record, the same in every
- * generation of the job, and kept across a coordinator restart. */
+ * generation of the job, and kept across a coordinator restart; so is what
+ * the last formed generation told its members (its resume step). */
 #include "coord_testlib.h"
+
+/* Sends a heartbeat of the generation before `gen`, which makes the
+ * coordinator send generation `gen` again; returns its nonce and resume
+ * step (either pointer may be NULL). */
+static void resent_generation(fx_t *f, cli_t *w, const char *job, uint64_t gen, uint64_t *nonce,
+                              int64_t *resume) {
+    Tether__Heartbeat hb = TETHER__HEARTBEAT__INIT;
+    hb.incarnation = 1;
+    tt_env_t env;
+    tt_wire_env_init(&env, job, w->sender, gen - 1, 0);
+    env.body_case = TETHER__ENVELOPE__BODY_HEARTBEAT;
+    env.heartbeat = &hb;
+    tt_zmq_rx_t rx;
+    uint64_t id = cli_send(f, w, &env, NULL, 0);
+    if (cli_wait(f, w, id, -1, &rx, NULL, 0) == 0)
+        tt_zmq_rx_close(&rx); /* the HeartbeatReply */
+    if (cli_wait(f, w, UINT64_MAX, TETHER__ENVELOPE__BODY_JOIN_REPLY, &rx, NULL, 0) != 0)
+        return;
+    if (rx.env->body_case == TETHER__ENVELOPE__BODY_JOIN_REPLY) {
+        CU_ASSERT_EQUAL(rx.env->join_reply->generation->generation, gen);
+        if (nonce != NULL)
+            *nonce = rx.env->join_reply->generation->job_nonce;
+        if (resume != NULL)
+            *resume = rx.env->join_reply->generation->resume_step;
+    }
+    tt_zmq_rx_close(&rx);
+}
 
 /* Every job record gets its own random nonce (the ring tags its messages
  * with it and the job id), the same in every generation of the job, also
@@ -22,24 +50,31 @@ static void coord_job_nonce_is_per_job_and_survives_restart(void) {
     fx_down(&f);
     fx_up(&f);
     cli_open(&f, &w, "worker", "w0");
-    /* A heartbeat of an older generation: the restored coordinator sends
-     * the generation again, with the nonce it kept. */
-    Tether__Heartbeat hb = TETHER__HEARTBEAT__INIT;
-    hb.incarnation = 1;
-    tt_env_t env;
-    tt_wire_env_init(&env, "na", w.sender, gen - 1, 0);
-    env.body_case = TETHER__ENVELOPE__BODY_HEARTBEAT;
-    env.heartbeat = &hb;
-    tt_zmq_rx_t rx;
-    uint64_t id = cli_send(&f, &w, &env, NULL, 0);
-    if (cli_wait(&f, &w, id, -1, &rx, NULL, 0) == 0)
-        tt_zmq_rx_close(&rx); /* the HeartbeatReply */
-    if (cli_wait(&f, &w, UINT64_MAX, TETHER__ENVELOPE__BODY_JOIN_REPLY, &rx, NULL, 0) == 0) {
-        if (rx.env->body_case == TETHER__ENVELOPE__BODY_JOIN_REPLY)
-            again = rx.env->join_reply->generation->job_nonce;
-        tt_zmq_rx_close(&rx);
-    }
+    /* The restored coordinator sends the generation again, with the nonce
+     * it kept. */
+    resent_generation(&f, &w, "na", gen, &again, NULL);
     CU_ASSERT_EQUAL(again, na);
+    tt_zmq_close(&w.sock);
+    fx_stop(&f);
+}
+
+/* A member that missed its JoinReply (the coordinator restarted before
+ * sending it) gets the generation the coordinator formed, resume step
+ * included; it used to get -1 (unknown) from a restarted coordinator. */
+static void coord_job_formed_generation_survives_restart(void) {
+    fx_t f;
+    cli_t w;
+    int64_t resume = -7, again = -7;
+    fx_start(&f);
+    cli_open(&f, &w, "worker", "w0");
+    uint64_t gen = join_at(&f, &w, "fg", 0, 0, 1, 41, NULL, &resume);
+    CU_ASSERT(resume > 0); /* after the member's completed step 41 */
+    tt_zmq_close(&w.sock);
+    fx_down(&f);
+    fx_up(&f);
+    cli_open(&f, &w, "worker", "w0");
+    resent_generation(&f, &w, "fg", gen, NULL, &again);
+    CU_ASSERT_EQUAL(again, resume);
     tt_zmq_close(&w.sock);
     fx_stop(&f);
 }
@@ -47,6 +82,7 @@ static void coord_job_nonce_is_per_job_and_survives_restart(void) {
 static const tt_cunit_test_t tests[] = {
     {"coord_job_nonce_is_per_job_and_survives_restart",
      coord_job_nonce_is_per_job_and_survives_restart},
+    {"coord_job_formed_generation_survives_restart", coord_job_formed_generation_survives_restart},
     {NULL, NULL},
 };
 
