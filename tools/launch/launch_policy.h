@@ -84,7 +84,7 @@ int64_t tt_launch_backoff_died(tt_launch_backoff_t *b, int64_t now_ms);
  * neighbours index and index + 1 share a CPU and talk without a migration.
  * Binding matters on a small host: two workers on two CPUs, left to the
  * scheduler, ran the reference model at 64-67k examples/s; bound, at
- * 96-104k (bench/README.md). Writes the CPU numbers to out (room for
+ * 96-104k (bench/train/NOTES.md). Writes the CPU numbers to out (room for
  * nallowed) and returns how many (>= 1), or 0 when nothing is allowed. */
 int tt_launch_cpu_share(const int *allowed, int nallowed, int index, int workers, int *out);
 
