@@ -176,6 +176,28 @@ int shard_chunk_answer(shard_chunk_t *ch, const uint8_t *peer, size_t peer_len, 
     return 1;
 }
 
+int shard_chunk_replay(shard_chunk_t *ch, uint64_t gen, uint64_t step) {
+    if (ch->result != NULL && ch->result_gen == gen && ch->result_step == step)
+        return TT_OK; /* another rank of the generation asked first */
+    shard_chunk_new_gen(ch, gen);
+    retire_result(ch);
+    shard_blob_t *b = take_blob(ch);
+    if (b == NULL)
+        return TT_ENOMEM;
+    /* No data call runs: the round of `step` finished (mark_done), and
+     * none is open. */
+    tt_accum_get(ch->acc, TT_ACCUM_PARAMS, 0, b->data, b->n, NULL);
+    ch->result = b;
+    ch->result_gen = gen;
+    ch->result_step = step;
+    ch->result_total = tt_accum_done_total(ch->acc);
+    TT_INFO("shard",
+            "chunk %u: step %" PRIu64 " is final here already; generation %" PRIu64
+            " gets its result again instead of a second update",
+            ch->id, step, gen);
+    return TT_OK;
+}
+
 int shard_chunk_park(shard_chunk_t *ch, const uint8_t *peer, size_t peer_len, uint64_t req,
                      uint64_t gen, uint64_t step, uint64_t now) {
     /* A small chunk's round may be final already (summed inline): a park

@@ -302,12 +302,30 @@ static int admit_push(const shard_req_t *q, shard_chunk_t *ch, tt_accum_ticket_t
     return rc;
 }
 
+/* Optimizer mode: a step redone by a newer generation that this chunk
+ * finished already is answered with its parameters, not applied twice. */
+static void replay_push(const shard_req_t *q, shard_chunk_t *ch) {
+    const Tether__PushChunk *p = q->env->push_chunk;
+    uint64_t gen = q->env->generation;
+    if (shard_chunk_replay(ch, gen, p->step) != TT_OK) {
+        reply_error(q, TT_ENOMEM, "out of memory for a replayed result");
+        return;
+    }
+    if (!p->want_result ||
+        !shard_chunk_answer(ch, q->rx->peer, q->rx->peer_len, q->env->request_id, gen, p->step))
+        reply_ack(q);
+}
+
 static void on_push(const shard_req_t *q) {
     const Tether__PushChunk *p = q->env->push_chunk;
     shard_chunk_t *ch = chunk_or_error(q, p->chunk);
     tt_accum_ticket_t t;
     if (ch == NULL || admit_push(q, ch, &t) != TT_OK)
         return;
+    if (t.replay) {
+        replay_push(q, ch);
+        return;
+    }
     if (t.dropped_gen || t.first)
         shard_chunk_new_gen(ch, q->env->generation);
     int rc = shard_chunk_enqueue(ch, &q->rx->payload[0], p->rank, &t);

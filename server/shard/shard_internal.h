@@ -113,6 +113,10 @@ int shard_chunk_enqueue(shard_chunk_t *ch, zmq_msg_t *frame, uint32_t rank,
  * request until it is (or its deadline). */
 int shard_chunk_park(shard_chunk_t *ch, const uint8_t *peer, size_t peer_len, uint64_t req,
                      uint64_t gen, uint64_t step, uint64_t now);
+/* Optimizer mode, a replay ticket (tt_accum.h): holds the chunk's current
+ * parameters as the result of (gen, step) unless it already does. 0 or
+ * TT_ENOMEM. */
+int shard_chunk_replay(shard_chunk_t *ch, uint64_t gen, uint64_t step);
 /* Answers a request for (gen, step) at once when its result is held;
  * returns 1 when it did. */
 int shard_chunk_answer(shard_chunk_t *ch, const uint8_t *peer, size_t peer_len, uint64_t req,

@@ -34,7 +34,7 @@ struct tt_accum {
     uint64_t *seen; /* world bits */
 
     int have_done;
-    uint64_t done_step, done_total;
+    uint64_t done_step, done_total, done_gen;
 };
 
 static float *zeros(size_t n) {
@@ -111,7 +111,11 @@ int tt_accum_new_generation(tt_accum_t *a, uint64_t gen) {
     int dropped = a->active;
     drop_round(a);
     a->gen = gen;
-    a->have_done = 0; /* steps restart their meaning in a new generation */
+    /* Aggregate mode: steps restart their meaning in a new generation.
+     * Optimizer mode: the state is after done_step whatever the
+     * generation; a regroup may redo that step (see check_redo). */
+    if (a->o.mode != TT_ACCUM_OPTIMIZER)
+        a->have_done = 0;
     return dropped;
 }
 
@@ -149,6 +153,29 @@ static int open_round(tt_accum_t *a, const tt_accum_push_t *p, uint64_t now_ms) 
 }
 
 /* The checks that need no state change; `err` names the rule broken. */
+/* Optimizer mode, a step at or before the last final one: the generation
+ * that finished it may not push it again, a newer one gets a replay of
+ * that step (TT_OK, *replay) and nothing earlier, which would roll the
+ * state back. TT_EAGAIN: not such a step, go on checking. */
+static int check_redo(const tt_accum_t *a, const tt_accum_push_t *p, int *replay, char *err,
+                      size_t errlen) {
+    if (a->o.mode != TT_ACCUM_OPTIMIZER || !a->have_done || p->step > a->done_step ||
+        (a->active && p->generation == a->gen && p->step == a->step))
+        return TT_EAGAIN;
+    if (p->step == a->done_step && p->generation > a->done_gen) {
+        *replay = 1;
+        return TT_OK;
+    }
+    if (p->step == a->done_step)
+        ASET_ERR(err, errlen, "step %llu is already final (last final step %llu)",
+                 (unsigned long long)p->step, (unsigned long long)a->done_step);
+    else
+        ASET_ERR(err, errlen,
+                 "step %llu cannot be redone: this chunk's state is after step %llu already",
+                 (unsigned long long)p->step, (unsigned long long)a->done_step);
+    return TT_ESTALE;
+}
+
 static int check_push(const tt_accum_t *a, const tt_accum_push_t *p, char *err, size_t errlen) {
     if (p->elems != a->o.elems) {
         ASET_ERR(err, errlen, "push of %zu elements, the chunk holds %zu", p->elems, a->o.elems);
@@ -163,8 +190,9 @@ static int check_push(const tt_accum_t *a, const tt_accum_push_t *p, char *err, 
                  (unsigned long long)p->generation, (unsigned long long)a->gen);
         return TT_ESTALE;
     }
-    if (p->generation > a->gen)
-        return TT_OK; /* a new generation: nothing of the old one applies */
+    if (p->generation > a->gen || a->o.mode == TT_ACCUM_OPTIMIZER)
+        return TT_OK; /* a new generation: nothing of the old one applies;
+                       * optimizer mode: check_redo decides */
     if (a->have_done && p->step <= a->done_step && !(a->active && p->step == a->step)) {
         ASET_ERR(err, errlen, "step %llu is already final (last final step %llu)",
                  (unsigned long long)p->step, (unsigned long long)a->done_step);
@@ -201,6 +229,12 @@ int tt_accum_admit(tt_accum_t *a, const tt_accum_push_t *p, uint64_t now_ms, tt_
                    char *err, size_t errlen) {
     memset(t, 0, sizeof(*t));
     int rc = check_push(a, p, err, errlen);
+    int redo = rc == TT_OK ? check_redo(a, p, &t->replay, err, errlen) : TT_EAGAIN;
+    if (redo != TT_EAGAIN) {
+        if (redo == TT_OK)
+            t->dropped_gen = tt_accum_new_generation(a, p->generation);
+        return redo;
+    }
     if (rc == TT_OK && p->generation == a->gen && a->active)
         rc = check_round(a, p, err, errlen);
     if (rc != TT_OK)
@@ -307,6 +341,7 @@ void tt_accum_mark_done(tt_accum_t *a) {
     a->have_done = 1;
     a->done_step = a->step;
     a->done_total = a->total;
+    a->done_gen = a->gen;
     drop_round(a);
 }
 
@@ -394,6 +429,8 @@ int tt_accum_set(tt_accum_t *a, tt_accum_part_t part, size_t offset, const float
     if (buf == NULL)
         return TT_EINVAL;
     memcpy(buf + offset, src, n * sizeof(float));
+    if (a->o.mode == TT_ACCUM_OPTIMIZER)
+        a->have_done = 0; /* the state no longer follows from the last round */
     if (part == TT_ACCUM_PARAMS) {
         a->params_set = 1;
         a->optim_t = optim_step;

@@ -7,6 +7,13 @@
  *    already final, a wrong size, a world or learning rate that disagrees
  *    with the round's is refused and changes nothing;
  *  - a newer generation drops the partial round of the old one;
+ *  - optimizer mode keeps its last final step across generations, because
+ *    the chunk's state is after it: a newer generation that pushes that
+ *    step again (a step redone after a regroup, which this chunk finished
+ *    before the failure and others did not) gets a replay ticket and the
+ *    current parameters, without a second update; an earlier step is
+ *    refused. Uploading state (tt_accum_set) forgets the last final step:
+ *    the state no longer follows from it;
  *  - the round is final when every rank 0..world-1 has contributed; the
  *    result is sum / total count (aggregate mode) or the parameters after
  *    one optimizer update with grad_scale = 1 / total count (optimizer
@@ -67,6 +74,10 @@ typedef struct tt_accum_ticket {
     int first;       /* first of its round: tt_accum_add copies, not adds */
     int complete;    /* the round now has every rank */
     int dropped_gen; /* a newer generation dropped an older partial round */
+    int replay;      /* optimizer mode: the step is final here already and
+                      * was pushed by a newer generation: answer it with the
+                      * parameters (tt_accum_get) and tt_accum_done_total;
+                      * nothing was added and no round is open */
 } tt_accum_ticket_t;
 
 /* 0, TT_EINVAL (elems 0, bad mode/optimizer) or TT_ENOMEM. Parameters and
@@ -77,7 +88,7 @@ void tt_accum_destroy(tt_accum_t **a);
 /* Decides whether a contribution joins the current round. TT_OK with
  * *ticket filled; otherwise nothing changed and `err` has a sentence:
  * TT_ESIZE (wrong element count), TT_ESTALE (older generation, or the step
- * is already final), TT_EEXIST (this rank already contributed), TT_EDESYNC
+ * is already final and no replay), TT_EEXIST (this rank already contributed), TT_EDESYNC
  * (another step is in progress, or the world or learning rate differ),
  * TT_EINVAL (rank outside world, world too large), TT_ENOMEM. */
 int tt_accum_admit(tt_accum_t *a, const tt_accum_push_t *p, uint64_t now_ms,

@@ -10,7 +10,13 @@
  *       be refused with the right code), a round that times out naming the
  *       missing rank, and then a good all-reduce on the same shard;
  *   ps_check layout --coordinator EP --job J [--shards N]
- *       prints "LAYOUT version=V shards=N chunks=C" once N shards are live.
+ *       prints "LAYOUT version=V shards=N chunks=C" once N shards are live;
+ *   ps_check redo --coordinator EP [--shards N]
+ *       optimizer mode, a regroup in the middle of a step: rank 1 (raw
+ *       pushes) reaches chunk 0 only and dies; rank 0's step fails on the
+ *       other chunks; the survivor, alone in generation 2, redoes the step:
+ *       chunk 0 must replay it, not apply it twice, so the parameters equal
+ *       a single-process reference, as after the next step.
  * Every rank derives every rank's gradients from (case, step, rank, i), so
  * each can compute the exact expected result alone. Exit 0 on success. */
 #include "ps_fetch.h"
@@ -248,13 +254,27 @@ static int worker(const args_t *a) {
 typedef struct raw {
     void *zctx, *sock;
     uint64_t req;
+    const char *job;
 } raw_t;
+
+/* A DEALER straight to one shard, sending as `job`. */
+static int raw_open(raw_t *r, const char *job, const char *endpoint) {
+    *r = (raw_t){zmq_ctx_new(), NULL, 0, job};
+    tt_zmq_opts_t zo;
+    tt_zmq_opts_default(&zo);
+    zo.immediate = 0;
+    char err[256];
+    int rc = tt_zmq_dealer(r->zctx, endpoint, &zo, &r->sock, err, sizeof(err));
+    if (rc != TT_OK)
+        fprintf(stderr, "dealer to %s: %s\n", endpoint, err);
+    return rc;
+}
 
 /* Sends one request and returns the error code of the reply, 0 for an
  * Ack/result, TT_ETIMEDOUT for no reply. */
 static int raw_call(raw_t *r, uint64_t gen, Tether__PushChunk *push, const void *data, size_t len) {
     tt_env_t env;
-    tt_wire_env_init(&env, "bad", "ps_check", gen, ++r->req);
+    tt_wire_env_init(&env, r->job, "ps_check", gen, ++r->req);
     env.body_case = TETHER__ENVELOPE__BODY_PUSH_CHUNK;
     env.push_chunk = push;
     tt_zmq_payload_t pl = {data, len, NULL, NULL};
@@ -389,15 +409,10 @@ static int bad(const args_t *a) {
     r0.world = 2;
     tt_ps_opts_t o = {.park_timeout_ms = 300, .deadline_ms = 5000};
     tt_ps_t *ps = NULL;
-    raw_t r = {zmq_ctx_new(), NULL, 0};
-    tt_zmq_opts_t zo;
-    tt_zmq_opts_default(&zo);
-    zo.immediate = 0;
-    char err[256];
+    raw_t r = {0};
     rc = make_ps(&r0, "bad", &lay, &o, &ps);
     if (rc == TT_OK)
-        rc = tt_zmq_dealer(r.zctx, lay.endpoints[lay.place.chunks[0].shard], &zo, &r.sock, err,
-                           sizeof(err));
+        rc = raw_open(&r, "bad", lay.endpoints[lay.place.chunks[0].shard]);
     if (rc == TT_OK)
         rc = bad_then_serve(a, ps, &r, lay.place.total_elems);
     if (rc == TT_OK)
@@ -408,6 +423,124 @@ static int bad(const args_t *a) {
     tt_zmq_close(&r.sock);
     zmq_ctx_term(r.zctx);
     tt_ps_layout_free(&lay);
+    return rc;
+}
+
+/* ---- a step redone after a regroup, optimizer mode ---- */
+
+#define REDO_KASE 55
+
+typedef struct redo {
+    tt_ps_layout_t lay;
+    uint64_t n;
+    float *p, *ref, *mom, *g;
+    tt_optim_sgd_hp_t hp;
+} redo_t;
+
+static int redo_ps(redo_t *d, const args_t *a, int rank, int world, uint64_t gen, tt_ps_t **ps) {
+    args_t who = *a;
+    who.rank = rank;
+    who.world = world;
+    tt_ps_opts_t o = {.mode = TT_PS_OPTIMIZER,
+                      .optim = TT_PS_SGD,
+                      .sgd = d->hp,
+                      .deterministic = 1,
+                      .generation = gen,
+                      .deadline_ms = 1500,
+                      .park_timeout_ms = 300};
+    return make_ps(&who, "redo", &d->lay, &o, ps);
+}
+
+/* Generation 1, world 2, step 0: rank 1 gets its push to chunk 0 through
+ * and no further; rank 0's all-reduce completes chunk 0 and times out on
+ * the rest. */
+static int redo_broken_step(redo_t *d, const args_t *a) {
+    tt_ps_t *ps = NULL;
+    raw_t r = {0};
+    int rc = redo_ps(d, a, 0, 2, 1, &ps);
+    if (rc == TT_OK)
+        rc = tt_ps_set_params(ps, TT_PS_PARAMS, d->ref, 0, d->n, 0);
+    if (rc == TT_OK)
+        rc = raw_open(&r, "redo", d->lay.endpoints[d->lay.place.chunks[0].shard]);
+    uint64_t c0 = d->lay.place.chunks[0].count;
+    for (uint64_t i = 0; rc == TT_OK && i < c0; i++)
+        d->g[i] = grad(REDO_KASE, 0, 1, d->lay.place.chunks[0].offset + i);
+    Tether__PushChunk p = TETHER__PUSH_CHUNK__INIT;
+    p.chunk = 0;
+    p.rank = 1;
+    p.world = 2;
+    p.examples = count_of(1);
+    p.lr = 0.1f;
+    if (rc == TT_OK)
+        rc = expect("rank 1 reaches chunk 0 only", raw_call(&r, 1, &p, d->g, c0 * 4), TT_OK);
+    for (uint64_t i = 0; i < d->n; i++)
+        d->p[i] = grad(REDO_KASE, 0, 0, i);
+    if (rc == TT_OK) {
+        tt_ps_set_step(ps, 0);
+        tt_ps_set_lr(ps, 0.1f);
+        int got = tt_ps_allreduce(ps, d->p, d->n, count_of(0), NULL);
+        printf("  broken step: %s\n", tt_ps_last_error(ps));
+        rc = expect("rank 0's step fails on the chunks rank 1 never reached", got, TT_ETIMEDOUT);
+    }
+    tt_ps_destroy(&ps);
+    tt_zmq_close(&r.sock);
+    zmq_ctx_term(r.zctx);
+    return rc;
+}
+
+/* Generation 2: the survivor pushes steps 0 and 1 with the whole batch;
+ * after each the parameters must be bitwise the reference's. */
+static int redo_survivor(redo_t *d, const args_t *a) {
+    tt_ps_t *ps = NULL;
+    int rc = redo_ps(d, a, 0, 1, 2, &ps);
+    for (uint64_t s = 0; s < 2 && rc == TT_OK; s++) {
+        uint64_t total = count_of(0) + (s == 0 ? count_of(1) : 0), got = 0;
+        for (uint64_t i = 0; i < d->n; i++) {
+            d->g[i] = grad(REDO_KASE, s, 0, i);
+            if (s == 0)
+                d->g[i] += grad(REDO_KASE, s, 1, i);
+            d->p[i] = d->g[i];
+        }
+        tt_optim_sgd_step(d->ref, d->g, d->mom, d->n, 0.1f, 1.0f / (float)total, &d->hp);
+        tt_ps_set_step(ps, s);
+        tt_ps_set_lr(ps, 0.1f);
+        rc = tt_ps_allreduce(ps, d->p, d->n, total, &got);
+        if (rc != TT_OK)
+            fprintf(stderr, "redo step %llu: %s\n", (unsigned long long)s, tt_ps_last_error(ps));
+        char what[96];
+        snprintf(what, sizeof(what), "step %llu in generation 2 equals the reference",
+                 (unsigned long long)s);
+        int same = rc == TT_OK && got == total && memcmp(d->p, d->ref, d->n * 4) == 0;
+        rc = expect(what, same ? TT_OK : TT_EDIVERGED, TT_OK);
+    }
+    tt_ps_destroy(&ps);
+    return rc;
+}
+
+static int redo(const args_t *a) {
+    /* Three 64 KiB chunks, so that rank 1 can reach one and miss others. */
+    tt_ps_tensor_t t[] = {{"w", 40000}};
+    redo_t d = {.hp = {.momentum = 0.9f, .weight_decay = 1e-4f, .nesterov = 1}};
+    int rc = fetch(a, "redo", t, 1, 64 << 10, &d.lay);
+    if (rc != TT_OK)
+        return rc;
+    d.n = d.lay.place.total_elems;
+    d.p = malloc(d.n * 4);
+    d.ref = malloc(d.n * 4);
+    d.mom = calloc(d.n, 4);
+    d.g = malloc(d.n * 4);
+    rc = d.p && d.ref && d.mom && d.g && d.lay.place.nchunks >= 2 ? TT_OK : TT_ENOMEM;
+    for (uint64_t i = 0; rc == TT_OK && i < d.n; i++)
+        d.ref[i] = (float)cos((double)i * 0.002);
+    if (rc == TT_OK)
+        rc = redo_broken_step(&d, a);
+    if (rc == TT_OK)
+        rc = redo_survivor(&d, a);
+    tt_ps_layout_free(&d.lay);
+    free(d.p);
+    free(d.ref);
+    free(d.mom);
+    free(d.g);
     return rc;
 }
 
@@ -446,7 +579,7 @@ static int parse(int argc, char **argv, args_t *a) {
 int main(int argc, char **argv) {
     args_t a;
     if (parse(argc, argv, &a) != TT_OK) {
-        fprintf(stderr, "usage: ps_check worker|bad|layout --coordinator EP [--rank R] "
+        fprintf(stderr, "usage: ps_check worker|bad|layout|redo --coordinator EP [--rank R] "
                         "[--world W] [--shards N] [--job J]\n");
         return 2;
     }
@@ -457,6 +590,8 @@ int main(int argc, char **argv) {
         rc = bad(&a);
     else if (strcmp(a.mode, "layout") == 0)
         rc = layout(&a);
+    else if (strcmp(a.mode, "redo") == 0)
+        rc = redo(&a);
     if (rc != TT_OK)
         fprintf(stderr, "ps_check %s failed: %s\n", a.mode, tt_status_name(rc));
     return rc == TT_OK ? 0 : 1;

@@ -94,7 +94,22 @@ def test_shards_listed_and_placement_follows_shard_loss(h):
     print(f"  placement {before} -> {after} {time.monotonic() - t0:.1f} s after kill -9")
 
 
+def test_optimizer_step_redone_after_regroup_is_not_applied_twice(h):
+    """Optimizer mode keeps the state on the shards, so a step that a
+    regroup makes the survivors redo must not be applied again by a chunk
+    that finished it before the failure (ps_check redo: details there)."""
+    coord, shards = cluster(h)
+    p = ps_check(h, coord, "redo", "redo")
+    lines = finish(p, 60)
+    print("\n".join("  " + l for l in lines))
+    assert not [l for l in lines if l.startswith("FAIL")], lines
+    assert sum(l.startswith("OK step") for l in lines) == 2, lines
+    replayed = [l for s in shards for l in open(s.log_path) if "gets its result again" in l]
+    assert len(replayed) == 1, replayed  # chunk 0, once, for the survivor
+
+
 if __name__ == "__main__":
     run_tests([test_four_workers_exact_sums_and_optimizer,
                test_bad_pushes_refused_and_shard_keeps_serving,
-               test_shards_listed_and_placement_follows_shard_loss])
+               test_shards_listed_and_placement_follows_shard_loss,
+               test_optimizer_step_redone_after_regroup_is_not_applied_twice])

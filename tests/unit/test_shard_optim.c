@@ -1,8 +1,9 @@
 /* Unit tests of a shard chunk in optimizer mode (tt_accum with tt_optim):
  * over many steps with several ranks and unequal counts, the parameters it
  * returns follow a double-precision reference of SGD (momentum, Nesterov,
- * weight decay) and AdamW (bias correction, decoupled weight decay), and a
- * deterministic chunk is bitwise repeatable. */
+ * weight decay) and AdamW (bias correction, decoupled weight decay), a
+ * deterministic chunk is bitwise repeatable, and a step that a newer
+ * generation redoes after a regroup is replayed, not applied twice. */
 #include "tt_accum.h"
 #include "tt_cunit.h"
 #include "tt_status.h"
@@ -48,27 +49,33 @@ static void ref_adamw(ref_t *r, const double *g, double lr, int t, const tt_opti
     }
 }
 
-/* One step through the accumulator; returns the max relative error of the
- * result against the reference parameters after the same step. */
-static void step_chunk(tt_accum_t *a, int s, float lr, float *out) {
+/* One step of `world` ranks of generation `gen` through the accumulator;
+ * the new parameters go to out. Returns the round's total count. */
+static uint64_t push_round(tt_accum_t *a, uint64_t gen, int s, int world, float lr, float *out) {
     tt_accum_ticket_t t;
     float g[N];
-    for (int k = RANKS - 1; k >= 0; k--) { /* arrival order is not rank order */
+    for (int k = world - 1; k >= 0; k--) { /* arrival order is not rank order */
         for (int i = 0; i < N; i++)
             g[i] = grad(s, k, i);
-        tt_accum_push_t p = {.generation = 1,
+        tt_accum_push_t p = {.generation = gen,
                              .step = (uint64_t)s,
                              .rank = (uint32_t)k,
-                             .world = RANKS,
+                             .world = (uint32_t)world,
                              .examples = counts[k],
                              .lr = lr,
                              .elems = N};
         CU_ASSERT_EQUAL_FATAL(tt_accum_admit(a, &p, 0, &t, NULL, 0), TT_OK);
+        CU_ASSERT_FATAL(!t.replay);
         tt_accum_add(a, p.rank, g, t.first);
     }
     CU_ASSERT_FATAL(t.complete);
-    CU_ASSERT_EQUAL(tt_accum_finish(a, out), 5 + 3 + 8);
+    uint64_t total = tt_accum_finish(a, out);
     tt_accum_mark_done(a);
+    return total;
+}
+
+static void step_chunk(tt_accum_t *a, int s, float lr, float *out) {
+    CU_ASSERT_EQUAL(push_round(a, 1, s, RANKS, lr, out), 5 + 3 + 8);
 }
 
 static void mean_grad(int s, double *g) {
@@ -160,13 +167,18 @@ static void shard_optim_planes_follow_the_optimizer(void) {
     }
 }
 
-static void shard_optim_state_moves_with_set_get(void) {
+/* Two identical deterministic AdamW chunks. */
+static void adamw_pair(tt_accum_t **a, tt_accum_t **b) {
     tt_accum_opts_t o = {.elems = N, .mode = TT_ACCUM_OPTIMIZER, .optim = TT_ACCUM_ADAMW};
     o.adamw = (tt_optim_adamw_hp_t){.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f};
     o.deterministic = 1;
+    CU_ASSERT_EQUAL_FATAL(tt_accum_create(a, &o), TT_OK);
+    CU_ASSERT_EQUAL_FATAL(tt_accum_create(b, &o), TT_OK);
+}
+
+static void shard_optim_state_moves_with_set_get(void) {
     tt_accum_t *a = NULL, *b = NULL;
-    CU_ASSERT_EQUAL_FATAL(tt_accum_create(&a, &o), TT_OK);
-    CU_ASSERT_EQUAL_FATAL(tt_accum_create(&b, &o), TT_OK);
+    adamw_pair(&a, &b);
     float out_a[N], out_b[N], buf[N];
     for (int s = 0; s < 3; s++)
         step_chunk(a, s, 0.01f, out_a);
@@ -187,6 +199,58 @@ static void shard_optim_state_moves_with_set_get(void) {
     tt_accum_destroy(&b);
 }
 
+/* What a push of (gen, step) by `rank` of `world` is told. */
+static int push_one(tt_accum_t *a, uint64_t gen, uint64_t step, uint32_t rank, uint32_t world,
+                    tt_accum_ticket_t *t) {
+    tt_accum_push_t p = {.generation = gen,
+                         .step = step,
+                         .rank = rank,
+                         .world = world,
+                         .examples = 1,
+                         .lr = 0.01f,
+                         .elems = N};
+    return tt_accum_admit(a, &p, 0, t, NULL, 0);
+}
+
+/* A regroup after this chunk finished step 2 and another chunk did not:
+ * the survivors (generation 2, world 2) redo step 2 everywhere. Here it is
+ * a replay (the parameters after step 2, the same total, AdamW's counter
+ * unmoved); step 3 then continues exactly like a chunk that saw no
+ * regroup. Before, the new generation applied step 2 a second time. */
+static void shard_optim_redone_step_replays_not_reapplies(void) {
+    tt_accum_t *a = NULL, *b = NULL;
+    adamw_pair(&a, &b);
+    float out_a[N], out_b[N], now[N];
+    for (int s = 0; s < 3; s++) {
+        step_chunk(a, s, 0.01f, out_a);
+        step_chunk(b, s, 0.01f, out_b);
+    }
+    tt_accum_ticket_t t;
+    uint64_t opt_t = 0;
+    for (uint32_t r = 0; r < 2; r++) { /* each survivor redoes step 2 */
+        CU_ASSERT_EQUAL(push_one(a, 2, 2, r, 2, &t), TT_OK);
+        CU_ASSERT(t.replay && !t.first && !t.complete);
+        CU_ASSERT_EQUAL(tt_accum_get(a, TT_ACCUM_PARAMS, 0, now, N, &opt_t), TT_OK);
+        CU_ASSERT(memcmp(now, out_a, sizeof(now)) == 0);
+        CU_ASSERT_EQUAL(opt_t, 3);
+        CU_ASSERT_EQUAL(tt_accum_done_total(a), 5 + 3 + 8);
+        CU_ASSERT(!tt_accum_active(a));
+    }
+    CU_ASSERT_EQUAL(push_one(a, 2, 1, 0, 2, &t), TT_ESTALE); /* would roll back */
+    CU_ASSERT_EQUAL(push_one(a, 1, 2, 0, 2, &t), TT_ESTALE); /* the old generation */
+    /* the generation that finished step 2 may not push it again */
+    CU_ASSERT_EQUAL(push_one(b, 1, 2, 0, RANKS, &t), TT_ESTALE);
+    push_round(a, 2, 3, 2, 0.01f, out_a);
+    push_round(b, 1, 3, 2, 0.01f, out_b); /* b: the same step, no regroup */
+    CU_ASSERT(memcmp(out_a, out_b, sizeof(out_a)) == 0);
+    /* uploaded state does not follow from step 3: any step may come next */
+    CU_ASSERT_EQUAL(tt_accum_set(a, TT_ACCUM_PARAMS, 0, out_b, N, 3), TT_OK);
+    CU_ASSERT_EQUAL(push_one(a, 3, 1, 0, 1, &t), TT_OK);
+    CU_ASSERT(!t.replay && t.complete);
+    tt_accum_destroy(&a);
+    tt_accum_destroy(&b);
+}
+
 static const tt_cunit_test_t tests[] = {
     {"shard_optim_sgd_nesterov_matches_reference", shard_optim_sgd_nesterov_matches_reference},
     {"shard_optim_sgd_plain_momentum_matches_reference",
@@ -194,6 +258,8 @@ static const tt_cunit_test_t tests[] = {
     {"shard_optim_adamw_matches_reference", shard_optim_adamw_matches_reference},
     {"shard_optim_state_moves_with_set_get", shard_optim_state_moves_with_set_get},
     {"shard_optim_planes_follow_the_optimizer", shard_optim_planes_follow_the_optimizer},
+    {"shard_optim_redone_step_replays_not_reapplies",
+     shard_optim_redone_step_replays_not_reapplies},
     {NULL, NULL},
 };
 
