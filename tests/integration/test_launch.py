@@ -280,7 +280,8 @@ def test_workers_bound_to_cpus(h):
         print("  SKIP: one CPU allowed here, binding changes nothing")
         return
     prog = wrapper(h, 'grep Cpus_allowed_list /proc/self/status')
-    for bind, nworkers in (("cores", 2), ("cores", 2 * len(mine) + 1), ("none", 2)):
+    cases = (("cores", 1), ("cores", 2), ("cores", 2 * len(mine) + 1), ("none", 2))
+    for bind, nworkers in cases:
         p = launch(h, ["--workers", str(nworkers), "--bind", bind], [prog], name=f"bind-{bind}")
         assert p.wait(60) == 0, err_lines(p)[-10:]
         got = {}

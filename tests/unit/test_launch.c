@@ -309,7 +309,7 @@ static void launch_cpu_share_blocks(void) {
     /* fewer workers than CPUs: contiguous blocks, every CPU used once */
     CU_ASSERT(tt_launch_cpu_share(mask, 4, 0, 2, out) == 2 && out[0] == 2 && out[1] == 3);
     CU_ASSERT(tt_launch_cpu_share(mask, 4, 1, 2, out) == 2 && out[0] == 6 && out[1] == 7);
-    CU_ASSERT(strcmp(tt_launch_cpus_format(buf, sizeof(buf), out, 2), "6,7") == 0);
+    CU_ASSERT(tt_launch_cpus_format(buf, sizeof(buf), out, 2) == 3 && strcmp(buf, "6-7") == 0);
     /* 3 workers on 4 CPUs: 1, 1, 2 */
     CU_ASSERT(tt_launch_cpu_share(mask, 4, 0, 3, out) == 1 && out[0] == 2);
     CU_ASSERT(tt_launch_cpu_share(mask, 4, 1, 3, out) == 1 && out[0] == 3);
@@ -330,8 +330,17 @@ static void launch_cpu_share_blocks(void) {
     CU_ASSERT(used[0] == 3 && used[1] == 2);
     CU_ASSERT(tt_launch_cpu_share(two, 0, 0, 2, out) == 0);
     CU_ASSERT(tt_launch_cpu_share(two, 2, 0, 0, out) == 0);
-    CU_ASSERT(strcmp(tt_launch_cpus_format(buf, sizeof(buf), out, 0), "") == 0);
-    CU_ASSERT(strcmp(tt_launch_cpus_format(buf, 4, mask, 4), "2,3") == 0); /* truncated */
+    CU_ASSERT(tt_launch_cpus_format(buf, sizeof(buf), out, 0) == 0 && buf[0] == '\0');
+    /* the kernel's notation: runs become ranges, however many CPUs */
+    const int odd[] = {0, 1, 2, 3, 5, 8, 9};
+    CU_ASSERT(tt_launch_cpus_format(buf, sizeof(buf), odd, 7) == 9);
+    CU_ASSERT(strcmp(buf, "0-3,5,8-9") == 0);
+    int many[1024];
+    for (int i = 0; i < 1024; i++)
+        many[i] = i;
+    CU_ASSERT(tt_launch_cpus_format(buf, sizeof(buf), many, 1024) == 6 && !strcmp(buf, "0-1023"));
+    /* too small: the length it needs, and nothing half-written to use */
+    CU_ASSERT(tt_launch_cpus_format(buf, 4, mask, 4) == 7);
 }
 
 static const tt_cunit_test_t tests[] = {

@@ -46,7 +46,7 @@ typedef struct child {
     tt_launch_backoff_t backoff;
     uv_timer_t restart_timer;
     char state_dir[PATH_MAX];
-    char cpus[256]; /* workers: "0,1" when bound, else "" */
+    char cpus[1024]; /* workers: "0-3" when bound, else "" */
 } child_t;
 
 struct app {
@@ -460,7 +460,10 @@ static int bind_worker(app_t *a, child_t *c) {
     int n = rc == TT_OK ? allowed_cpus(allowed, CPU_SETSIZE) : 0;
     if (n > 1) {
         int k = tt_launch_cpu_share(allowed, n, c->index, (int)a->cfg->workers, mine);
-        tt_launch_cpus_format(c->cpus, sizeof(c->cpus), mine, k);
+        if (tt_launch_cpus_format(c->cpus, sizeof(c->cpus), mine, k) >= sizeof(c->cpus)) {
+            say("%s: its CPU list is too long to pass on; not binding it", c->label);
+            c->cpus[0] = '\0';
+        }
     }
     free(allowed);
     free(mine);

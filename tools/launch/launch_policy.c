@@ -111,16 +111,21 @@ int tt_launch_cpu_share(const int *allowed, int nallowed, int index, int workers
     return n;
 }
 
-char *tt_launch_cpus_format(char *buf, size_t n, const int *cpus, int ncpus) {
+size_t tt_launch_cpus_format(char *buf, size_t n, const int *cpus, int ncpus) {
     size_t used = 0;
-    if (n == 0)
-        return buf;
-    buf[0] = '\0';
-    for (int i = 0; i < ncpus && used < n; i++) {
-        int w = snprintf(buf + used, n - used, "%s%d", i ? "," : "", cpus[i]);
-        if (w < 0)
-            break;
+    if (n > 0)
+        buf[0] = '\0';
+    for (int i = 0; i < ncpus;) {
+        int j = i;
+        while (j + 1 < ncpus && cpus[j + 1] == cpus[j] + 1)
+            j++;
+        char run[32];
+        int w = j > i ? snprintf(run, sizeof(run), "%s%d-%d", i ? "," : "", cpus[i], cpus[j])
+                      : snprintf(run, sizeof(run), "%s%d", i ? "," : "", cpus[i]);
+        if (used + (size_t)w < n)
+            memcpy(buf + used, run, (size_t)w + 1);
         used += (size_t)w;
+        i = j + 1;
     }
-    return buf;
+    return used;
 }

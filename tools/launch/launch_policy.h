@@ -88,7 +88,10 @@ int64_t tt_launch_backoff_died(tt_launch_backoff_t *b, int64_t now_ms);
  * nallowed) and returns how many (>= 1), or 0 when nothing is allowed. */
 int tt_launch_cpu_share(const int *allowed, int nallowed, int index, int workers, int *out);
 
-/* "0,1,5" into buf; returns buf ("" for n == 0, truncated at n bytes). */
-char *tt_launch_cpus_format(char *buf, size_t n, const int *cpus, int ncpus);
+/* The CPU list in the kernel's notation ("0-3,8,10-11": ascending runs
+ * become ranges) into buf. Returns the length it needs (snprintf-like):
+ * >= n means it did not fit and buf holds a cut list that must not be
+ * used. */
+size_t tt_launch_cpus_format(char *buf, size_t n, const int *cpus, int ncpus);
 
 #endif

@@ -222,16 +222,25 @@ void tt_launch_proc_close(tt_launch_proc_t **pp) {
     close_handles(p);
 }
 
-/* "0,1,5" into a CPU set; 0 when the list is malformed. */
+/* One CPU number at s; -1 when there is none or it is out of range. */
+static long cpu_at(const char *s, char **end) {
+    errno = 0;
+    long c = strtol(s, end, 10);
+    return *end == s || errno != 0 || c < 0 || c >= CPU_SETSIZE ? -1 : c;
+}
+
+/* "0-3,8" into a CPU set; 0 when the list is malformed. */
 static int parse_cpus(const char *s, cpu_set_t *set) {
     CPU_ZERO(set);
     while (*s != '\0') {
         char *end;
-        errno = 0;
-        long c = strtol(s, &end, 10);
-        if (end == s || errno != 0 || c < 0 || c >= CPU_SETSIZE || (*end != ',' && *end != '\0'))
+        long lo = cpu_at(s, &end), hi = lo;
+        if (lo >= 0 && *end == '-')
+            hi = cpu_at(end + 1, &end);
+        if (lo < 0 || hi < lo || (*end != ',' && *end != '\0'))
             return 0;
-        CPU_SET((int)c, set);
+        for (long c = lo; c <= hi; c++)
+            CPU_SET((int)c, set);
         s = *end == ',' ? end + 1 : end;
     }
     return CPU_COUNT(set) > 0;

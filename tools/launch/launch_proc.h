@@ -38,7 +38,7 @@ typedef struct tt_launch_proc_opts {
     const char *prefix;    /* "[worker 2] " */
     char *const *argv;     /* program and arguments; copied by the exec */
     char *const *env;      /* NULL-terminated environment */
-    const char *cpus;      /* "0,1": bind the child to these CPUs; NULL: don't */
+    const char *cpus;      /* "0-3,8": bind the child to these CPUs; NULL: don't */
     int tty;               /* launch_lines tty mode */
     tt_launch_emit_fn out; /* where stdout lines go */
     tt_launch_emit_fn err; /* where stderr lines go */
@@ -69,7 +69,7 @@ int tt_launch_proc_kill(tt_launch_proc_t *p, int signum);
 void tt_launch_proc_close(tt_launch_proc_t **p);
 
 /* The trampoline mode: argv = {self, TT_LAUNCH_TRAMPOLINE_ARG, PARENT_PID,
- * CPUS, PROGRAM, ARGS...}, CPUS a list like "0,1" or "-" for no binding.
+ * CPUS, PROGRAM, ARGS...}, CPUS a list like "0-3,8" or "-" for no binding.
  * Never returns on success (exec); returns 127 when the launcher is
  * already gone, CPUS is malformed or the program cannot be executed (after
  * printing why on stderr). A binding the kernel refuses (a CPU taken away
