@@ -68,6 +68,7 @@ struct app {
     int daemon_restarts;
     char fatal[512];
     char coord_endpoint[64];
+    int *cpus, ncpus; /* the CPUs workers are bound within (--bind cores) */
 };
 
 /* ---- output ---- */
@@ -437,37 +438,37 @@ static void on_signal(uv_signal_t *s, int signum) {
 
 /* ---- setup and teardown ---- */
 
-/* The CPUs this launcher may use, in order; 0 when unknown. */
-static int allowed_cpus(int *out, int max) {
+/* The CPUs this launcher may use, in order, read once (--bind cores);
+ * a->ncpus stays 0 when unknown. */
+static int load_allowed_cpus(app_t *a) {
     cpu_set_t set;
-    if (sched_getaffinity(0, sizeof(set), &set) != 0)
-        return 0;
-    int n = 0;
-    for (int c = 0; c < CPU_SETSIZE && n < max; c++)
+    if (strcmp(a->cfg->bind, "none") == 0 || sched_getaffinity(0, sizeof(set), &set) != 0)
+        return TT_OK;
+    a->cpus = calloc((size_t)CPU_COUNT(&set) + 1, sizeof(int));
+    if (a->cpus == NULL)
+        return TT_ENOMEM;
+    for (int c = 0; c < CPU_SETSIZE; c++)
         if (CPU_ISSET(c, &set))
-            out[n++] = c;
-    return n;
+            a->cpus[a->ncpus++] = c;
+    return TT_OK;
 }
 
-/* Fills c->cpus from the worker's share ("" when not binding: --bind
+/* Fills c->cpus with the worker's share ("" when not binding: --bind
  * none, or a single CPU, where binding changes nothing). */
 static int bind_worker(app_t *a, child_t *c) {
     c->cpus[0] = '\0';
-    if (strcmp(a->cfg->bind, "none") == 0)
+    if (a->ncpus < 2)
         return TT_OK;
-    int *allowed = calloc(CPU_SETSIZE, sizeof(int)), *mine = calloc(CPU_SETSIZE, sizeof(int));
-    int rc = allowed == NULL || mine == NULL ? TT_ENOMEM : TT_OK;
-    int n = rc == TT_OK ? allowed_cpus(allowed, CPU_SETSIZE) : 0;
-    if (n > 1) {
-        int k = tt_launch_cpu_share(allowed, n, c->index, (int)a->cfg->workers, mine);
-        if (tt_launch_cpus_format(c->cpus, sizeof(c->cpus), mine, k) >= sizeof(c->cpus)) {
-            say("%s: its CPU list is too long to pass on; not binding it", c->label);
-            c->cpus[0] = '\0';
-        }
+    int *mine = calloc((size_t)a->ncpus, sizeof(int));
+    if (mine == NULL)
+        return TT_ENOMEM;
+    int k = tt_launch_cpu_share(a->cpus, a->ncpus, c->index, (int)a->cfg->workers, mine);
+    if (tt_launch_cpus_format(c->cpus, sizeof(c->cpus), mine, k) >= sizeof(c->cpus)) {
+        say("%s: its CPU list is too long to pass on; not binding it", c->label);
+        c->cpus[0] = '\0';
     }
-    free(allowed);
     free(mine);
-    return rc;
+    return TT_OK;
 }
 
 static int init_child(app_t *a, int i) {
@@ -526,7 +527,7 @@ static int app_init(app_t *a, const tt_launch_app_opts_t *o) {
         uv_signal_start(&a->sigs[i], on_signal, nums[i]);
     }
     a->ch = calloc((size_t)a->nch, sizeof(*a->ch));
-    return a->ch == NULL ? TT_ENOMEM : TT_OK;
+    return a->ch == NULL ? TT_ENOMEM : load_allowed_cpus(a);
 }
 
 static void close_walk(uv_handle_t *h, void *arg) {
@@ -547,6 +548,7 @@ static void app_teardown(app_t *a) {
     uv_run(&a->loop, UV_RUN_DEFAULT);
     uv_loop_close(&a->loop);
     free(a->ch);
+    free(a->cpus);
 }
 
 static int exit_status(const app_t *a) {

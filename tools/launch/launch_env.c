@@ -152,8 +152,9 @@ static int claim_port(int port) {
         return -2;
     if (flock(fd, LOCK_EX | LOCK_NB) == 0)
         return fd;
+    int held = errno == EWOULDBLOCK;
     close(fd);
-    return errno == EWOULDBLOCK ? -1 : -2;
+    return held ? -1 : -2;
 }
 
 /* Why below the ephemeral range: a worker binds its ring port again at
