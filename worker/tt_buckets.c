@@ -95,45 +95,37 @@ int tt_buckets_add(tt_buckets_t *b, size_t count, size_t *tensor) {
     return TT_OK;
 }
 
-/* One pass of the layout walk, from the last tensor back to the first.
- * Buckets end at tensor boundaries: a bucket is closed before a tensor that
- * does not fit in what is left of it, because a bucket that ends inside a
- * tensor completes only when that whole tensor is ready, and so would wait
- * as long as the next bucket while making the step pay one more collective.
+/* The layout walk, from the last tensor back to the first. Buckets end at
+ * tensor boundaries: a bucket is closed before a tensor that does not fit
+ * in what is left of it, because a bucket that ends inside a tensor
+ * completes only when that whole tensor is ready, and so would wait as
+ * long as the next bucket while making the step pay one more collective.
  * Only a tensor larger than an empty bucket is cut, into pieces of the
- * bucket size from its end. With bstart == NULL it only counts. */
-static size_t walk(tt_buckets_t *b, size_t *bstart, size_t *bcount) {
+ * bucket size from its end. Returns the number of buckets. */
+static size_t walk(tt_buckets_t *b) {
     size_t nb = 0, cap = b->first_elems, cur = 0, end = b->total;
     for (size_t t = b->ntensors; t-- > 0;) {
         size_t left = b->tcount[t];
-        if (bstart != NULL)
-            b->tlo[t] = nb;
+        b->tlo[t] = nb;
         while (left > 0) {
             size_t take = left <= cap - cur ? left : cur == 0 ? cap : 0;
+            if (take == 0 && b->tlo[t] == nb)
+                b->tlo[t] = nb + 1; /* t starts in the next bucket */
             cur += take;
             left -= take;
             if (left > 0 || cur == cap) { /* close the bucket */
-                if (bstart != NULL) {
-                    bstart[nb] = end - cur;
-                    bcount[nb] = cur;
-                }
-                if (left > 0 && take == 0 && bstart != NULL && b->tlo[t] == nb)
-                    b->tlo[t] = nb + 1; /* nothing of t went into it */
+                b->bstart[nb] = end - cur;
+                b->bcount[nb++] = cur;
                 end -= cur;
-                nb++;
                 cap = b->bucket_elems;
                 cur = 0;
             }
         }
-        if (bstart != NULL)
-            b->thi[t] = cur > 0 ? nb : nb - 1;
+        b->thi[t] = cur > 0 ? nb : nb - 1;
     }
     if (cur > 0) {
-        if (bstart != NULL) {
-            bstart[nb] = end - cur;
-            bcount[nb] = cur;
-        }
-        nb++;
+        b->bstart[nb] = end - cur;
+        b->bcount[nb++] = cur;
     }
     return nb;
 }
@@ -141,20 +133,19 @@ static size_t walk(tt_buckets_t *b, size_t *bstart, size_t *bcount) {
 int tt_buckets_finalize(tt_buckets_t *b) {
     if (b->finalized)
         return TT_EBUSY;
+    /* At most one bucket closed early per tensor, plus the full ones. */
+    size_t most = b->ntensors + b->total / b->bucket_elems + 2;
     b->tlo = calloc(b->ntensors + 1, sizeof(size_t));
     b->thi = calloc(b->ntensors + 1, sizeof(size_t));
-    if (b->tlo == NULL || b->thi == NULL)
-        return TT_ENOMEM;
-    b->nbuckets = walk(b, NULL, NULL);
-    b->bstart = calloc(b->nbuckets + 1, sizeof(size_t));
-    b->bcount = calloc(b->nbuckets + 1, sizeof(size_t));
-    b->bdeps = calloc(b->nbuckets + 1, sizeof(size_t));
-    b->bpending = calloc(b->nbuckets + 1, sizeof(size_t));
+    b->bstart = calloc(most, sizeof(size_t));
+    b->bcount = calloc(most, sizeof(size_t));
+    b->bdeps = calloc(most, sizeof(size_t));
+    b->bpending = calloc(most, sizeof(size_t));
     b->tready = calloc(b->ntensors + 1, 1);
-    if (b->bstart == NULL || b->bcount == NULL || b->bdeps == NULL || b->bpending == NULL ||
-        b->tready == NULL)
+    if (b->tlo == NULL || b->thi == NULL || b->bstart == NULL || b->bcount == NULL ||
+        b->bdeps == NULL || b->bpending == NULL || b->tready == NULL)
         return TT_ENOMEM;
-    walk(b, b->bstart, b->bcount);
+    b->nbuckets = walk(b);
     for (size_t t = 0; t < b->ntensors; t++)
         for (size_t k = b->tlo[t]; k <= b->thi[t]; k++)
             b->bdeps[k]++;
