@@ -84,6 +84,17 @@ static void to_comm(const tether_coll_opts_t *o, tt_comm_opts_t *c) {
     c->segment_bytes = o->segment_bytes;
     c->audit_every = o->audit_every;
     c->average = o->average;
+    c->shard_update = o->update == TETHER_UPDATE_SHARDS  ? 1
+                      : o->update == TETHER_UPDATE_LOCAL ? 0
+                                                         : -1;
+    c->optim = o->optimizer.kind;
+    c->sgd = (tt_optim_sgd_hp_t){.momentum = o->optimizer.momentum,
+                                 .weight_decay = o->optimizer.weight_decay,
+                                 .nesterov = o->optimizer.nesterov};
+    c->adamw = (tt_optim_adamw_hp_t){.beta1 = o->optimizer.beta1,
+                                     .beta2 = o->optimizer.beta2,
+                                     .eps = o->optimizer.eps,
+                                     .weight_decay = o->optimizer.weight_decay};
     snprintf(c->bind_endpoint, sizeof(c->bind_endpoint), "%s", o->ring_bind);
 }
 
@@ -95,6 +106,15 @@ static void from_comm(const tt_comm_opts_t *c, tether_coll_opts_t *o) {
     o->segment_bytes = c->segment_bytes;
     o->audit_every = c->audit_every;
     o->average = c->average;
+    o->update = c->shard_update ? TETHER_UPDATE_SHARDS : TETHER_UPDATE_LOCAL;
+    o->optimizer = (tether_optimizer_t){.kind = c->optim,
+                                        .momentum = c->sgd.momentum,
+                                        .nesterov = c->sgd.nesterov,
+                                        .weight_decay = c->optim == 1 ? c->adamw.weight_decay
+                                                                      : c->sgd.weight_decay,
+                                        .beta1 = c->adamw.beta1,
+                                        .beta2 = c->adamw.beta2,
+                                        .eps = c->adamw.eps};
     snprintf(o->ring_bind, sizeof(o->ring_bind), "%s", c->bind_endpoint);
 }
 
@@ -252,12 +272,22 @@ TETHER_API int tether_barrier(tether_t *t) {
 }
 
 TETHER_API int tether_state_put(tether_t *t, int part, const float *buf, size_t count) {
+    return tether_state_put_at(t, part, buf, count, 0);
+}
+
+TETHER_API int tether_state_put_at(tether_t *t, int part, const float *buf, size_t count,
+                                   uint64_t steps_done) {
     /* the shards only read it */
-    return t ? noted(t, tt_comm_state_io(t->comm, 1, part, (float *)buf, count)) : TETHER_EINVAL;
+    return t ? noted(t, tt_comm_state_io(t->comm, 1, part, (float *)buf, count, steps_done))
+             : TETHER_EINVAL;
 }
 
 TETHER_API int tether_state_get(tether_t *t, int part, float *buf, size_t count) {
-    return t ? noted(t, tt_comm_state_io(t->comm, 0, part, buf, count)) : TETHER_EINVAL;
+    return t ? noted(t, tt_comm_state_io(t->comm, 0, part, buf, count, 0)) : TETHER_EINVAL;
+}
+
+TETHER_API int tether_set_lr(tether_t *t, float lr) {
+    return t ? noted(t, tt_comm_set_lr(t->comm, lr)) : TETHER_EINVAL;
 }
 
 TETHER_API long tether_flight_dump(tether_t *t, char *buf, size_t len) {

@@ -213,7 +213,10 @@ static int ps_open_shards(ps_inst_t *pi, const tt_coll_cfg_t *cfg, char *err, si
                       .sender_id = cfg->worker_id,
                       .layout = &lay,
                       .deadline_ms = cfg->deadline_ms,
-                      .mode = TT_PS_AGGREGATE,
+                      .mode = cfg->shard_update ? TT_PS_OPTIMIZER : TT_PS_AGGREGATE,
+                      .optim = cfg->optim == 1 ? TT_PS_ADAMW : TT_PS_SGD,
+                      .sgd = cfg->sgd,
+                      .adamw = cfg->adamw,
                       /* Rank-order sums: a shard restarted mid-step can then be
                        * refilled by the ranks ahead with the very bits they
                        * applied (tt_ps_recover.c), and replicas stay identical. */
@@ -339,12 +342,19 @@ static int ps_reduce_step(void *inst, float *buf, size_t count, int64_t local_co
     return rc;
 }
 
-static int ps_state_io(void *inst, int put, int part, float *buf, size_t count) {
+static int ps_state_io(void *inst, int put, int part, float *buf, size_t count,
+                       uint64_t optim_step) {
     ps_inst_t *pi = inst;
     if (pi->ps == NULL)
         return TT_ENODEV;
-    return put ? tt_ps_set_params(pi->ps, (tt_ps_part_t)part, buf, 0, count, 0)
+    return put ? tt_ps_set_params(pi->ps, (tt_ps_part_t)part, buf, 0, count, optim_step)
                : tt_ps_get_params(pi->ps, (tt_ps_part_t)part, buf, 0, count, NULL);
+}
+
+static void ps_set_lr(void *inst, float lr) {
+    ps_inst_t *pi = inst;
+    if (pi->ps != NULL)
+        tt_ps_set_lr(pi->ps, lr);
 }
 
 /* The rows ps and ring+ps share everything but the name, create and
@@ -353,7 +363,7 @@ static int ps_state_io(void *inst, int put, int part, float *buf, size_t count) 
     .allreduce = ps_allreduce, .broadcast = ps_broadcast, .barrier = ps_barrier,                   \
     .abort = ps_abort, .destroy = ps_destroy, .last_error = ps_last_error, .suspect = ps_suspect,  \
     .dump = ps_dump, .set_step = ps_set_step, .reduce_step = ps_reduce_step,                       \
-    .state_io = ps_state_io
+    .state_io = ps_state_io, .set_lr = ps_set_lr
 
 static const tt_coll_ops_t ps_ops = {.name = "ps", .create = ps_create, PS_ROW_SHARED};
 

@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "tt_collseq.h"
+#include "tt_optim.h"
 
 /* Which backend the configuration asks for. */
 typedef enum {
@@ -55,6 +56,12 @@ typedef struct tt_coll_cfg {
     /* Generation.ps_until_step: a ring generation's steps before it reduce
      * their gradients on the shard servers (the "ring+ps" row); 0: none. */
     int64_t ps_until_step;
+    /* The shard servers apply the optimizer (ps backend only): its kind
+     * (0 SGD, 1 AdamW) and hyperparameters; the step's result is then the
+     * new parameters. */
+    int shard_update, optim;
+    tt_optim_sgd_hp_t sgd;
+    tt_optim_adamw_hp_t adamw;
     /* Generation.job_nonce: with job_id, the tag of this job's ring
      * messages (tt_ring_opts_t.job_tag). */
     uint64_t job_nonce;
@@ -93,7 +100,10 @@ typedef struct tt_coll_ops {
      * part (0 parameters, 1-2 optimizer buffers) of the state, laid out
      * like the registered gradients, on the shards of this generation;
      * how a regroup moves the authoritative state. NULL elsewhere. */
-    int (*state_io)(void *inst, int put, int part, float *buf, size_t count);
+    int (*state_io)(void *inst, int put, int part, float *buf, size_t count, uint64_t optim_step);
+    /* With shard_update: the learning rate of the next reduce_step. NULL
+     * elsewhere. */
+    void (*set_lr)(void *inst, float lr);
     /* With reduce_step: whether `step` reduces the whole step (1) or its
      * buckets go through allreduce (0). NULL: always whole. The same on
      * every rank for the same step. */

@@ -153,6 +153,10 @@ static int open_backend(tt_comm_t *c, const tt_comm_view_t *v) {
                          .worker_id = c->opts.worker_id,
                          .tensor_counts = tcounts,
                          .ntensors = ntcounts,
+                         .shard_update = c->opts.shard_update,
+                         .optim = c->opts.optim,
+                         .sgd = c->opts.sgd,
+                         .adamw = c->opts.adamw,
                          .ps_until_step = v->ps_until_step,
                          .job_nonce = v->job_nonce};
     const tt_coll_ops_t *ops = NULL;
@@ -212,6 +216,8 @@ static int run_step_reduce(tt_comm_t *c, tt_comm_job_t *j) {
     if (j->role == TT_COMM_JOB_BUCKET)
         return TT_OK;
     int64_t *count = j->buf, global = 0;
+    if (c->ops->set_lr != NULL)
+        c->ops->set_lr(c->inst, j->lr);
     int rc = c->ops->reduce_step(c->inst, j->flat, j->flat_count, *count, &global, j->step);
     if (rc == TT_OK) {
         *count = global;
@@ -224,7 +230,7 @@ static int run_step_reduce(tt_comm_t *c, tt_comm_job_t *j) {
 static int run_state_io(tt_comm_t *c, tt_comm_job_t *j) {
     if (c->ops->state_io == NULL)
         return TT_ENODEV;
-    return c->ops->state_io(c->inst, j->root, (int)j->op, j->buf, j->count);
+    return c->ops->state_io(c->inst, j->root, (int)j->op, j->buf, j->count, j->optim_step);
 }
 
 static int run_op(tt_comm_t *c, tt_comm_job_t *j) {
@@ -540,14 +546,15 @@ int tt_comm_allreduce(tt_comm_t *c, void *buf, size_t count, tt_dtype_t dt, tt_r
 /* A broadcast-shaped job: a broadcast, or a state transfer (role STATE,
  * `op` the part, `root` 1 for put), which flight records show so. */
 static int run_buffer_job(tt_comm_t *c, int role, void *buf, size_t count, tt_dtype_t dt, int op,
-                          int root) {
+                          int root, uint64_t optim_step) {
     tt_comm_job_t j = {.kind = TT_COLL_BROADCAST,
                        .role = role,
                        .buf = buf,
                        .count = count,
                        .dt = dt,
                        .op = (tt_redop_t)op,
-                       .root = root};
+                       .root = root,
+                       .optim_step = optim_step};
     return tt_comm_run_sync(c, &j);
 }
 
@@ -558,7 +565,7 @@ int tt_comm_broadcast(tt_comm_t *c, void *buf, size_t count, tt_dtype_t dt, int 
         tt_comm_set_error(c, "broadcast root %d is negative", root);
         return TT_EINVAL;
     }
-    return run_buffer_job(c, TT_COMM_JOB_PLAIN, buf, count, dt, TT_RED_NONE, root);
+    return run_buffer_job(c, TT_COMM_JOB_PLAIN, buf, count, dt, TT_RED_NONE, root, 0);
 }
 
 int tt_comm_barrier(tt_comm_t *c) {
@@ -568,14 +575,32 @@ int tt_comm_barrier(tt_comm_t *c) {
     return tt_comm_run_sync(c, &j);
 }
 
-int tt_comm_state_io(tt_comm_t *c, int put, int part, float *buf, size_t count) {
+int tt_comm_state_io(tt_comm_t *c, int put, int part, float *buf, size_t count,
+                     uint64_t optim_step) {
     if (check_buf(c, buf, count, TT_DT_FLOAT32) != TT_OK)
         return TT_EINVAL;
     if (part < 0 || part > 2) {
         tt_comm_set_error(c, "state part %d is not 0 (parameters), 1 or 2 (optimizer)", part);
         return TT_EINVAL;
     }
-    return run_buffer_job(c, TT_COMM_JOB_STATE, buf, count, TT_DT_FLOAT32, part, put ? 1 : 0);
+    return run_buffer_job(c, TT_COMM_JOB_STATE, buf, count, TT_DT_FLOAT32, part, put ? 1 : 0,
+                          optim_step);
+}
+
+int tt_comm_set_lr(tt_comm_t *c, float lr) {
+    if (c == NULL)
+        return TT_EINVAL;
+    if (!c->opts.shard_update) {
+        tt_comm_set_error(c, "the learning rate is the application's: the update is local "
+                             "(it goes to the shards only with the update on the shards)");
+        return TT_EINVAL;
+    }
+    if (!(lr >= 0.0f && lr <= 1e30f)) {
+        tt_comm_set_error(c, "learning rate %g is not a finite value >= 0", (double)lr);
+        return TT_EINVAL;
+    }
+    c->lr = lr;
+    return TT_OK;
 }
 
 /* ---- dump ---- */

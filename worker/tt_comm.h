@@ -32,6 +32,7 @@
 
 #include "tt_coll.h"
 #include "tt_collseq.h"
+#include "tt_optim.h"
 
 /* ---- membership as seen through the hooks ---- */
 
@@ -73,6 +74,10 @@ typedef struct tt_comm_opts {
     size_t flight_capacity;             /* 0: 256 */
     char bind_endpoint[TT_COMM_EP_MAX]; /* "": bind the advertised endpoint */
     char coordinator[TT_COMM_EP_MAX], job_id[128], worker_id[128]; /* for ps */
+    int shard_update; /* the shards apply the optimizer (ps backend only) */
+    int optim;        /* with shard_update: 0 SGD, 1 AdamW */
+    tt_optim_sgd_hp_t sgd;
+    tt_optim_adamw_hp_t adamw;
 } tt_comm_opts_t;
 
 /* Defaults: auto backend, 60 s deadline, 25 MiB / 1 MiB buckets, audit
@@ -188,8 +193,14 @@ int tt_comm_barrier(tt_comm_t *c);
 /* Stores (put) or fetches part `part` (0-2) of the state through the shard
  * servers of the current generation (tt_coll_ops_t.state_io). TT_ENODEV
  * when the backend has none; otherwise as a collective, but involving
- * only this rank and the shards. */
-int tt_comm_state_io(tt_comm_t *c, int put, int part, float *buf, size_t count);
+ * only this rank and the shards. A put with shard_update restores the
+ * shards' AdamW step counter to `optim_step` (part 0). */
+int tt_comm_state_io(tt_comm_t *c, int put, int part, float *buf, size_t count,
+                     uint64_t optim_step);
+
+/* With shard_update: the learning rate of the steps that follow. TT_OK or
+ * TT_EINVAL (not finite, negative, or the update is local). Step thread. */
+int tt_comm_set_lr(tt_comm_t *c, float lr);
 
 /* Step API; see tether_grad_register & co. in tether.h. */
 int tt_comm_grad_register(tt_comm_t *c, float *ptr, size_t count, size_t *id);

@@ -24,11 +24,13 @@ enum {
 /* One queued collective. Owned by whoever waits for it (a stack frame or
  * the step's job array); the thread touches it only until `done`. */
 typedef struct tt_comm_job {
-    int kind;          /* tt_coll_op_t */
-    int role;          /* TT_COMM_JOB_* */
-    float *flat;       /* COUNT: the step's whole gradient buffer */
-    size_t flat_count; /* its elements */
-    int averaged;      /* COUNT: the backend left means, not sums */
+    int kind;            /* tt_coll_op_t */
+    int role;            /* TT_COMM_JOB_* */
+    float *flat;         /* COUNT: the step's whole gradient buffer */
+    size_t flat_count;   /* its elements */
+    int averaged;        /* COUNT: the backend left means, not sums */
+    float lr;            /* COUNT with shard_update: the step's learning rate */
+    uint64_t optim_step; /* STATE put: the state's AdamW step counter */
     void *buf;
     size_t count;
     tt_dtype_t dt;
@@ -84,6 +86,7 @@ struct tt_comm {
     size_t *scratch_done, *scratch_launch;
     tt_comm_job_t count_job;
     int64_t count_val;
+    float lr; /* shard_update: the next steps' learning rate (step thread) */
     uint64_t step_gen;
     int64_t step_index; /* -1 until the first step of a generation */
     const float *audit_params;

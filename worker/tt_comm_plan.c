@@ -26,6 +26,7 @@ void tt_comm_opts_default(tt_comm_opts_t *o) {
     o->deadline_ms = 60000;
     o->audit_every = TT_COMM_AUDIT_DEFAULT;
     o->average = 1;
+    o->adamw = (tt_optim_adamw_hp_t){.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f};
 }
 
 /* Strict unsigned parse: digits only, within [lo, hi]. */
@@ -94,6 +95,43 @@ int tt_comm_opts_from_lookup(tt_comm_opts_t *o, tt_comm_lookup_fn lookup, void *
     return TT_OK;
 }
 
+static int finite_nonneg(float x) {
+    return x >= 0.0f && x <= 1e30f;
+}
+
+/* The update on the shards: only the ps backend has shards that are
+ * always there, and the shards check the rest when the job is set up. */
+static int validate_update(const tt_comm_opts_t *o, char *err, size_t errlen) {
+    if (o->shard_update != 0 && o->shard_update != 1) {
+        SET_ERR(err, errlen, "update %d is not local (0) or on the shards (1)", o->shard_update);
+        return TT_EINVAL;
+    }
+    if (!o->shard_update)
+        return TT_OK;
+    if (o->backend != TT_COLL_PS) {
+        SET_ERR(err, errlen, "the update on the shard servers needs the ps backend (backend %s)",
+                tt_coll_kind_name(o->backend));
+        return TT_EINVAL;
+    }
+    if (o->optim != 0 && o->optim != 1) {
+        SET_ERR(err, errlen, "optimizer %d is not SGD (0) or AdamW (1)", o->optim);
+        return TT_EINVAL;
+    }
+    const tt_optim_sgd_hp_t *s = &o->sgd;
+    const tt_optim_adamw_hp_t *a = &o->adamw;
+    if (!finite_nonneg(s->momentum) || !finite_nonneg(s->weight_decay) ||
+        !finite_nonneg(a->weight_decay) || !(a->beta1 >= 0.0f && a->beta1 < 1.0f) ||
+        !(a->beta2 >= 0.0f && a->beta2 < 1.0f) || !(a->eps > 0.0f && a->eps <= 1e30f)) {
+        SET_ERR(err, errlen,
+                "optimizer settings out of range: momentum %g, weight decay %g/%g, betas "
+                "%g/%g (need [0, 1)), eps %g (need > 0)",
+                (double)s->momentum, (double)s->weight_decay, (double)a->weight_decay,
+                (double)a->beta1, (double)a->beta2, (double)a->eps);
+        return TT_EINVAL;
+    }
+    return TT_OK;
+}
+
 int tt_comm_opts_validate(const tt_comm_opts_t *o, char *err, size_t errlen) {
     size_t bb = o->bucket_bytes ? o->bucket_bytes : ((size_t)25 << 20);
     size_t fb = o->first_bucket_bytes;
@@ -110,7 +148,7 @@ int tt_comm_opts_validate(const tt_comm_opts_t *o, char *err, size_t errlen) {
                 bb, fb);
         return TT_EINVAL;
     }
-    return TT_OK;
+    return validate_update(o, err, errlen);
 }
 
 int tt_comm_gate(const tt_comm_view_t *v, char *err, size_t errlen) {

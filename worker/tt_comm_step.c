@@ -264,12 +264,14 @@ static void reset_step(tt_comm_t *c) {
 }
 
 /* Sum -> mean over the global count (a whole-step backend already left
- * means: undo only when sums were asked for), then back into separate
- * tensors. */
+ * means: undo only when sums were asked for; with the update on the shards
+ * it left parameters), then back into separate tensors. */
 static void average_and_copy_out(tt_comm_t *c, int64_t global, int averaged) {
     size_t total = tt_buckets_total(c->buckets);
     float n = (float)global;
-    if (c->opts.average && global > 0 && !averaged) {
+    if (c->opts.shard_update) {
+        /* parameters: nothing to scale */
+    } else if (c->opts.average && global > 0 && !averaged) {
         for (size_t i = 0; i < total; i++)
             c->flat[i] /= n;
     } else if (!c->opts.average && averaged) {
@@ -320,7 +322,8 @@ static void launch_rest(tt_comm_t *c, int64_t local_count) {
                                    .gen = c->step_gen,
                                    .step = c->step_index,
                                    .flat = c->flat,
-                                   .flat_count = tt_buckets_total(c->buckets)};
+                                   .flat_count = tt_buckets_total(c->buckets),
+                                   .lr = c->lr};
     tt_comm_enqueue(c, &c->count_job);
 }
 

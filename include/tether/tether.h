@@ -338,6 +338,24 @@ enum {
     TETHER_BACKEND_NCCL = 3,
 };
 
+/* Where the optimizer runs. LOCAL: tether_step_finish returns the
+ * averaged (or summed) gradients and every rank applies the update itself.
+ * SHARDS (backend PS only): the shard servers keep the parameters and the
+ * optimizer state and apply the update as they reduce, so
+ * tether_step_finish leaves the NEW PARAMETERS in the registered tensors;
+ * the learning rate of each step is set with tether_set_lr, and the state
+ * is put on the shards once before the first step (tether_state_put_at). */
+enum { TETHER_UPDATE_LOCAL = 0, TETHER_UPDATE_SHARDS = 1 };
+enum { TETHER_OPTIM_SGD = 0, TETHER_OPTIM_ADAMW = 1 };
+
+typedef struct tether_optimizer {
+    int kind;                /* TETHER_OPTIM_*; default SGD */
+    float momentum;          /* SGD; 0: no momentum buffer */
+    int nesterov;            /* SGD */
+    float weight_decay;      /* SGD: L2 added to the gradient; AdamW: decoupled */
+    float beta1, beta2, eps; /* AdamW; default 0.9, 0.999, 1e-8 */
+} tether_optimizer_t;
+
 typedef struct tether_coll_opts {
     int backend;               /* TETHER_BACKEND_*; default AUTO */
     uint32_t deadline_ms;      /* every collective's deadline; default 60000 */
@@ -347,6 +365,8 @@ typedef struct tether_coll_opts {
     uint32_t audit_every;      /* steps between divergence audits; default 100, 0 off */
     int average;               /* step_finish divides by the global count; default 1 */
     char ring_bind[TETHER_ENDPOINT_MAX]; /* what the ring binds; "": the advertised endpoint */
+    int update;                          /* TETHER_UPDATE_*; default LOCAL */
+    tether_optimizer_t optimizer;        /* with TETHER_UPDATE_SHARDS */
 } tether_coll_opts_t;
 
 /* Fills `o` with the defaults above. Any thread. */
@@ -408,6 +428,13 @@ TETHER_API int tether_barrier(tether_t *t);
 TETHER_API int tether_state_put(tether_t *t, int part, const float *buf, size_t count);
 TETHER_API int tether_state_get(tether_t *t, int part, float *buf, size_t count);
 
+/* tether_state_put for a state that has had `steps_done` updates: with
+ * TETHER_UPDATE_SHARDS, putting part 0 also sets the shards' AdamW step
+ * counter to it, and a put makes the shards forget which step they last
+ * applied (the next push of any step is applied to the state put). */
+TETHER_API int tether_state_put_at(tether_t *t, int part, const float *buf, size_t count,
+                                   uint64_t steps_done);
+
 /* Copies this process's flight-recorder text (the last collectives across
  * generations, then the current backend's own records) into buf, NUL
  * terminated and cut to fit; returns the full length (like snprintf), or a
@@ -450,13 +477,19 @@ TETHER_API int tether_grad_ready(tether_t *t, size_t id);
 /* Ends the step: starts the buckets not marked ready, sums the example
  * counts exactly (int64) into *global_count (may be NULL), waits for all
  * buckets, divides the gradients by the global count (unless
- * opts.average is 0) and leaves the result in the registered tensors.
+ * opts.average is 0) and leaves the result in the registered tensors
+ * (with TETHER_UPDATE_SHARDS: the parameters after the shards' update).
  * Every `audit_every` steps, with parameters set by tether_audit_params,
  * it then runs the divergence audit. Returns TETHER_OK, TETHER_EDIVERGED
  * (the gradients are still valid), or a status of the collectives; on an
  * error the step's gradients are unspecified and the step must be redone.
  * Zero the gradients yourself before the next step. */
 TETHER_API int tether_step_finish(tether_t *t, int64_t local_count, int64_t *global_count);
+
+/* TETHER_UPDATE_SHARDS: the learning rate the shards apply in the steps
+ * that follow (every rank sets the same one for the same step). TETHER_OK,
+ * TETHER_EINVAL (not finite or negative, or the update is local). */
+TETHER_API int tether_set_lr(tether_t *t, float lr);
 
 typedef struct tether_step_stats {
     uint64_t steps;          /* tether_step_finish calls that succeeded */

@@ -185,6 +185,14 @@ static int check_push(const tt_accum_t *a, const tt_accum_push_t *p, char *err, 
         ASET_ERR(err, errlen, "rank %u of world %u is not valid", p->rank, p->world);
         return TT_EINVAL;
     }
+    if (a->o.mode == TT_ACCUM_OPTIMIZER && !a->params_set) {
+        /* Zeros would train on silently: refuse, so the job stops. */
+        ASET_ERR(err, errlen,
+                 "this chunk holds no parameters: in optimizer mode the state is put before "
+                 "the first step (a shard server that restarted lost it; resume from a "
+                 "checkpoint)");
+        return TT_ESTALE;
+    }
     if (p->generation < a->gen) {
         ASET_ERR(err, errlen, "generation %llu is stale, the chunk is at generation %llu",
                  (unsigned long long)p->generation, (unsigned long long)a->gen);

@@ -212,7 +212,9 @@ static int run_opt_case(const args_t *a) {
         goto out;
     for (uint64_t i = 0; i < n; i++)
         ref[i] = (float)sin((double)i * 0.001);
-    if (a->rank == 0 && (rc = tt_ps_set_params(ps, TT_PS_PARAMS, ref, 0, n, 0)) != TT_OK) {
+    /* Every rank puts the same state before its first push: a push to a
+     * chunk that holds none is refused, and the ranks share no barrier. */
+    if ((rc = tt_ps_set_params(ps, TT_PS_PARAMS, ref, 0, n, 0)) != TT_OK) {
         fprintf(stderr, "set params: %s\n", tt_ps_last_error(ps));
         goto out;
     }

@@ -134,8 +134,9 @@ static int checkpoint(const args_t *a, tt_ps_t *ps, uint64_t steps) {
     return rc;
 }
 
-/* Rank 0 of a resumed run: both planes of the checkpoint into the shards,
- * the parameters last (their upload also restores the step counter). */
+/* Every rank of a resumed run (the same bits; a push to a chunk that holds
+ * no state is refused, and the ranks share no barrier): both planes of the checkpoint into the
+ * shards, the parameters last (their upload also restores the step counter). */
 static int restore(const args_t *a, tt_ps_t *ps, const tt_manifest_t *m, uint64_t n) {
     float *buf = malloc(n * sizeof(float));
     char err[512] = "";
@@ -153,9 +154,7 @@ static int restore(const args_t *a, tt_ps_t *ps, const tt_manifest_t *m, uint64_
 
 static int start(const args_t *a, tt_ps_t *ps, uint64_t n, uint64_t *first) {
     *first = 0;
-    if (a->resume == NULL) {
-        if (a->rank != 0)
-            return TT_OK;
+    if (a->resume == NULL) { /* every rank puts it, see restore() */
         float *p = malloc(n * sizeof(float));
         for (uint64_t i = 0; p != NULL && i < n; i++)
             p[i] = (float)((double)(i % 1000) * 0.001 - 0.5);
@@ -172,7 +171,7 @@ static int start(const args_t *a, tt_ps_t *ps, uint64_t n, uint64_t *first) {
     tt_ckpt_report_free(&rep);
     if (rc == TT_OK && (rc = tt_manifest_load(a->resume, &m, err, sizeof(err))) != TT_OK)
         fail("manifest", rc, err);
-    if (rc == TT_OK && a->rank == 0)
+    if (rc == TT_OK)
         rc = restore(a, ps, &m, n);
     *first = m.step;
     tt_manifest_free(&m);

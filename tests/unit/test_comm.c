@@ -47,6 +47,30 @@ static void comm_opts_from_env(void) {
     CU_ASSERT_EQUAL(tt_comm_opts_validate(&o, err, sizeof(err)), TT_EINVAL);
 }
 
+/* The update on the shards needs shards that are always there (the ps
+ * backend) and an optimizer the shards can run. */
+static void comm_opts_shard_update(void) {
+    tt_comm_opts_t o;
+    char err[256] = "";
+    tt_comm_opts_default(&o);
+    o.shard_update = 1;
+    CU_ASSERT_EQUAL(tt_comm_opts_validate(&o, err, sizeof(err)), TT_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "needs the ps backend"));
+    o.backend = TT_COLL_PS;
+    o.sgd.momentum = 0.9f;
+    CU_ASSERT_EQUAL(tt_comm_opts_validate(&o, err, sizeof(err)), TT_OK);
+    o.optim = 1;
+    o.adamw.beta2 = 1.0f;
+    CU_ASSERT_EQUAL(tt_comm_opts_validate(&o, err, sizeof(err)), TT_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "betas"));
+    o.adamw.beta2 = 0.999f;
+    o.optim = 2;
+    CU_ASSERT_EQUAL(tt_comm_opts_validate(&o, err, sizeof(err)), TT_EINVAL);
+    o.optim = 1;
+    o.shard_update = -1; /* tether_coll_opts_t.update out of range */
+    CU_ASSERT_EQUAL(tt_comm_opts_validate(&o, err, sizeof(err)), TT_EINVAL);
+}
+
 static void comm_gate_membership(void) {
     char err[512];
     tt_comm_view_t v = {
@@ -265,6 +289,7 @@ static void comm_bad_arguments_are_refused(void) {
 
 static const tt_cunit_test_t tests[] = {
     {"comm_opts_from_env", comm_opts_from_env},
+    {"comm_opts_shard_update", comm_opts_shard_update},
     {"comm_gate_membership", comm_gate_membership},
     {"comm_plan_launches_in_order", comm_plan_launches_in_order},
     {"comm_audit_verdict", comm_audit_verdict},

@@ -174,6 +174,9 @@ static void adamw_pair(tt_accum_t **a, tt_accum_t **b) {
     o.deterministic = 1;
     CU_ASSERT_EQUAL_FATAL(tt_accum_create(a, &o), TT_OK);
     CU_ASSERT_EQUAL_FATAL(tt_accum_create(b, &o), TT_OK);
+    float zero[N] = {0};
+    CU_ASSERT_EQUAL(tt_accum_set(*a, TT_ACCUM_PARAMS, 0, zero, N, 0), TT_OK);
+    CU_ASSERT_EQUAL(tt_accum_set(*b, TT_ACCUM_PARAMS, 0, zero, N, 0), TT_OK);
 }
 
 static void shard_optim_state_moves_with_set_get(void) {
@@ -251,6 +254,23 @@ static void shard_optim_redone_step_replays_not_reapplies(void) {
     tt_accum_destroy(&b);
 }
 
+/* A chunk whose state was never put (a fresh job, or a shard server that
+ * restarted and lost it) would train zeros: its pushes are refused until
+ * the parameters are set. */
+static void shard_optim_push_before_state_is_refused(void) {
+    tt_accum_opts_t o = {.elems = N, .mode = TT_ACCUM_OPTIMIZER, .optim = TT_ACCUM_SGD};
+    tt_accum_t *a = NULL;
+    CU_ASSERT_EQUAL_FATAL(tt_accum_create(&a, &o), TT_OK);
+    tt_accum_ticket_t t;
+    CU_ASSERT_EQUAL(push_one(a, 1, 0, 0, 1, &t), TT_ESTALE);
+    CU_ASSERT(!tt_accum_active(a));
+    float zero[N] = {0};
+    CU_ASSERT_EQUAL(tt_accum_set(a, TT_ACCUM_PARAMS, 0, zero, N, 0), TT_OK);
+    CU_ASSERT_EQUAL(push_one(a, 1, 0, 0, 1, &t), TT_OK);
+    CU_ASSERT(t.complete);
+    tt_accum_destroy(&a);
+}
+
 static const tt_cunit_test_t tests[] = {
     {"shard_optim_sgd_nesterov_matches_reference", shard_optim_sgd_nesterov_matches_reference},
     {"shard_optim_sgd_plain_momentum_matches_reference",
@@ -260,6 +280,7 @@ static const tt_cunit_test_t tests[] = {
     {"shard_optim_planes_follow_the_optimizer", shard_optim_planes_follow_the_optimizer},
     {"shard_optim_redone_step_replays_not_reapplies",
      shard_optim_redone_step_replays_not_reapplies},
+    {"shard_optim_push_before_state_is_refused", shard_optim_push_before_state_is_refused},
     {NULL, NULL},
 };
 

@@ -71,7 +71,11 @@ static void trainer_uneven_slices_sum_to_one_rank(void) {
     for (int r = -1; r < 3; r++) {
         fake_t *f = r < 0 ? one : three;
         f->rank = r < 0 ? 0 : r;
-        tt_train_coll_t c = {f, "fake", fake_membership, NULL, fake_finish, fake_reduce};
+        tt_train_coll_t c = {.ctx = f,
+                             .name = "fake",
+                             .membership = fake_membership,
+                             .finish = fake_finish,
+                             .reduce_sum = fake_reduce};
         tt_trainer_t *t = NULL;
         CU_ASSERT_FATAL(tt_trainer_create(&t, &o, &set, &set, &c, NULL, 0) == 0);
         double before = f->count;
@@ -114,6 +118,78 @@ static void trainer_micro_batching_keeps_update(void) {
     tt_trainer_destroy(&b);
 }
 
+/* A fake shard server: it keeps the parameters and the momentum and
+ * applies the optimizer to the gradient sums it is handed, as the shards
+ * do with the update on the shards. */
+typedef struct {
+    float p[512], mom[512], lr;
+    int lr_calls;
+    tt_optim_sgd_hp_t hp;
+} fake_shard_t;
+
+static int shard_membership(void *ctx, int *rank, int *world, uint64_t *gen) {
+    (void)ctx;
+    *rank = 0;
+    *world = 1;
+    *gen = 1;
+    return TT_OK;
+}
+
+static int shard_set_lr(void *ctx, float lr) {
+    fake_shard_t *s = ctx;
+    s->lr = lr;
+    s->lr_calls++;
+    return TT_OK;
+}
+
+static int shard_finish(void *ctx, float *g, size_t n, double local, double *global) {
+    fake_shard_t *s = ctx;
+    tt_optim_sgd_step(s->p, g, s->mom, n, s->lr, (float)(1.0 / local), &s->hp);
+    memcpy(g, s->p, n * sizeof(float));
+    *global = local;
+    return TT_OK;
+}
+
+/* The update on the shards: the trainer sends each step's learning rate
+ * (the schedule's), applies nothing itself and takes the parameters the
+ * shards computed: bitwise the parameters of a local update. */
+static void trainer_update_on_shards_matches_local(void) {
+    tt_idx_set_t set = make_set();
+    tt_train_coll_t lc;
+    tt_train_coll_local(&lc);
+    tt_trainer_opts_t o = base_opts(40, 0);
+    o.sched = (tt_lr_sched_t){TT_LR_COSINE, 0.1, 0.01, 2, 0};
+    fake_shard_t *s = calloc(1, sizeof(*s));
+    s->hp = o.sgd;
+    tt_train_coll_t sc = {.ctx = s,
+                          .name = "shards",
+                          .membership = shard_membership,
+                          .finish = shard_finish,
+                          .reduce_sum = fake_reduce,
+                          .updates_params = 1,
+                          .set_lr = shard_set_lr};
+    tt_trainer_t *a = NULL, *b = NULL;
+    CU_ASSERT_FATAL(tt_trainer_create(&a, &o, &set, &set, &lc, NULL, 0) == 0);
+    CU_ASSERT_FATAL(tt_trainer_create(&b, &o, &set, &set, &sc, NULL, 0) == 0);
+    tt_mlp_t *ma = tt_trainer_model(a), *mb = tt_trainer_model(b);
+    size_t n = tt_mlp_param_count(mb);
+    CU_ASSERT_FATAL(n <= 512);
+    memcpy(s->p, tt_mlp_params(mb), n * sizeof(float)); /* the state put before step 0 */
+    tt_lr_sched_t ref = o.sched;
+    ref.total_steps = o.epochs * 5; /* 200 examples, batch 40 */
+    for (int k = 0; k < 5; k++) {
+        CU_ASSERT(tt_trainer_step(a, NULL) == 0);
+        CU_ASSERT(tt_trainer_step(b, NULL) == 0);
+        CU_ASSERT_EQUAL(s->lr, (float)tt_lr_at(&ref, (uint64_t)k));
+    }
+    CU_ASSERT_EQUAL(s->lr_calls, 5);
+    CU_ASSERT(s->lr > 0.0f && s->lr < 0.1f); /* past the warmup, on the cosine */
+    CU_ASSERT(memcmp(tt_mlp_params(ma), tt_mlp_params(mb), n * sizeof(float)) == 0);
+    tt_trainer_destroy(&a);
+    tt_trainer_destroy(&b);
+    free(s);
+}
+
 static void trainer_learns_and_closes_epoch(void) {
     tt_idx_set_t set = make_set();
     tt_train_coll_t c;
@@ -152,6 +228,7 @@ static void trainer_rejects_mismatched_layers(void) {
 static const tt_cunit_test_t tests[] = {
     {"trainer_uneven_slices_sum_to_one_rank", trainer_uneven_slices_sum_to_one_rank},
     {"trainer_micro_batching_keeps_update", trainer_micro_batching_keeps_update},
+    {"trainer_update_on_shards_matches_local", trainer_update_on_shards_matches_local},
     {"trainer_learns_and_closes_epoch", trainer_learns_and_closes_epoch},
     {"trainer_rejects_mismatched_layers", trainer_rejects_mismatched_layers},
     {NULL, NULL},
