@@ -106,7 +106,7 @@ def worker_pid(p, index):
 
 
 def run_with_kill(h, name, seed, restarts, shards=2, spe=STEPS_PER_EPOCH, epochs=EPOCHS,
-                  pace_ms=0, backend="ring"):
+                  pace_ms=0, backend="ring", extra=()):
     rng = random.Random(seed)
     victim = rng.randrange(4)
     at = rng.randrange(2, spe * epochs // 5 if restarts else spe * epochs // 2)
@@ -115,7 +115,7 @@ def run_with_kill(h, name, seed, restarts, shards=2, spe=STEPS_PER_EPOCH, epochs
     argv = [binary("tether-launch"), "--workers", "4", "--shards", str(shards),
             "--min-workers", "3", "--max-restarts", str(restarts), "--", "tether-train",
             "--data", DATA, "--backend", backend, *train_args(seed, spe, epochs), "--dump-params", out,
-            "--metrics-json", metrics, "--pace-ms", str(pace_ms)]
+            "--metrics-json", metrics, "--pace-ms", str(pace_ms), *extra]
     p = h.spawn(name, argv, env=FAST)
     p.wait_line(lambda l: global_step(l) >= at, 90, f"step {at}", stream="log")
     pid = worker_pid(p, victim)
@@ -224,6 +224,30 @@ def test_restarted_worker_pulls_state_from_shards(h):
     parameters and momentum, the joiner downloads them), not a broadcast
     (test_kill_and_restart checks that)."""
     test_kill_and_restart(h, backend="ps")
+
+
+def test_update_on_shards_kill_and_restart(h):
+    """The shard servers apply the optimizer (--update shards): a worker
+    killed mid-step may leave some chunks with the step applied and others
+    without; the survivors redo it, the chunks that had applied it replay
+    their result instead of applying it twice, and only the parameters move
+    between ranks (the optimizer state never leaves the shards). Then a
+    restarted worker joins the running job and gets the parameters from a
+    survivor. Both end with the fault-free single-process parameters."""
+    shards = ["--update", "shards"]
+    rows, text = run_with_kill(h, f"shards-kill-{SEEDS[1]}", SEEDS[1], restarts=0, backend="ps",
+                               extra=shards)
+    assert rows[-1]["world_size"] == 3, rows[-1]
+    assert "putting the state" not in text, text[-3000:]
+    seed = SEEDS[0] + 100
+    rows, text = run_with_kill(h, f"shards-restart-{seed}", seed, restarts=1, spe=4, epochs=10,
+                               pace_ms=100, backend="ps", extra=shards)
+    worlds = [r["world_size"] for r in rows]
+    print(f"  world size per epoch: {worlds}")
+    assert "restart 1" in text and worlds[-1] == 4, (worlds, text[-3000:])
+    moved = [l for l in text.splitlines() if "with 4 ranks resumes" in l]
+    print("  " + (moved[-1].split("failover ")[-1] if moved else "no 4-rank resume line"))
+    assert any("state broadcast" in l for l in moved), "\n".join(moved)
 
 
 def test_sigstop_fenced_and_rejoins(h):
@@ -489,6 +513,7 @@ if __name__ == "__main__":
         raise SystemExit(77)
     run_tests([test_kill_random_worker, test_kill_worker_during_ps_steps,
                test_worker_dies_before_first_agreement, test_kill_and_restart,
-               test_restarted_worker_pulls_state_from_shards, test_sigstop_fenced_and_rejoins,
+               test_restarted_worker_pulls_state_from_shards, test_update_on_shards_kill_and_restart,
+               test_sigstop_fenced_and_rejoins,
                test_below_min_workers, test_finished_job_refuses_late_worker,
                test_flapping_worker_guard_rails, test_guard_rails_survive_coordinator_restart])

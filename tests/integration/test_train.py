@@ -34,9 +34,9 @@ def have_data():
     return os.path.exists(os.path.join(DATA, "train-images-idx3-ubyte.gz"))
 
 
-def launch(h, name, workers, train_args, shards=0, env=None, timeout=240):
-    argv = [binary("tether-launch"), "--workers", str(workers), "--shards", str(shards), "--",
-            "tether-train", "--data", DATA, *train_args]
+def launch(h, name, workers, train_args, shards=0, env=None, timeout=240, launch_args=()):
+    argv = [binary("tether-launch"), "--workers", str(workers), "--shards", str(shards),
+            *launch_args, "--", "tether-train", "--data", DATA, *train_args]
     p = h.spawn(name, argv, env=env)
     rc = p.wait(timeout)
     assert rc == 0, f"{name}: tether-launch exited {rc}"
@@ -49,18 +49,29 @@ def single(h, name, train_args):
     assert p.wait(240) == 0, f"{name} failed"
 
 
-def check_equivalence(h, backend, shards):
-    ref = os.path.join(h.dir, "w1.bin")
-    single(h, "w1", [*EQ_ARGS, "--dump-params", ref])
+EQ_CASES = [("w2", 2, []), ("w3", 3, []), ("w2m32", 2, ["--micro-batch", "32"])]
+
+
+def check_equivalence(h, backend, shards, common=(), label=None, cases=EQ_CASES):
+    """W=1 in one process (the update local) against the cases on `backend`,
+    every run with the extra arguments `common`."""
+    label = label or backend
+    ref = os.path.join(h.dir, f"{label}-w1.bin")
+    local = [a for a in common if a not in ("--update", "shards")]
+    single(h, f"{label}-w1", [*EQ_ARGS, *local, "--dump-params", ref])
     base = read_params(ref)
-    cases = [("w2", 2, []), ("w3", 3, []), ("w2m32", 2, ["--micro-batch", "32"])]
     for name, w, extra in cases:
-        out = os.path.join(h.dir, f"{backend}-{name}.bin")
-        launch(h, f"{backend}-{name}", w,
-               [*EQ_ARGS, "--backend", backend, "--dump-params", out, *extra], shards=shards)
+        out = os.path.join(h.dir, f"{label}-{name}.bin")
+        on_shards = "shards" in common
+        p = launch(h, f"{label}-{name}", w,
+                   [*EQ_ARGS, *common, "--backend", backend, "--dump-params", out, *extra],
+                   shards=shards, launch_args=["--daemon-log-level", "info"] if on_shards else [])
+        if on_shards:  # the shards were set up to run the optimizer, not just to sum
+            assert any("optimizer mode" in ln for ln in p.lines("out") + p.lines("log")), \
+                f"{label}-{name}: no shard server reports optimizer mode"
         d = rel_diff(read_params(out), base)
-        print(f"  {backend} {name}: relative difference to W=1 after 50 steps: {d:.2e}")
-        assert d < 1e-5, f"{backend} {name}: parameters differ by {d:.2e} (limit 1e-5)"
+        print(f"  {label} {name}: relative difference to W=1 after 50 steps: {d:.2e}")
+        assert d < 1e-5, f"{label} {name}: parameters differ by {d:.2e} (limit 1e-5)"
 
 
 def test_equivalence_ring(h):
@@ -74,6 +85,20 @@ def test_equivalence_ps(h):
         print("  SKIPPED: this build has no tether-shard")
         return
     check_equivalence(h, "ps", 2)
+
+
+def test_equivalence_update_on_shards(h):
+    """The shard servers apply the optimizer (SGD with Nesterov momentum,
+    then AdamW): the same parameters as one process updating locally."""
+    try:
+        binary("tether-shard")
+    except FileNotFoundError:
+        print("  SKIPPED: this build has no tether-shard")
+        return
+    check_equivalence(h, "ps", 2, ["--update", "shards"], "shards-sgd")
+    check_equivalence(h, "ps", 2,
+                      ["--update", "shards", "--optimizer", "adamw", "--lr", "0.002"],
+                      "shards-adamw", [("w3", 3, [])])
 
 
 def test_end_to_end_launch(h):
@@ -148,5 +173,6 @@ if __name__ == "__main__":
     if not have_data():
         print(f"SKIPPED: no Fashion-MNIST at {DATA} (install dataset-fashion-mnist)")
         raise SystemExit(77)
-    run_tests([test_equivalence_ring, test_equivalence_ps, test_end_to_end_launch,
+    run_tests([test_equivalence_ring, test_equivalence_ps, test_equivalence_update_on_shards,
+               test_end_to_end_launch,
                test_sigterm_leaves_nothing])

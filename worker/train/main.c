@@ -36,7 +36,7 @@ typedef struct {
     uint64_t epochs, batch, micro, warmup, seed, train_limit, max_steps, log_every, threads;
     double lr, min_lr, momentum, weight_decay, beta1, beta2, eps;
     int nesterov, scale_lr, help;
-    char optimizer[16], schedule[16], backend[16], device[16];
+    char optimizer[16], schedule[16], backend[16], device[16], update[16];
     char data[1024], metrics[1024], dump[1024];
     char ckpt_dir[1024], resume[1024]; /* checkpoints: tt_train_ckpt */
     uint64_t ckpt_every, ckpt_keep;
@@ -93,6 +93,8 @@ static const opt_t OPTS[] = {
         "local | ring | ps | nccl | auto (auto: ring, local when TETHER_COORDINATOR is unset)"),
     U64("threads", threads, 1, 256, "BLAS threads (1)"),
     STR("device", device, "cpu | cuda: where forward/backward/update run (cpu)"),
+    STR("update", update,
+        "local | shards: who applies the optimizer; shards needs --backend ps (local)"),
     STR("checkpoint-dir", ckpt_dir, "checkpoint root shared by all ranks (none)"),
     U64("checkpoint-every-steps", ckpt_every, 0, 4294967295.0,
         "checkpoint every N global steps (0)"),
@@ -125,6 +127,7 @@ static void cli_defaults(cli_t *c) {
     snprintf(c->schedule, sizeof(c->schedule), "cosine");
     snprintf(c->backend, sizeof(c->backend), "auto");
     snprintf(c->device, sizeof(c->device), "cpu");
+    snprintf(c->update, sizeof(c->update), "local");
     snprintf(c->data, sizeof(c->data), "/usr/share/datasets/fashion-mnist");
 }
 
@@ -285,6 +288,30 @@ static int check_backend(cli_t *c) {
     return -1;
 }
 
+/* --update shards: the shard servers run the optimizer, so only the ps
+ * backend (whose shards are always there) can carry it. */
+static int check_update(const cli_t *c) {
+    if (strcmp(c->update, "local") == 0)
+        return 0;
+    if (strcmp(c->update, "shards") != 0) {
+        fprintf(stderr, "tether-train: bad --update '%s': local or shards\n", c->update);
+        return -1;
+    }
+    if (strcmp(c->backend, "ps") != 0) {
+        fprintf(stderr,
+                "tether-train: --update shards needs --backend ps (the shard servers "
+                "apply the optimizer), not '%s'\n",
+                c->backend);
+        return -1;
+    }
+    if (c->ckpt_dir[0] != '\0' || strcmp(c->resume, "none") != 0) {
+        fprintf(stderr, "tether-train: checkpoints with --update shards are not supported yet "
+                        "(the optimizer state lives on the shard servers)\n");
+        return -1;
+    }
+    return 0;
+}
+
 static int load_data(const cli_t *c, tt_idx_set_t *train, tt_idx_set_t *test) {
     char err[512];
     if (tt_idx_load(c->data, "train", train, err, sizeof(err)) < 0 ||
@@ -426,7 +453,8 @@ static int setup(cli_t *c, const tt_trainer_opts_t *o, const tt_idx_set_t *train
         tt_train_tether_ckpt_t ck = {on ? (uint32_t)c->ckpt_every : 0,
                                      on ? (uint32_t)(c->ckpt_every_s * 1000.0) : 0,
                                      on ? (uint32_t)c->ckpt_keep : 0};
-        int rc = tt_train_tether_create(tt, c->backend, &ck, err, sizeof(err));
+        tt_train_tether_update_t up = {strcmp(c->update, "shards") == 0, o};
+        int rc = tt_train_tether_create(tt, c->backend, &ck, &up, err, sizeof(err));
         if (rc == TT_EJOBDONE)
             return job_done();
         if (rc < 0) {
@@ -512,7 +540,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     tt_trainer_opts_t o;
-    if (build_opts(&c, &o) < 0 || check_backend(&c) < 0)
+    if (build_opts(&c, &o) < 0 || check_backend(&c) < 0 || check_update(&c) < 0)
         return 2;
     openblas_set_num_threads((int)c.threads);
     tt_idx_set_t train_set = {0}, test_set = {0};

@@ -570,6 +570,11 @@ static int gate_reduce(void *ctx, double *vals, size_t n) {
     return g->inner.reduce_sum(g->inner.ctx, vals, n);
 }
 
+static int gate_set_lr(void *ctx, float lr) {
+    tt_train_ckpt_gate_t *g = ctx;
+    return g->inner.set_lr(g->inner.ctx, lr);
+}
+
 void tt_train_ckpt_gate_init(tt_train_ckpt_gate_t *g, const tt_train_coll_t *inner) {
     g->inner = *inner;
     g->ck = NULL;
@@ -578,7 +583,9 @@ void tt_train_ckpt_gate_init(tt_train_ckpt_gate_t *g, const tt_train_coll_t *inn
                                 gate_membership,
                                 inner->grad_ready != NULL ? gate_grad_ready : NULL,
                                 gate_finish,
-                                gate_reduce};
+                                gate_reduce,
+                                inner->updates_params,
+                                inner->set_lr != NULL ? gate_set_lr : NULL};
 }
 
 void tt_train_ckpt_gate_attach(tt_train_ckpt_gate_t *g, tt_train_ckpt_t *ck) {

@@ -11,6 +11,14 @@
  *   it; any failure on the way falls back to the broadcast, which every
  *   other backend uses (jobs without shards, and the ring is built by the
  *   very first collective of the agreement anyway).
+ * - With the update on the shards the shards hold the optimizer state and
+ *   the parameters of the last step every chunk applied; a survivor holds
+ *   only the parameters it was answered, and a chunk ahead of it replays
+ *   the redone step (tt_accum) rather than applying it twice. So only the
+ *   parameters move between ranks, nothing is uploaded at a regroup (that
+ *   would roll chunks back), and the state is put on the shards once: when
+ *   no member has completed a step in its process yet (the job's start or
+ *   a resume from a checkpoint), by the rank the state is agreed from.
  * - Per-rank loss accumulators are not part of the transferred state: they
  *   are this rank's own sums, and copying the root's would count its
  *   examples twice in the epoch's train loss.
@@ -116,11 +124,12 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
     return h;
 }
 
-static int64_t state_checksum(tt_trainer_t *t) {
+static int64_t state_checksum(tt_train_ft_t *ft) {
+    tt_trainer_t *t = ft->t;
     tt_mlp_t *m = tt_trainer_model(t);
     uint64_t h =
         fnv(1469598103934665603ULL, tt_mlp_params(m), tt_mlp_param_count(m) * sizeof(float));
-    for (int w = 0; w < 2; w++) {
+    for (int w = 0; w < 2 && !tt_train_tether_on_shards(ft->tt, NULL); w++) {
         size_t n = 0;
         const float *s = tt_trainer_opt_state(t, w, &n);
         if (s != NULL)
@@ -141,9 +150,10 @@ static int coll(tt_train_ft_t *ft, const char *what, int rc) {
  * epoch counter matters at an epoch's end: ranks at the same step may or
  * may not have closed the epoch, and must not run different collectives. */
 typedef struct {
-    int64_t c, lo; /* highest and lowest global step */
-    int64_t ep;    /* highest epoch counter among ranks at c */
-    int same;      /* every member has the same step, epoch and checksum */
+    int64_t c, lo;   /* highest and lowest global step */
+    int64_t ep;      /* highest epoch counter among ranks at c */
+    int same;        /* every member has the same step, epoch and checksum */
+    int any_stepped; /* a member completed a step since its process started */
 } survey_t;
 
 static int survey(tt_train_ft_t *ft, survey_t *out) {
@@ -151,13 +161,14 @@ static int survey(tt_train_ft_t *ft, survey_t *out) {
     tt_trainer_state_t s;
     tt_trainer_get_state(ft->t, &s);
     int64_t gs = (int64_t)s.global_step, ep = (int64_t)s.epoch * 2 + (s.in_epoch != 0);
-    int64_t ck = state_checksum(ft->t);
-    int64_t v[6] = {gs, -gs, ep, -ep, ck, -ck};
-    int rc = coll(ft, "survey", tether_allreduce(h, v, 6, TETHER_INT64, TETHER_MAX));
+    int64_t ck = state_checksum(ft);
+    int64_t v[7] = {gs, -gs, ep, -ep, ck, -ck, tt_train_tether_stepped(ft->tt)};
+    int rc = coll(ft, "survey", tether_allreduce(h, v, 7, TETHER_INT64, TETHER_MAX));
     out->c = v[0];
     out->lo = -v[1];
     out->ep = v[2];
     out->same = v[0] == -v[1] && v[2] == -v[3] && v[4] == -v[5];
+    out->any_stepped = v[6] != 0;
     return rc;
 }
 
@@ -201,7 +212,7 @@ static void state_parts(tt_train_ft_t *ft, float *buf[3], size_t n[3]) {
     for (int w = 0; w < 2; w++)
         buf[w + 1] = tt_trainer_opt_state(ft->t, w, &n[w + 1]);
     for (int k = 1; k < 3; k++)
-        n[k] = buf[k] != NULL ? n[k] : 0;
+        n[k] = buf[k] != NULL && !tt_train_tether_on_shards(ft->tt, NULL) ? n[k] : 0;
 }
 
 /* Root: 1 when every part reached the shards, 0 to fall back (no shards
@@ -258,8 +269,8 @@ static int transfer(tt_train_ft_t *ft, int root) {
     size_t n[3];
     state_parts(ft, buf, n);
     pack_header(ft->t, hdr);
-    int64_t mine_step = hdr[2], mine_ck = state_checksum(ft->t);
-    hdr[HDR_VIA] = me == root ? upload(ft, buf, n) : 0;
+    int64_t mine_step = hdr[2], mine_ck = state_checksum(ft);
+    hdr[HDR_VIA] = me == root && !tt_train_tether_on_shards(ft->tt, NULL) ? upload(ft, buf, n) : 0;
     hdr[HDR_CK] = mine_ck;
     ft->st.bytes = sizeof(hdr);
     int rc = coll(ft, "header", tether_broadcast(h, hdr, HDR_N, TETHER_INT64, root));
@@ -298,6 +309,35 @@ static int pick_root(tt_train_ft_t *ft, const survey_t *sv, int *root) {
     return rc;
 }
 
+/* With the update on the shards, before any member's first step: `root`
+ * puts the agreed state there (optimizer buffers, then the parameters with
+ * the step counter), and every member waits for it, because a push to a
+ * chunk that holds no state is refused. */
+static int put_on_shards(tt_train_ft_t *ft, int root) {
+    tether_t *h = tt_train_tether_handle(ft->tt);
+    int parts = 0, rc = TETHER_OK;
+    tt_train_tether_on_shards(ft->tt, &parts);
+    int64_t ok = 1;
+    if (tether_rank(h) == root) {
+        uint64_t steps = tt_trainer_global_step(ft->t);
+        for (int k = parts - 1; k >= 0 && rc == TETHER_OK; k--) {
+            size_t n = tt_mlp_param_count(tt_trainer_model(ft->t));
+            float *buf = k == 0 ? tt_mlp_params(tt_trainer_model(ft->t))
+                                : tt_trainer_opt_state(ft->t, k - 1, &n);
+            rc = tether_state_put_at(h, k, buf, n, steps);
+        }
+        if (rc != TETHER_OK)
+            TT_ERROR(SUBSYS, "putting the state of step %" PRIu64 " on the shard servers: %s (%s)",
+                     steps, tether_last_error(h), tether_status_name(rc));
+        ok = rc == TETHER_OK;
+        ft->st.bytes += (size_t)parts * tt_mlp_param_count(tt_trainer_model(ft->t)) * sizeof(float);
+    }
+    int arc = coll(ft, "state put", tether_allreduce(h, &ok, 1, TETHER_INT64, TETHER_MIN));
+    if (rc == TETHER_OK && arc == TETHER_OK && !ok)
+        TT_ERROR(SUBSYS, "rank %d could not put the state on the shard servers", root);
+    return rc != TETHER_OK ? rc : arc != TETHER_OK ? arc : ok ? TT_OK : TT_EREMOTE;
+}
+
 int tt_train_ft_agree(tt_train_ft_t *ft) {
     tether_t *h = tt_train_tether_handle(ft->tt);
     survey_t sv = {0};
@@ -321,6 +361,8 @@ int tt_train_ft_agree(tt_train_ft_t *ft) {
             rc = TT_EDIVERGED;
         }
     }
+    if (rc == TETHER_OK && tt_train_tether_on_shards(ft->tt, NULL) && !sv.any_stepped)
+        rc = put_on_shards(ft, root >= 0 ? root : 0);
 out:
     if (rc == TETHER_OK) {
         tt_train_tether_resync(ft->tt, sv.c);

@@ -24,6 +24,8 @@ struct tt_train_tether {
     int64_t steps_reported; /* steps told to the coordinator */
     int64_t first_step;     /* resume step of the generation we joined */
     int regrouped;          /* step_done returned REGROUPED, not yet taken */
+    int on_shards, parts;   /* the update runs on the shards; state parts there */
+    int stepped;            /* a step completed in this process */
 };
 
 static int backend_of(const char *name, int *out) {
@@ -43,7 +45,25 @@ static int backend_of(const char *name, int *out) {
     return TT_EINVAL;
 }
 
-static int configure(tt_train_tether_t *tt, const char *backend, char *err, size_t errlen) {
+/* The trainer's optimizer, run by the shards. */
+static void shard_update(tt_train_tether_t *tt, const tt_trainer_opts_t *o,
+                         tether_coll_opts_t *co) {
+    int adam = o->opt == TT_OPT_ADAMW;
+    co->update = TETHER_UPDATE_SHARDS;
+    co->optimizer =
+        (tether_optimizer_t){.kind = adam ? TETHER_OPTIM_ADAMW : TETHER_OPTIM_SGD,
+                             .momentum = o->sgd.momentum,
+                             .nesterov = o->sgd.nesterov,
+                             .weight_decay = adam ? o->adamw.weight_decay : o->sgd.weight_decay,
+                             .beta1 = o->adamw.beta1,
+                             .beta2 = o->adamw.beta2,
+                             .eps = o->adamw.eps};
+    tt->on_shards = 1;
+    tt->parts = adam ? 3 : o->sgd.momentum > 0.0f ? 2 : 1;
+}
+
+static int configure(tt_train_tether_t *tt, const char *backend, const tt_train_tether_update_t *up,
+                     char *err, size_t errlen) {
     tether_coll_opts_t co;
     tether_coll_opts_default(&co);
     int rc = tether_coll_opts_from_env(&co, err, errlen);
@@ -54,11 +74,14 @@ static int configure(tt_train_tether_t *tt, const char *backend, char *err, size
         return TT_EINVAL;
     }
     co.average = 0; /* the optimizer divides by the global count itself */
+    if (up != NULL && up->on_shards)
+        shard_update(tt, up->topts, &co);
     return tether_coll_configure(tt->t, &co, err, errlen);
 }
 
 int tt_train_tether_create(tt_train_tether_t **out, const char *backend,
-                           const tt_train_tether_ckpt_t *ck, char *err, size_t errlen) {
+                           const tt_train_tether_ckpt_t *ck, const tt_train_tether_update_t *up,
+                           char *err, size_t errlen) {
     *out = NULL;
     tt_train_tether_t *tt = calloc(1, sizeof(*tt));
     if (tt == NULL)
@@ -72,7 +95,7 @@ int tt_train_tether_create(tt_train_tether_t **out, const char *backend,
     if (rc == TETHER_OK)
         rc = tether_create(&tt->t, &o, err, errlen);
     if (rc == TETHER_OK)
-        rc = configure(tt, backend, err, errlen);
+        rc = configure(tt, backend, up, err, errlen);
     if (rc == TETHER_OK && (rc = tether_join(tt->t, 0)) != TETHER_OK)
         snprintf(err, errlen, "cannot join job '%s' at %s: %s", o.job_id, o.coordinator,
                  tether_last_error(tt->t)[0] ? tether_last_error(tt->t) : tether_strerror(rc));
@@ -140,7 +163,14 @@ static int coll_finish(void *ctx, float *grads, size_t n, double local_count,
         return failed(tt, "divergence audit", rc);
     *global_count = (double)total;
     tt->steps_done++;
+    tt->stepped = 1;
     return TT_OK;
+}
+
+static int coll_set_lr(void *ctx, float lr) {
+    tt_train_tether_t *tt = ctx;
+    int rc = tether_set_lr(tt->t, lr);
+    return rc == TETHER_OK ? TT_OK : failed(tt, "setting the learning rate", rc);
 }
 
 static int coll_reduce_sum(void *ctx, double *vals, size_t n) {
@@ -157,6 +187,18 @@ void tt_train_tether_coll(tt_train_tether_t *tt, tt_train_coll_t *coll) {
     coll->grad_ready = coll_grad_ready;
     coll->finish = coll_finish;
     coll->reduce_sum = coll_reduce_sum;
+    coll->updates_params = tt->on_shards;
+    coll->set_lr = tt->on_shards ? coll_set_lr : NULL;
+}
+
+int tt_train_tether_on_shards(const tt_train_tether_t *tt, int *parts) {
+    if (parts != NULL)
+        *parts = tt->on_shards ? tt->parts : 0;
+    return tt->on_shards;
+}
+
+int tt_train_tether_stepped(const tt_train_tether_t *tt) {
+    return tt->stepped;
 }
 
 int tt_train_tether_register(tt_train_tether_t *tt, tt_mlp_t *mlp, char *err, size_t errlen) {

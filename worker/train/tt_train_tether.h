@@ -25,12 +25,29 @@ typedef struct {
     uint32_t every_steps, every_ms, keep;
 } tt_train_tether_ckpt_t;
 
+/* Where the optimizer runs: on_shards 0, every rank (the trainer); 1, the
+ * shard servers (backend "ps" only), with the trainer's optimizer. */
+typedef struct {
+    int on_shards;
+    const tt_trainer_opts_t *topts; /* borrowed during create */
+} tt_train_tether_update_t;
+
 /* Creates a tether object from the environment, sets the job's checkpoint
- * settings from `ck`, selects `backend` ("ring", "ps" or "auto") and joins
- * the job (blocking). TT_OK, or the library's status with a sentence in
- * `err` (TT_EJOBDONE: the job had finished already; nothing to do). */
+ * settings from `ck`, selects `backend` ("ring", "ps" or "auto") and where
+ * the update runs (`up`), and joins the job (blocking). TT_OK, or the
+ * library's status with a sentence in `err` (TT_EJOBDONE: the job had
+ * finished already; nothing to do). */
 int tt_train_tether_create(tt_train_tether_t **out, const char *backend,
-                           const tt_train_tether_ckpt_t *ck, char *err, size_t errlen);
+                           const tt_train_tether_ckpt_t *ck, const tt_train_tether_update_t *up,
+                           char *err, size_t errlen);
+
+/* With the update on the shards: 1, and the number of state parts the
+ * shards keep (parameters, then the optimizer's buffers) in *parts. */
+int tt_train_tether_on_shards(const tt_train_tether_t *tt, int *parts);
+
+/* Whether this process completed a step since it started (with the update
+ * on the shards, the shards then hold the job's state). */
+int tt_train_tether_stepped(const tt_train_tether_t *tt);
 
 /* Fills *coll with the interface the trainer calls (ctx = tt). */
 void tt_train_tether_coll(tt_train_tether_t *tt, tt_train_coll_t *coll);

@@ -115,6 +115,10 @@ int tt_trainer_create(tt_trainer_t **out, const tt_trainer_opts_t *opts, const t
     int rc = trainer_check(opts, train, test, err, errlen);
     if (rc < 0)
         return rc;
+    if (coll->updates_params && (opts->device || coll->set_lr == NULL)) {
+        snprintf(err, errlen, "the update on the shard servers runs with CPU workers only");
+        return TT_EINVAL;
+    }
     tt_trainer_t *t = calloc(1, sizeof(*t));
     if (t == NULL)
         return TT_ENOMEM;
@@ -231,6 +235,9 @@ int tt_trainer_step(tt_trainer_t *t, double *loss) {
     if (local == 0)
         memset(tt_mlp_grads(t->mlp), 0, tt_mlp_param_count(t->mlp) * sizeof(float));
     uint64_t t1 = tt_clock_mono_ns();
+    if (t->coll.updates_params &&
+        (rc = t->coll.set_lr(t->coll.ctx, (float)tt_lr_at(&t->o.sched, t->global_step))) < 0)
+        return rc;
     rc = t->coll.finish(t->coll.ctx, tt_mlp_grads(t->mlp), tt_mlp_param_count(t->mlp), local,
                         &global);
     uint64_t t2 = tt_clock_mono_ns();
@@ -241,7 +248,10 @@ int tt_trainer_step(tt_trainer_t *t, double *loss) {
                  (unsigned long long)t->global_step, global);
         return TT_EINTERNAL;
     }
-    if ((rc = trainer_update(t, global)) < 0)
+    if (t->coll.updates_params) /* the shards' update came back in the gradient buffer */
+        memcpy(tt_mlp_params(t->mlp), tt_mlp_grads(t->mlp),
+               tt_mlp_param_count(t->mlp) * sizeof(float));
+    else if ((rc = trainer_update(t, global)) < 0)
         return rc;
     t->compute_s += (double)(t1 - t0 + tt_clock_mono_ns() - t2) * 1e-9;
     t->comm_s += (double)(t2 - t1) * 1e-9;

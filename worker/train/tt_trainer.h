@@ -36,6 +36,12 @@ typedef struct {
     int (*finish)(void *ctx, float *grads, size_t n, double local_count, double *global_count);
     /* Sum n doubles over ranks in place (loss sums, correct counts). */
     int (*reduce_sum)(void *ctx, double *vals, size_t n);
+    /* Non-zero: the optimizer runs on the shard servers. finish() then
+     * leaves the parameters after the step's update in grads[0..n), the
+     * trainer applies no update of its own, and set_lr (called before
+     * finish() with the step's learning rate) must be set. */
+    int updates_params;
+    int (*set_lr)(void *ctx, float lr);
 } tt_train_coll_t;
 
 /* Fills *coll with the single-process backend (rank 0 of 1, generation 0,
