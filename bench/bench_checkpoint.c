@@ -148,7 +148,7 @@ static int run(bench_t *b, uint64_t steps, uint64_t every, int gated, result_t *
     tt_train_ckpt_gate_init(&gate, &b->coll);
     int rc = tt_trainer_create(&t, &b->o, &b->set, &test, gated ? &gate.coll : &b->coll, err,
                                sizeof(err));
-    tt_train_ckpt_opts_t co = {b->dir, every, 0.0, 2, "bench", &b->o, NULL};
+    tt_train_ckpt_opts_t co = {b->dir, every, 0.0, 2, "bench", &b->o, NULL, 0};
     if (rc == TT_OK && every > 0)
         rc = tt_train_ckpt_create(&l.ck, &co, t, &b->coll, err, sizeof(err));
     if (rc == TT_OK && gated)

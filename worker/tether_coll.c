@@ -10,6 +10,7 @@
 #include "tether_internal.h"
 
 #include "tt_log.h"
+#include "tt_ps.h"
 #include "tt_status.h"
 
 #include <inttypes.h>
@@ -284,6 +285,53 @@ TETHER_API int tether_state_put_at(tether_t *t, int part, const float *buf, size
 
 TETHER_API int tether_state_get(tether_t *t, int part, float *buf, size_t count) {
     return t ? noted(t, tt_comm_state_io(t->comm, 0, part, buf, count, 0)) : TETHER_EINVAL;
+}
+
+/* tt_ps's description of a part, copied out into the public one. */
+static int copy_parts(const tt_ps_written_t *w, size_t n, tether_shard_part_t **out) {
+    tether_shard_part_t *p = calloc(n ? n : 1, sizeof(*p));
+    if (p == NULL)
+        return TT_ENOMEM;
+    for (size_t k = 0; k < n; k++) {
+        snprintf(p[k].file, sizeof(p[k].file), "%s", w[k].file);
+        p[k].size = w[k].size;
+        p[k].crc32c = w[k].crc32c;
+        p[k].planes = w[k].planes;
+        p[k].nranges = w[k].nranges;
+        p[k].ranges = calloc(2 * (size_t)w[k].nranges + 1, sizeof(uint64_t));
+        if (p[k].ranges == NULL) {
+            tether_shard_parts_free(p, n);
+            return TT_ENOMEM;
+        }
+        for (uint32_t r = 0; r < w[k].nranges; r++) {
+            p[k].ranges[2 * r] = w[k].ranges[r].offset;
+            p[k].ranges[2 * r + 1] = w[k].ranges[r].length;
+        }
+    }
+    *out = p;
+    return TT_OK;
+}
+
+TETHER_API int tether_checkpoint_shards(tether_t *t, const char *dir, tether_shard_part_t **parts,
+                                        size_t *nparts) {
+    if (t == NULL || parts == NULL || nparts == NULL)
+        return TETHER_EINVAL;
+    *parts = NULL;
+    *nparts = 0;
+    tt_ps_written_t *w = NULL;
+    size_t n = 0;
+    int rc = tt_comm_write_ckpt(t->comm, dir, &w, &n);
+    if (rc == TT_OK && (rc = copy_parts(w, n, parts)) == TT_OK)
+        *nparts = n;
+    tt_ps_written_free(w, n);
+    free(w);
+    return noted(t, rc);
+}
+
+TETHER_API void tether_shard_parts_free(tether_shard_part_t *parts, size_t nparts) {
+    for (size_t k = 0; parts != NULL && k < nparts; k++)
+        free(parts[k].ranges);
+    free(parts);
 }
 
 TETHER_API int tether_set_lr(tether_t *t, float lr) {

@@ -351,6 +351,28 @@ static int ps_state_io(void *inst, int put, int part, float *buf, size_t count,
                : tt_ps_get_params(pi->ps, (tt_ps_part_t)part, buf, 0, count, NULL);
 }
 
+static int ps_write_ckpt(void *inst, const char *dir, int64_t after_round,
+                         struct tt_ps_written **out, size_t *n) {
+    ps_inst_t *pi = inst;
+    if (pi->ps == NULL)
+        return TT_ENODEV;
+    size_t ns = tt_ps_nshards(pi->ps);
+    tt_ps_written_t *w = calloc(ns, sizeof(*w));
+    if (w == NULL)
+        return TT_ENOMEM;
+    uint64_t last = after_round >= 0 ? (uint64_t)after_round : 0;
+    int rc = tt_ps_write_checkpoint(pi->ps, dir, after_round >= 0 ? &last : NULL, w);
+    if (rc != TT_OK) { /* not a poisoning failure: keep its sentence here */
+        snprintf(pi->err, sizeof(pi->err), "%s", tt_ps_last_error(pi->ps));
+        tt_ps_written_free(w, ns);
+        free(w);
+        return rc;
+    }
+    *out = w;
+    *n = ns;
+    return TT_OK;
+}
+
 static void ps_set_lr(void *inst, float lr) {
     ps_inst_t *pi = inst;
     if (pi->ps != NULL)
@@ -363,7 +385,7 @@ static void ps_set_lr(void *inst, float lr) {
     .allreduce = ps_allreduce, .broadcast = ps_broadcast, .barrier = ps_barrier,                   \
     .abort = ps_abort, .destroy = ps_destroy, .last_error = ps_last_error, .suspect = ps_suspect,  \
     .dump = ps_dump, .set_step = ps_set_step, .reduce_step = ps_reduce_step,                       \
-    .state_io = ps_state_io, .set_lr = ps_set_lr
+    .state_io = ps_state_io, .set_lr = ps_set_lr, .write_ckpt = ps_write_ckpt
 
 static const tt_coll_ops_t ps_ops = {.name = "ps", .create = ps_create, PS_ROW_SHARED};
 

@@ -27,6 +27,8 @@
 #include "tt_collseq.h"
 #include "tt_optim.h"
 
+struct tt_ps_written; /* tt_ps.h */
+
 /* Which backend the configuration asks for. */
 typedef enum {
     TT_COLL_AUTO = 0, /* ring; PS when the ring is unavailable */
@@ -104,6 +106,12 @@ typedef struct tt_coll_ops {
     /* With shard_update: the learning rate of the next reduce_step. NULL
      * elsewhere. */
     void (*set_lr)(void *inst, float lr);
+    /* With shard_update, between steps: every shard server writes its
+     * chunks' state (following round `after_round` unless it is negative)
+     * as one checkpoint part in `dir`; *out (malloc'd, *n entries, free
+     * with tt_ps_written_free and free) describes them. NULL elsewhere. */
+    int (*write_ckpt)(void *inst, const char *dir, int64_t after_round, struct tt_ps_written **out,
+                      size_t *n);
     /* With reduce_step: whether `step` reduces the whole step (1) or its
      * buckets go through allreduce (0). NULL: always whole. The same on
      * every rank for the same step. */

@@ -237,6 +237,12 @@ static int run_op(tt_comm_t *c, tt_comm_job_t *j) {
     c->ops->set_step(c->inst, j->step);
     if (j->role == TT_COMM_JOB_STATE)
         return run_state_io(c, j);
+    /* j->step is this rank's next step (-1: none yet): the shards' state
+     * must follow the one before, the last step this rank completed. */
+    if (j->role == TT_COMM_JOB_CKPT)
+        return c->ops->write_ckpt != NULL
+                   ? c->ops->write_ckpt(c->inst, j->buf, j->step - 1, j->written, j->nwritten)
+                   : TT_ENODEV;
     if (c->ops->reduce_step != NULL && j->role != TT_COMM_JOB_PLAIN &&
         (c->ops->whole_step == NULL || c->ops->whole_step(c->inst, j->step)))
         return run_step_reduce(c, j);
@@ -254,6 +260,10 @@ static void describe_job(const tt_comm_job_t *j, char *buf, size_t n) {
     if (j->role == TT_COMM_JOB_STATE) {
         snprintf(buf, n, "state %s #%" PRIu64 " (part %d, float32 x %zu, through the shards)",
                  j->root ? "upload" : "download", j->seq, (int)j->op, j->count);
+        return;
+    }
+    if (j->role == TT_COMM_JOB_CKPT) {
+        snprintf(buf, n, "checkpoint #%" PRIu64 " (the shard servers write their parts)", j->seq);
         return;
     }
     tt_coll_fp_t fp = {(uint8_t)j->kind, (uint8_t)(j->kind == TT_COLL_BARRIER ? 0 : j->dt),
@@ -286,7 +296,8 @@ static int explain_failure(tt_comm_t *c, tt_comm_job_t *j, int rc, int *suspect)
         tt_comm_set_error(c, "%s", c->open_err);
         return rc;
     }
-    if (j->role == TT_COMM_JOB_STATE && c->ops->state_io == NULL) {
+    if ((j->role == TT_COMM_JOB_STATE && c->ops->state_io == NULL) ||
+        (j->role == TT_COMM_JOB_CKPT && c->ops->write_ckpt == NULL)) {
         tt_comm_set_error(c, "%s: the %s backend has no shard servers", what, c->ops->name);
         return rc;
     }
@@ -585,6 +596,27 @@ int tt_comm_state_io(tt_comm_t *c, int put, int part, float *buf, size_t count,
     }
     return run_buffer_job(c, TT_COMM_JOB_STATE, buf, count, TT_DT_FLOAT32, part, put ? 1 : 0,
                           optim_step);
+}
+
+int tt_comm_write_ckpt(tt_comm_t *c, const char *dir, struct tt_ps_written **out, size_t *n) {
+    if (c == NULL || dir == NULL || dir[0] != '/' || out == NULL || n == NULL)
+        return TT_EINVAL;
+    if (!c->opts.shard_update) {
+        tt_comm_set_error(c, "the shard servers write checkpoints only with the update on the "
+                             "shards (they hold no state otherwise)");
+        return TT_EINVAL;
+    }
+    *out = NULL;
+    *n = 0;
+    tt_comm_job_t j = {.kind = TT_COLL_BARRIER,
+                       .role = TT_COMM_JOB_CKPT,
+                       .buf = (void *)dir, /* only read */
+                       .dt = TT_DT_FLOAT32,
+                       .op = TT_RED_NONE,
+                       .root = -1,
+                       .written = out,
+                       .nwritten = n};
+    return tt_comm_run_sync(c, &j);
 }
 
 int tt_comm_set_lr(tt_comm_t *c, float lr) {

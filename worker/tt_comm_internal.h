@@ -18,19 +18,22 @@ enum {
     TT_COMM_JOB_PLAIN = 0,
     TT_COMM_JOB_BUCKET = 1,
     TT_COMM_JOB_COUNT = 2,
-    TT_COMM_JOB_STATE = 3
+    TT_COMM_JOB_STATE = 3,
+    TT_COMM_JOB_CKPT = 4 /* the shards write a checkpoint (buf: the directory) */
 };
 
 /* One queued collective. Owned by whoever waits for it (a stack frame or
  * the step's job array); the thread touches it only until `done`. */
 typedef struct tt_comm_job {
-    int kind;            /* tt_coll_op_t */
-    int role;            /* TT_COMM_JOB_* */
-    float *flat;         /* COUNT: the step's whole gradient buffer */
-    size_t flat_count;   /* its elements */
-    int averaged;        /* COUNT: the backend left means, not sums */
-    float lr;            /* COUNT with shard_update: the step's learning rate */
-    uint64_t optim_step; /* STATE put: the state's AdamW step counter */
+    int kind;                       /* tt_coll_op_t */
+    int role;                       /* TT_COMM_JOB_* */
+    float *flat;                    /* COUNT: the step's whole gradient buffer */
+    size_t flat_count;              /* its elements */
+    int averaged;                   /* COUNT: the backend left means, not sums */
+    float lr;                       /* COUNT with shard_update: the step's learning rate */
+    uint64_t optim_step;            /* STATE put: the state's AdamW step counter */
+    struct tt_ps_written **written; /* CKPT: the parts written */
+    size_t *nwritten;
     void *buf;
     size_t count;
     tt_dtype_t dt;

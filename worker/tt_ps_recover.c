@@ -125,6 +125,14 @@ int ps_recover_error(tt_ps_t *p, ps_op_t *op, size_t i, size_t s, const Tether__
             p->link[s].resetup = 1;
             *rc = recovered(p, op, s);
         }
+    } else if (code == TT_ENOTFOUND && op->kind != PS_OP_SETUP) {
+        /* Optimizer mode: the state lived there; say what the operator does. */
+        PS_ERR(p,
+               "shard %s restarted and lost the job's parameters and optimizer state (the "
+               "update runs on the shard servers): resume from the last checkpoint "
+               "(tether-train --resume auto)",
+               p->lay.place.shard_ids[s]);
+        *rc = TT_ESTALE;
     } else if (push && (f & PS_F_REFILL) && (code == TT_EEXIST || code == TT_ESTALE)) {
         refill_done(p, op, i, s);
     } else if (push && (f & PS_F_RESENT) && !(f & PS_F_PULL) &&

@@ -428,6 +428,29 @@ TETHER_API int tether_barrier(tether_t *t);
 TETHER_API int tether_state_put(tether_t *t, int part, const float *buf, size_t count);
 TETHER_API int tether_state_get(tether_t *t, int part, float *buf, size_t count);
 
+/* A checkpoint part one shard server wrote (tether_checkpoint_shards): what
+ * the manifest lists for it. */
+typedef struct tether_shard_part {
+    char file[128]; /* "ps-<k>.bin" in the directory; k: the shard's place */
+    uint64_t size;  /* bytes of the file */
+    uint32_t crc32c, planes;
+    size_t nranges;
+    uint64_t *ranges; /* nranges (offset, length) byte pairs of the flat state */
+} tether_shard_part_t;
+
+/* TETHER_UPDATE_SHARDS, between steps, one rank: every shard server of the
+ * generation writes the state of its chunks (parameters and optimizer
+ * state after the last step this rank completed) into `dir` (absolute) as
+ * one part, fsynced, and this returns when all are durable, with *parts
+ * (one per shard, free with tether_shard_parts_free) and *nparts. The
+ * parts are not a checkpoint until a manifest lists them. TETHER_OK,
+ * TETHER_EINVAL (the update is local, bad arguments), TETHER_ESTALE (a
+ * shard's state does not follow that step: it restarted and lost it), or
+ * a collective's status; a failure leaves the backend usable. */
+TETHER_API int tether_checkpoint_shards(tether_t *t, const char *dir, tether_shard_part_t **parts,
+                                        size_t *nparts);
+TETHER_API void tether_shard_parts_free(tether_shard_part_t *parts, size_t nparts);
+
 /* tether_state_put for a state that has had `steps_done` updates: with
  * TETHER_UPDATE_SHARDS, putting part 0 also sets the shards' AdamW step
  * counter to it, and a put makes the shards forget which step they last

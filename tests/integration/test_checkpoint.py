@@ -22,6 +22,7 @@ test_train.py gives.
 """
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -56,10 +57,11 @@ def launch(h, name, workers, args, env=None, expect=0, shards=0):
     return p
 
 
-def straight(h, steps, workers=2, extra=()):
-    out = os.path.join(h.dir, f"straight-{steps}-{workers}.bin")
-    launch(h, f"straight-{steps}-w{workers}", workers,
-           ["--max-steps", str(steps), "--dump-params", out, *extra])
+def straight(h, steps, workers=2, extra=(), shards=0):
+    name = f"straight-{steps}-w{workers}-s{shards}-{len(extra)}"
+    out = os.path.join(h.dir, f"{name}.bin")
+    launch(h, name, workers, ["--max-steps", str(steps), "--dump-params", out, *extra],
+           shards=shards)
     return read_params(out)
 
 
@@ -131,6 +133,83 @@ def test_reshard_ps(h):
     d = rel_diff(read_params(out), ref)
     print(f"  PS: saved by 4 workers + 2 shards, resumed by 2 + 3: relative difference {d:.2e}")
     assert d < 1e-5, f"parameters differ by {d:.2e} (limit 1e-5)"
+
+
+SHARDS = ["--update", "shards"]
+
+
+def test_update_on_shards_resume(h):
+    """The shard servers apply the optimizer and write the state planes
+    themselves (ps-<k>.bin); rank 0 writes only trainer.bin. Resumed by the
+    same world: bitwise the uninterrupted run (deterministic sums); with
+    AdamW (three planes and the step counter) saved by 2 workers + 2 shards
+    and resumed by 3 + 3: within 1e-5."""
+    ref = straight(h, 40, extra=SHARDS, shards=2)
+    root = os.path.join(h.dir, "ck-shards")
+    launch(h, "shards-first", 2, ["--max-steps", "20", "--checkpoint-dir", root,
+                                  "--checkpoint-every-steps", "10", *SHARDS], shards=2)
+    assert committed(root) == ["step-000000010", "step-000000020"], os.listdir(root)
+    rc, text = verify_checkpoint(os.path.join(root, "step-000000020"))
+    assert rc == 0 and "ps-0.bin" in text and "ps-1.bin" in text and "trainer.bin" in text, text
+    assert "shard-0.bin" not in text, text  # the workers wrote no state planes
+    out = os.path.join(h.dir, "shards-resumed.bin")
+    launch(h, "shards-resumed", 2, ["--max-steps", "40", "--checkpoint-dir", root,
+                                    "--resume", "auto", "--dump-params", out, *SHARDS], shards=2)
+    d = rel_diff(read_params(out), ref)
+    print(f"  update on the shards, 20 + 20 steps, same world: relative difference {d:.2e}")
+    assert d == 0.0, f"resumed parameters differ by {d:.2e} (bitwise expected)"
+    adamw = [*SHARDS, "--optimizer", "adamw", "--lr", "0.002"]
+    ref = straight(h, 20, extra=adamw, shards=2)
+    root = os.path.join(h.dir, "ck-shards-adamw")
+    launch(h, "adamw-save", 2, ["--max-steps", "10", "--checkpoint-dir", root,
+                                "--checkpoint-every-steps", "10", *adamw], shards=2)
+    out = os.path.join(h.dir, "adamw-resumed.bin")
+    launch(h, "adamw-resumed", 3, ["--max-steps", "20", "--checkpoint-dir", root,
+                                   "--resume", "auto", "--dump-params", out, *adamw], shards=3)
+    d = rel_diff(read_params(out), ref)
+    print(f"  AdamW on the shards, saved by 2 + 2, resumed by 3 + 3: relative difference {d:.2e}")
+    assert d < 1e-5, f"parameters differ by {d:.2e} (limit 1e-5)"
+
+
+def launcher_child_pid(p, label):
+    for line in p.lines() + p.lines("log"):
+        m = re.search(rf"started {label}: pid (\d+)", line)
+        if m:
+            return int(m.group(1))
+    raise AssertionError(f"no pid for {label}")
+
+
+def test_update_on_shards_kill_shard_mid_write(h):
+    """kill -9 of a shard server while it writes its part (held before the
+    fsync by TETHER_SHARD_TEST_CKPT_STALL): that checkpoint never commits,
+    the job stops (the restarted shard holds no state, and says so), the
+    previous checkpoint verifies, and --resume auto continues from it to
+    the uninterrupted run's parameters, bitwise."""
+    ref = straight(h, 40, extra=SHARDS, shards=2)
+    root = os.path.join(h.dir, "ck-shard-kill")
+    env = {"TETHER_SHARD_TEST_CKPT_STALL": "60000@19", "TETHER_COLL_DEADLINE_MS": "5000"}
+    p = spawn(h, "shard-killed", 2, ["--max-steps", "40", "--checkpoint-dir", root,
+                                     "--checkpoint-every-steps", "10", *SHARDS],
+              env=env, restarts=0, shards=2)
+    p.wait_line(lambda l: "stalls" in l and "before its fsync" in l, 60,
+                "a shard holding its part before the fsync", stream="log")
+    os.kill(launcher_child_pid(p, "shard 0"), signal.SIGKILL)
+    rc = p.wait(120)
+    text = log_text(p)
+    assert rc != 0, "the job cannot go on without the shard's state"
+    assert "lost while it wrote" in text and "resume from the last checkpoint" in text, \
+        text[-3000:]
+    assert committed(root) == ["step-000000010"], os.listdir(root)
+    assert not os.path.exists(os.path.join(root, "step-000000020", "MANIFEST"))
+    rc, vtext = verify_checkpoint(os.path.join(root, "step-000000010"))
+    assert rc == 0, vtext
+    out = os.path.join(h.dir, "after-shard-kill.bin")
+    launch(h, "after-shard-kill", 2, ["--max-steps", "40", "--checkpoint-dir", root,
+                                      "--resume", "auto", "--dump-params", out, *SHARDS],
+           shards=2)
+    d = rel_diff(read_params(out), ref)
+    print(f"  shard killed mid-write; resumed from step 10: relative difference {d:.2e}")
+    assert d == 0.0, f"parameters differ by {d:.2e} (bitwise expected)"
 
 
 def worker_pids(launcher_pid, worker_id):
@@ -252,7 +331,8 @@ if __name__ == "__main__":
              test_timer_schedule]
     try:
         binary("tether-shard")
-        tests.append(test_reshard_ps)
+        tests += [test_reshard_ps, test_update_on_shards_resume,
+                  test_update_on_shards_kill_shard_mid_write]
     except FileNotFoundError:
         print("no tether-shard in this build: PS reshard case not run")
     run_tests(tests)

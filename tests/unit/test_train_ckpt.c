@@ -64,7 +64,7 @@ static int run_g(const char *root, const tt_trainer_opts_t *o, uint64_t every, c
     tt_train_ckpt_gate_init(&gate, &coll);
     CU_ASSERT_FATAL(
         tt_trainer_create(&r.t, o, &set, &set, gated ? &gate.coll : &coll, e, sizeof(e)) == TT_OK);
-    tt_train_ckpt_opts_t co = {root, every, 0.0, 2, "unit-job", o, NULL};
+    tt_train_ckpt_opts_t co = {root, every, 0.0, 2, "unit-job", o, NULL, 0};
     CU_ASSERT_FATAL(tt_train_ckpt_create(&r.ck, &co, r.t, &coll, e, sizeof(e)) == TT_OK);
     if (gated)
         tt_train_ckpt_gate_attach(&gate, r.ck);

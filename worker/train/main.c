@@ -304,11 +304,6 @@ static int check_update(const cli_t *c) {
                 c->backend);
         return -1;
     }
-    if (c->ckpt_dir[0] != '\0' || strcmp(c->resume, "none") != 0) {
-        fprintf(stderr, "tether-train: checkpoints with --update shards are not supported yet "
-                        "(the optimizer state lives on the shard servers)\n");
-        return -1;
-    }
     return 0;
 }
 
@@ -518,6 +513,8 @@ static int ckpt_setup(const cli_t *c, const tt_trainer_opts_t *o, tt_train_ckpt_
                                .job_id = getenv("TETHER_JOB"),
                                .topts = o,
                                .tether = tt != NULL ? tt_train_tether_handle(tt) : NULL};
+    if (tt != NULL)
+        tt_train_tether_on_shards(tt, &co.shard_planes);
     char err[1024] = "";
     int rc = tt_train_ckpt_create(ck, &co, t, &gate->inner, err, sizeof(err));
     if (rc == TT_OK)

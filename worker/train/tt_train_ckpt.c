@@ -19,6 +19,8 @@
 #include "tt_log.h"
 #include "tt_status.h"
 
+#include <tether/tether.h>
+
 #include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -45,14 +47,17 @@ int tt_tc_fail(tt_train_ckpt_t *c, int rc, const char *fmt, ...) {
 }
 
 /* Which optimizer buffers exist decides the planes; their order follows
- * the state kinds, as the part format requires. */
-static void pick_states(tt_train_ckpt_t *c, tt_opt_kind_t opt) {
+ * the state kinds, as the part format requires. With the update on the
+ * shards they are the shards' (SGD without momentum keeps none). */
+static void pick_states(tt_train_ckpt_t *c, tt_opt_kind_t opt, int shard_planes) {
     size_t n;
     c->planes[0] = tt_mlp_params(tt_trainer_model(c->t));
     c->states[0] = TT_STATE_PARAMS;
     c->nstates = 1;
     float *s1 = tt_trainer_opt_state(c->t, 0, &n);
     float *s2 = tt_trainer_opt_state(c->t, 1, &n);
+    if (shard_planes == 1)
+        return;
     if (s1 != NULL) {
         c->planes[c->nstates] = s1;
         c->states[c->nstates++] = opt == TT_OPT_ADAMW ? TT_STATE_ADAM_M : TT_STATE_MOMENTUM;
@@ -114,6 +119,11 @@ static int copy_opts(tt_train_ckpt_t *c, const tt_train_ckpt_opts_t *o, char *er
         return TT_EINVAL;
     }
     c->tether = o->tether;
+    c->on_shards = o->shard_planes > 0;
+    if (c->on_shards && c->tether == NULL) {
+        snprintf(err, errlen, "checkpoints with the update on the shards need a coordinator");
+        return TT_EINVAL;
+    }
     if (c->tether != NULL && root[0] != '\0' && root[0] != '/') {
         /* The coordinator writes the manifest: it needs a path that does
          * not depend on this process's working directory. */
@@ -160,7 +170,7 @@ int tt_train_ckpt_create(tt_train_ckpt_t **out, const tt_train_ckpt_opts_t *opts
     c->n = tt_mlp_param_count(tt_trainer_model(t));
     c->cfg[2] = c->n;
     c->cfg[4] = tt_trainer_steps_per_epoch(t);
-    pick_states(c, opts->topts->opt);
+    pick_states(c, opts->topts->opt, opts->shard_planes);
     /* With a coordinator its timer asks (tt_train_ckpt_coord.c). */
     uint64_t every_ms = opts->tether != NULL ? 0 : (uint64_t)(opts->every_s * 1000.0);
     tt_ckpt_sched_opts_t so = {opts->every_steps, every_ms};
@@ -176,7 +186,7 @@ int tt_train_ckpt_create(tt_train_ckpt_t **out, const tt_train_ckpt_opts_t *opts
         clean_leftovers(c->root);
     /* Fault the snapshot buffer in now: first-touch page faults of tens of
      * MB would otherwise land in the step loop at the first checkpoint. */
-    size_t slice = c->n / (size_t)world + 1;
+    size_t slice = c->on_shards ? 0 : c->n / (size_t)world + 1;
     if (c->root[0] != '\0' && ensure_buffers(c, c->nstates * slice + 1, 5 + 2 * (size_t)world) == 0)
         memset(c->snap, 0, c->snap_cap * sizeof(float));
     *out = c;
@@ -200,6 +210,7 @@ void tt_train_ckpt_destroy(tt_train_ckpt_t **cp) {
     tt_train_ckpt_t *c = *cp;
     join_thread(c);
     tt_manifest_free(&c->commit);
+    tether_shard_parts_free(c->ps_parts, c->nps_parts);
     if (c->sync_init) {
         pthread_mutex_destroy(&c->job.mu);
         pthread_cond_destroy(&c->job.cv);
@@ -280,7 +291,7 @@ static void *job_main(void *arg) {
     if (j->copy_in_thread)
         snapshot(j, j->nstates); /* timed on its own (copy_ns) */
     uint64_t t0 = tt_clock_mono_ns();
-    int rc = tt_fs_mkdirs(j->dir, j->msg, sizeof(j->msg));
+    int rc = j->shards_failed ? TT_EIO : tt_fs_mkdirs(j->dir, j->msg, sizeof(j->msg));
     if (rc == TT_OK && j->hi > j->lo) {
         char name[TT_CKPT_NAME_MAX];
         snprintf(name, sizeof(name), "shard-%d.bin", j->rank);
@@ -325,13 +336,37 @@ static int ensure_buffers(tt_train_ckpt_t *c, size_t snap_floats, size_t ctl_len
     return TT_OK;
 }
 
+/* Rank 0, the update on the shards: the shard servers write the state
+ * planes now, between steps, and this waits until they are durable (the
+ * shards copy on their loops, then write on their pools). Its time is
+ * stall: the next step cannot start on the shards before their copy. */
+static void shards_write(tt_train_ckpt_t *c, tt_tc_job_t *j) {
+    tether_shard_parts_free(c->ps_parts, c->nps_parts);
+    c->ps_parts = NULL;
+    c->nps_parts = 0;
+    int rc = tether_checkpoint_shards(c->tether, j->dir, &c->ps_parts, &c->nps_parts);
+    for (size_t k = 0; rc == TETHER_OK && k < c->nps_parts; k++)
+        if (c->ps_parts[k].planes != c->nstates)
+            rc = TETHER_EPROTO;
+    j->shards_failed = rc != TETHER_OK;
+    if (rc == TETHER_EPROTO)
+        snprintf(j->msg, sizeof(j->msg),
+                 "a shard server wrote a part with other planes than the "
+                 "%u of this optimizer",
+                 c->nstates);
+    else if (rc != TETHER_OK)
+        snprintf(j->msg, sizeof(j->msg), "the shard servers did not write their parts: %s (%s)",
+                 tether_last_error(c->tether), tether_status_name(rc));
+}
+
 /* The snapshot is the only part of a checkpoint the step loop waits for:
- * a memcpy of this rank's slice of each plane (and the trainer state). */
+ * a memcpy of this rank's slice of each plane (and the trainer state).
+ * With the update on the shards the shards write the planes instead. */
 static int start(tt_train_ckpt_t *c, uint64_t step, int rank, int world) {
     join_thread(c);
     tt_tc_job_t *j = &c->job;
-    j->lo = (uint64_t)c->n * (uint64_t)rank / (uint64_t)world;
-    j->hi = (uint64_t)c->n * (uint64_t)(rank + 1) / (uint64_t)world;
+    j->lo = c->on_shards ? 0 : (uint64_t)c->n * (uint64_t)rank / (uint64_t)world;
+    j->hi = c->on_shards ? 0 : (uint64_t)c->n * (uint64_t)(rank + 1) / (uint64_t)world;
     size_t len = (size_t)(j->hi - j->lo);
     if (ensure_buffers(c, c->nstates * len + 1, 5 + 2 * (size_t)world) < 0)
         return tt_tc_fail(c, TT_ENOMEM, "checkpoint at step %llu: no memory for the snapshot",
@@ -356,6 +391,9 @@ static int start(tt_train_ckpt_t *c, uint64_t step, int rank, int world) {
     j->msg[0] = '\0';
     snprintf(j->id, sizeof(j->id), "step-%09llu", (unsigned long long)step);
     snprintf(j->dir, sizeof(j->dir), "%s/%s", c->root, j->id);
+    j->shards_failed = 0;
+    if (c->on_shards && rank == 0)
+        shards_write(c, j);
     atomic_store_explicit(&j->status, 0, memory_order_relaxed);
     c->world_at_start = world;
     if (pthread_create(&c->thr, NULL, job_main, j) != 0)
@@ -382,6 +420,27 @@ static int add_shard_part(tt_manifest_t *m, const char *file, uint64_t off, uint
     return TT_OK;
 }
 
+/* The parts the shard servers wrote (update on the shards), as rank 0 got
+ * them from tether_checkpoint_shards. */
+static int add_ps_parts(const tt_train_ckpt_t *c, tt_manifest_t *m) {
+    for (size_t k = 0; k < c->nps_parts; k++) {
+        const tether_shard_part_t *s = &c->ps_parts[k];
+        tt_mf_part_t *p = &m->parts[m->nparts++];
+        snprintf(p->file, sizeof(p->file), "%s", s->file);
+        p->kind = TT_CKPT_KIND_SHARD;
+        p->size = s->size;
+        p->crc32c = s->crc32c;
+        p->planes = s->planes;
+        p->nranges = (uint32_t)s->nranges;
+        p->ranges = calloc(s->nranges + 1, sizeof(*p->ranges));
+        if (p->ranges == NULL)
+            return TT_ENOMEM;
+        for (size_t r = 0; r < s->nranges; r++)
+            p->ranges[r] = (tt_ckpt_range_t){s->ranges[2 * r], s->ranges[2 * r + 1]};
+    }
+    return TT_OK;
+}
+
 /* The parts' reports arrive through the control reduce: slot 3+2r holds
  * rank r's shard part (size, CRC), slot 3+2W the trainer part. */
 static int build_manifest(tt_train_ckpt_t *c, const double *v, int world, tt_manifest_t *m) {
@@ -394,11 +453,11 @@ static int build_manifest(tt_train_ckpt_t *c, const double *v, int world, tt_man
     m->epoch = j->epoch;
     m->created_unix_ms = j->start_unix_ms;
     m->duration_ms = tt_clock_wall_ms() - j->start_unix_ms;
-    m->parts = calloc((size_t)world + 1, sizeof(*m->parts));
+    m->parts = calloc((size_t)world + c->nps_parts + 1, sizeof(*m->parts));
     if (m->parts == NULL)
         return TT_ENOMEM;
-    int rc = TT_OK;
-    for (int r = 0; r < world && rc == TT_OK; r++) {
+    int rc = c->on_shards ? add_ps_parts(c, m) : TT_OK;
+    for (int r = 0; r < world && rc == TT_OK && !c->on_shards; r++) {
         uint64_t lo = (uint64_t)c->n * (uint64_t)r / (uint64_t)world;
         uint64_t hi = (uint64_t)c->n * (uint64_t)(r + 1) / (uint64_t)world;
         char file[TT_CKPT_NAME_MAX];
@@ -508,6 +567,8 @@ static int apply(tt_train_ckpt_t *c, int act, int rank, int world, int wanted) {
     int rc = TT_OK;
     if ((act & TT_CKPT_ACT_COMMIT) != 0) {
         c->st.last_bytes = c->job.shard.size + c->job.trainer.size;
+        for (size_t k = 0; rank == 0 && k < c->nps_parts; k++)
+            c->st.last_bytes += c->ps_parts[k].size;
         c->st.last_write_ns = c->job.write_ns;
         if (c->job.copy_ns > c->st.snapshot_ns_max)
             c->st.snapshot_ns_max = c->job.copy_ns;

@@ -42,6 +42,10 @@ typedef struct {
      * timer, it writes the manifest and `latest` and applies retention, and
      * resume asks it for the job's newest committed checkpoint first. */
     struct tether *tether;
+    /* Non-zero: the update runs on the shard servers (needs `tether`), and
+     * they hold this many state planes (parameters, optimizer buffers),
+     * which they write themselves; resume loads them like any others. */
+    int shard_planes;
 } tt_train_ckpt_opts_t;
 
 typedef struct {

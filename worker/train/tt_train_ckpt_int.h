@@ -32,6 +32,7 @@ typedef struct {
     uint8_t tstate[TT_TRAIN_CKPT_STATE_BYTES];
     uint64_t stall_at_step; /* test knob: hang inside the part writer */
     tt_ckpt_part_info_t shard, trainer;
+    int shards_failed; /* rank 0, update on the shards: their parts failed */
     uint64_t write_ns;
     char msg[512];
     atomic_int status; /* 0 running, 1 done, -1 failed */
@@ -65,6 +66,11 @@ struct tt_train_ckpt {
     int failed;
     int gated;     /* a tt_train_ckpt_gate is attached: copy off the step loop */
     int sync_init; /* job.mu / job.cv initialised */
+    /* The update on the shards: the shard servers write the state planes
+     * (tether_checkpoint_shards), the workers only rank 0's trainer part. */
+    int on_shards;
+    struct tether_shard_part *ps_parts; /* rank 0: the last ones written */
+    size_t nps_parts;
     uint64_t stall_knob;
     uint64_t ck_stall_ns; /* stall of the checkpoint in flight so far */
     tt_train_ckpt_stats_t st;
