@@ -191,10 +191,11 @@ static int check_write_chunks(const Tether__WriteChunks *w, const tt_wire_limits
     if (w->dir == NULL || w->dir[0] != '/' || !tt_wire_str_ok(w->dir, WIRE_MAX_PATH) ||
         w->file == NULL || w->file[0] == '\0' || !tt_wire_str_ok(w->file, WIRE_MAX_NAME) ||
         w->n_chunks == 0 || w->n_chunks > lim->max_members ||
-        !all_set((void *const *)w->chunks, w->n_chunks)) {
+        !all_set((void *const *)w->chunks, w->n_chunks) || w->phase > 2) {
         WIRE_SET_ERR(err, errlen,
-                     "write chunks needs an absolute dir, a file name and 1..%zu chunks (got %zu)",
-                     lim->max_members, w->n_chunks);
+                     "write chunks needs an absolute dir, a file name, 1..%zu chunks (got %zu) "
+                     "and phase 0..2 (got %u)",
+                     lim->max_members, w->n_chunks, w->phase);
         return TT_EPROTO;
     }
     return TT_OK;

@@ -351,17 +351,24 @@ static int ps_state_io(void *inst, int put, int part, float *buf, size_t count,
                : tt_ps_get_params(pi->ps, (tt_ps_part_t)part, buf, 0, count, NULL);
 }
 
-static int ps_write_ckpt(void *inst, const char *dir, int64_t after_round,
+static int ps_write_ckpt(void *inst, const char *dir, int phase, int64_t after_round,
                          struct tt_ps_written **out, size_t *n) {
     ps_inst_t *pi = inst;
     if (pi->ps == NULL)
         return TT_ENODEV;
+    uint64_t last = after_round >= 0 ? (uint64_t)after_round : 0;
+    if (phase == 1) {
+        int rc = tt_ps_checkpoint_begin(pi->ps, dir, after_round >= 0 ? &last : NULL);
+        if (rc != TT_OK)
+            snprintf(pi->err, sizeof(pi->err), "%s", tt_ps_last_error(pi->ps));
+        return rc;
+    }
     size_t ns = tt_ps_nshards(pi->ps);
     tt_ps_written_t *w = calloc(ns, sizeof(*w));
     if (w == NULL)
         return TT_ENOMEM;
-    uint64_t last = after_round >= 0 ? (uint64_t)after_round : 0;
-    int rc = tt_ps_write_checkpoint(pi->ps, dir, after_round >= 0 ? &last : NULL, w);
+    int rc = phase == 2 ? tt_ps_checkpoint_result(pi->ps, dir, w)
+                        : tt_ps_write_checkpoint(pi->ps, dir, after_round >= 0 ? &last : NULL, w);
     if (rc != TT_OK) { /* not a poisoning failure: keep its sentence here */
         snprintf(pi->err, sizeof(pi->err), "%s", tt_ps_last_error(pi->ps));
         tt_ps_written_free(w, ns);

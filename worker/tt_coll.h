@@ -109,9 +109,11 @@ typedef struct tt_coll_ops {
     /* With shard_update, between steps: every shard server writes its
      * chunks' state (following round `after_round` unless it is negative)
      * as one checkpoint part in `dir`; *out (malloc'd, *n entries, free
-     * with tt_ps_written_free and free) describes them. NULL elsewhere. */
-    int (*write_ckpt)(void *inst, const char *dir, int64_t after_round, struct tt_ps_written **out,
-                      size_t *n);
+     * with tt_ps_written_free and free) describes them. `phase` 0: all of
+     * it; 1: return once the shards copied (out unused); 2: the parts of
+     * a phase-1 write (TT_EAGAIN while one is written). NULL elsewhere. */
+    int (*write_ckpt)(void *inst, const char *dir, int phase, int64_t after_round,
+                      struct tt_ps_written **out, size_t *n);
     /* With reduce_step: whether `step` reduces the whole step (1) or its
      * buckets go through allreduce (0). NULL: always whole. The same on
      * every rank for the same step. */

@@ -240,9 +240,9 @@ static int run_op(tt_comm_t *c, tt_comm_job_t *j) {
     /* j->step is this rank's next step (-1: none yet): the shards' state
      * must follow the one before, the last step this rank completed. */
     if (j->role == TT_COMM_JOB_CKPT)
-        return c->ops->write_ckpt != NULL
-                   ? c->ops->write_ckpt(c->inst, j->buf, j->step - 1, j->written, j->nwritten)
-                   : TT_ENODEV;
+        return c->ops->write_ckpt != NULL ? c->ops->write_ckpt(c->inst, j->buf, j->phase,
+                                                               j->step - 1, j->written, j->nwritten)
+                                          : TT_ENODEV;
     if (c->ops->reduce_step != NULL && j->role != TT_COMM_JOB_PLAIN &&
         (c->ops->whole_step == NULL || c->ops->whole_step(c->inst, j->step)))
         return run_step_reduce(c, j);
@@ -343,11 +343,13 @@ static void run_job(tt_comm_t *c, tt_comm_job_t *j) {
     int rc = ensure_backend(c, j->gen, &v), suspect = -1;
     if (rc == TT_OK)
         rc = run_op(c, j);
-    if (rc != TT_OK)
+    /* A checkpoint's parts still being written is an answer, not a failure. */
+    int asked_again = j->role == TT_COMM_JOB_CKPT && rc == TT_EAGAIN;
+    if (rc != TT_OK && !asked_again)
         rc = explain_failure(c, j, rc, &suspect);
     uint64_t t1 = tt_clock_mono_ns();
     tt_flight_finish(c->flight, j->flight_id, t1, rc);
-    if (rc != TT_OK && !c->logged_failure) {
+    if (rc != TT_OK && !asked_again && !c->logged_failure) {
         c->logged_failure = 1; /* one dump per failure, not one per queued job */
         log_failure(c, rc);
     } else if (rc == TT_OK) {
@@ -598,8 +600,10 @@ int tt_comm_state_io(tt_comm_t *c, int put, int part, float *buf, size_t count,
                           optim_step);
 }
 
-int tt_comm_write_ckpt(tt_comm_t *c, const char *dir, struct tt_ps_written **out, size_t *n) {
-    if (c == NULL || dir == NULL || dir[0] != '/' || out == NULL || n == NULL)
+int tt_comm_write_ckpt(tt_comm_t *c, const char *dir, int phase, struct tt_ps_written **out,
+                       size_t *n) {
+    if (c == NULL || dir == NULL || dir[0] != '/' || out == NULL || n == NULL || phase < 0 ||
+        phase > 2)
         return TT_EINVAL;
     if (!c->opts.shard_update) {
         tt_comm_set_error(c, "the shard servers write checkpoints only with the update on the "
@@ -615,7 +619,8 @@ int tt_comm_write_ckpt(tt_comm_t *c, const char *dir, struct tt_ps_written **out
                        .op = TT_RED_NONE,
                        .root = -1,
                        .written = out,
-                       .nwritten = n};
+                       .nwritten = n,
+                       .phase = phase};
     return tt_comm_run_sync(c, &j);
 }
 

@@ -200,10 +200,12 @@ int tt_comm_state_io(tt_comm_t *c, int put, int part, float *buf, size_t count,
 
 /* With shard_update, between steps: the shard servers write the state
  * after the last step this rank completed as checkpoint parts in `dir`
- * (absolute); *out, *n as tt_coll_ops_t.write_ckpt. TT_OK, TT_EINVAL, or as
- * a collective (a failure does not end the generation's backend). */
+ * (absolute); `phase`, *out, *n as tt_coll_ops_t.write_ckpt. TT_OK,
+ * TT_EAGAIN (phase 2: still written), TT_EINVAL, or as a collective (a
+ * failure does not end the generation's backend). */
 struct tt_ps_written;
-int tt_comm_write_ckpt(tt_comm_t *c, const char *dir, struct tt_ps_written **out, size_t *n);
+int tt_comm_write_ckpt(tt_comm_t *c, const char *dir, int phase, struct tt_ps_written **out,
+                       size_t *n);
 
 /* With shard_update: the learning rate of the steps that follow. TT_OK or
  * TT_EINVAL (not finite, negative, or the update is local). Step thread. */

@@ -33,6 +33,7 @@ typedef struct tt_comm_job {
     float lr;                       /* COUNT with shard_update: the step's learning rate */
     uint64_t optim_step;            /* STATE put: the state's AdamW step counter */
     struct tt_ps_written **written; /* CKPT: the parts written */
+    int phase;                      /* CKPT: tt_coll_ops_t.write_ckpt's */
     size_t *nwritten;
     void *buf;
     size_t count;

@@ -364,8 +364,10 @@ static int on_get_result(tt_ps_t *p, ps_op_t *op, size_t i, tt_zmq_rx_t *rx) {
     return TT_OK;
 }
 
-static int expected_body(ps_op_kind_t k) {
-    switch (k) {
+static int expected_body(const ps_op_t *op) {
+    if (op->kind == PS_OP_WRITE && op->phase == 1)
+        return TETHER__ENVELOPE__BODY_ACK; /* the shard copied its chunks */
+    switch (op->kind) {
     case PS_OP_PUSH:
         return TETHER__ENVELOPE__BODY_CHUNK_RESULT;
     case PS_OP_GET:
@@ -391,7 +393,7 @@ static int on_reply(tt_ps_t *p, ps_op_t *op, size_t s, tt_zmq_rx_t *rx, uint64_t
     int rc = TT_OK;
     if (rx->env->body_case == TETHER__ENVELOPE__BODY_ERROR)
         return on_error_reply(p, op, i, s, rx->env->error, now);
-    if ((int)rx->env->body_case != expected_body(op->kind)) {
+    if ((int)rx->env->body_case != expected_body(op)) {
         PS_ERR(p, "shard %s answered item %zu with '%s'", p->lay.place.shard_ids[s], i,
                tt_wire_body_name(rx->env->body_case));
         return TT_EPROTO;
@@ -402,7 +404,7 @@ static int on_reply(tt_ps_t *p, ps_op_t *op, size_t s, tt_zmq_rx_t *rx, uint64_t
         rc = on_push_result(p, op, i, rx);
     else if (op->kind == PS_OP_GET)
         rc = on_get_result(p, op, i, rx);
-    else if (op->kind == PS_OP_WRITE)
+    else if (op->kind == PS_OP_WRITE && op->phase != 1)
         rc = ps_on_written(p, op, i, rx);
     if (rc == TT_OK) {
         op->state[i - op->first] = PS_DONE;

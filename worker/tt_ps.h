@@ -186,6 +186,17 @@ int tt_ps_write_checkpoint(tt_ps_t *p, const char *dir, const uint64_t *after_ro
                            tt_ps_written_t *out);
 void tt_ps_written_free(tt_ps_written_t *w, size_t n);
 
+/* tt_ps_write_checkpoint in two calls, so that the caller waits for the
+ * shards' copy and not for their disk. begin returns once every shard has
+ * copied its chunks (training may go on; the shards write meanwhile);
+ * result, called between later calls, fills out[] like
+ * tt_ps_write_checkpoint once every part of `dir` is durable, returns
+ * TT_EAGAIN while one is still written, or the write's error (TT_EIO), or
+ * TT_ESTALE when a shard knows no such part (it restarted). Neither
+ * poisons the object. */
+int tt_ps_checkpoint_begin(tt_ps_t *p, const char *dir, const uint64_t *after_round);
+int tt_ps_checkpoint_result(tt_ps_t *p, const char *dir, tt_ps_written_t *out);
+
 /* Shard servers of the layout. */
 size_t tt_ps_nshards(const tt_ps_t *p);
 

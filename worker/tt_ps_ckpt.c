@@ -31,6 +31,7 @@ int ps_build_write(tt_ps_t *p, const ps_op_t *op, size_t s, ps_msg_t *m) {
     w->file = op->written[s].file;
     w->step = op->step;
     w->check_step = op->check_step;
+    w->phase = op->phase;
     w->n_chunks = k;
     w->chunks = m->offset_ptrs;
     m->env.body_case = TETHER__ENVELOPE__BODY_WRITE_CHUNKS;
@@ -60,8 +61,8 @@ int ps_on_written(tt_ps_t *p, ps_op_t *op, size_t s, const tt_zmq_rx_t *rx) {
     return TT_OK;
 }
 
-int tt_ps_write_checkpoint(tt_ps_t *p, const char *dir, const uint64_t *after_round,
-                           tt_ps_written_t *out) {
+static int write_op(tt_ps_t *p, const char *dir, const uint64_t *after_round, uint32_t phase,
+                    tt_ps_written_t *out) {
     if (p == NULL || dir == NULL || dir[0] != '/' || out == NULL || p->o.mode != TT_PS_OPTIMIZER) {
         if (p != NULL)
             PS_ERR(p, "a checkpoint through the shards needs optimizer mode and an absolute dir");
@@ -78,8 +79,26 @@ int tt_ps_write_checkpoint(tt_ps_t *p, const char *dir, const uint64_t *after_ro
                   .dir = dir,
                   .step = after_round != NULL ? *after_round : 0,
                   .check_step = after_round != NULL,
+                  .phase = phase,
                   .written = out};
     return ps_run_op(p, &op);
+}
+
+int tt_ps_write_checkpoint(tt_ps_t *p, const char *dir, const uint64_t *after_round,
+                           tt_ps_written_t *out) {
+    return write_op(p, dir, after_round, 0, out);
+}
+
+int tt_ps_checkpoint_begin(tt_ps_t *p, const char *dir, const uint64_t *after_round) {
+    size_t n = p != NULL ? p->lay.place.nshards : 0;
+    tt_ps_written_t *names = calloc(n ? n : 1, sizeof(*names));
+    int rc = names != NULL ? write_op(p, dir, after_round, 1, names) : TT_ENOMEM;
+    free(names);
+    return rc;
+}
+
+int tt_ps_checkpoint_result(tt_ps_t *p, const char *dir, tt_ps_written_t *out) {
+    return write_op(p, dir, NULL, 2, out);
 }
 
 void tt_ps_written_free(tt_ps_written_t *w, size_t n) {

@@ -50,6 +50,7 @@ typedef struct ps_op {
     uint64_t retry_at;        /* a shard asked to come back */
     const char *dir;          /* write: the checkpoint directory */
     int check_step;           /* write: the shards' last round must be `step` */
+    uint32_t phase;           /* write: WriteChunks.phase (0 whole, 1 begin, 2 result) */
     tt_ps_written_t *written; /* write: one per shard */
 } ps_op_t;
 

@@ -449,6 +449,17 @@ typedef struct tether_shard_part {
  * a collective's status; a failure leaves the backend usable. */
 TETHER_API int tether_checkpoint_shards(tether_t *t, const char *dir, tether_shard_part_t **parts,
                                         size_t *nparts);
+
+/* The same in two calls, so that the step loop waits for the shards' copy
+ * of their chunks and not for their disk: _begin returns once every shard
+ * has copied (steps may go on; the shards write meanwhile); _result,
+ * called between later steps by the same rank, returns TETHER_OK with the
+ * parts once all are durable, TETHER_EAGAIN while one is still written,
+ * or the write's error (TETHER_EIO; TETHER_ESTALE when a shard restarted
+ * and knows no such part). */
+TETHER_API int tether_checkpoint_shards_begin(tether_t *t, const char *dir);
+TETHER_API int tether_checkpoint_shards_result(tether_t *t, const char *dir,
+                                               tether_shard_part_t **parts, size_t *nparts);
 TETHER_API void tether_shard_parts_free(tether_shard_part_t *parts, size_t nparts);
 
 /* tether_state_put for a state that has had `steps_done` updates: with

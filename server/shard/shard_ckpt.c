@@ -7,7 +7,12 @@
  * ranges, one plane per state kind, CRC-32C, fsync, rename) on the thread
  * pool, and answers ChunksWritten once the part is durable. At most one
  * part per job is in flight; a shard killed meanwhile leaves only a .tmp
- * file, so the checkpoint never commits. */
+ * file, so the checkpoint never commits.
+ * Two phases (WriteChunks.phase): why the answer can come after the copy.
+ * The copy is all that holds training up; waiting for the fsync too made
+ * the step loop wait for the disk. So phase 1 is answered (Ack) once the
+ * chunks are copied, the job keeps the finished write's result, and a
+ * phase-2 question, asked between steps, gets it (EAGAIN until then). */
 #include "shard_internal.h"
 #include "tt_ckpt.h"
 #include "tt_clock.h"
@@ -21,6 +26,7 @@
 
 typedef struct ckpt_work {
     uv_work_t req;
+    uint32_t phase; /* WriteChunks.phase: 0 or 1 */
     tt_shard_t *s;
     uint8_t peer[TT_ZMQ_MAX_PEER];
     size_t peer_len;
@@ -29,8 +35,9 @@ typedef struct ckpt_work {
     char dir[4096], file[TT_CKPT_NAME_MAX];
     tt_ckpt_range_t *ranges; /* sorted by offset, bytes */
     uint32_t nranges, planes;
-    float *data;    /* planes x (sum of the ranges), plane-major */
-    void *data_mem; /* data's allocation: placed for an in-place write */
+    float *data;     /* planes x (sum of the ranges), plane-major */
+    void *data_mem;  /* data's allocation: placed for an in-place write */
+    size_t data_cap; /* its bytes */
     uint64_t payload;
     uint32_t stall_ms; /* test knob */
     tt_ckpt_part_info_t info;
@@ -93,8 +100,36 @@ static int check_picks(ckpt_pick_t *p, size_t n, const Tether__WriteChunks *r, u
     return TT_OK;
 }
 
+/* The snapshot buffer of the job's last write, taken when big enough: a
+ * fresh one would fault its pages in during the copy, which the step loop
+ * waits for (about as long as the copy itself). */
+static int take_buffer(ckpt_work_t *w, shard_job_t *job, size_t bytes) {
+    if (job->snap_mem != NULL && job->snap_cap >= bytes) {
+        w->data_mem = job->snap_mem;
+        w->data_cap = job->snap_cap;
+        job->snap_mem = NULL;
+        return TT_OK;
+    }
+    free(job->snap_mem);
+    job->snap_mem = NULL;
+    if (posix_memalign(&w->data_mem, 4096, bytes) != 0)
+        return TT_ENOMEM;
+    w->data_cap = bytes;
+    return TT_OK;
+}
+
+/* The write is over: its buffer goes back to the job for the next one. */
+static void return_buffer(ckpt_work_t *w, shard_job_t *job) {
+    if (job == NULL || job->snap_mem != NULL)
+        return;
+    job->snap_mem = w->data_mem;
+    job->snap_cap = w->data_cap;
+    w->data_mem = NULL;
+    w->data = NULL;
+}
+
 /* The copy on the loop: plane-major, ranges in offset order. */
-static int snapshot(ckpt_work_t *w, const ckpt_pick_t *p, size_t n) {
+static int snapshot(ckpt_work_t *w, shard_job_t *job, const ckpt_pick_t *p, size_t n) {
     uint64_t floats = 0;
     w->ranges = calloc(n, sizeof(*w->ranges));
     for (size_t i = 0; w->ranges != NULL && i < n; i++) {
@@ -107,7 +142,7 @@ static int snapshot(ckpt_work_t *w, const ckpt_pick_t *p, size_t n) {
     /* At the payload's file offset modulo 4 KiB, so the part writer sends
      * it to the disk from here (tt_ckpt_payload_offset). */
     size_t skew = (size_t)(tt_ckpt_payload_offset((uint32_t)n) % 4096);
-    if (w->ranges == NULL || posix_memalign(&w->data_mem, 4096, w->payload + skew) != 0)
+    if (w->ranges == NULL || take_buffer(w, job, w->payload + skew) != TT_OK)
         return TT_ENOMEM;
     w->data = (float *)w->data_mem + skew / sizeof(float); /* headers: multiples of 16 bytes */
     float *out = w->data;
@@ -145,13 +180,16 @@ static void work_run(uv_work_t *req) {
     tt_ckpt_writer_destroy(&wr);
 }
 
-static void reply_written(ckpt_work_t *w) {
+/* The part `w` wrote, to whoever asks (the writer's peer, or a phase-2
+ * question's). */
+static void reply_written(const ckpt_work_t *w, const uint8_t *peer, size_t peer_len, uint64_t gen,
+                          uint64_t req_id) {
     Tether__CkptRange *r = calloc(w->nranges ? w->nranges : 1, sizeof(*r));
     Tether__CkptRange **rp = calloc(w->nranges ? w->nranges : 1, sizeof(*rp));
     if (r == NULL || rp == NULL) {
         free(r);
         free(rp);
-        shard_send_error(w->s, w->peer, w->peer_len, w->job, w->gen, w->req_id, TT_ENOMEM,
+        shard_send_error(w->s, peer, peer_len, w->job, gen, req_id, TT_ENOMEM,
                          "out of memory answering a written part");
         return;
     }
@@ -162,7 +200,7 @@ static void reply_written(ckpt_work_t *w) {
         rp[i] = &r[i];
     }
     Tether__CkptPart part = TETHER__CKPT_PART__INIT;
-    part.file = w->file;
+    part.file = (char *)w->file; /* only read */
     part.kind = w->info.kind;
     part.size = w->info.size;
     part.crc32c = w->info.crc32c;
@@ -172,10 +210,10 @@ static void reply_written(ckpt_work_t *w) {
     Tether__ChunksWritten cw = TETHER__CHUNKS_WRITTEN__INIT;
     cw.part = &part;
     tt_env_t env;
-    tt_wire_env_init(&env, w->job, w->s->id, w->gen, w->req_id);
+    tt_wire_env_init(&env, w->job, w->s->id, gen, req_id);
     env.body_case = TETHER__ENVELOPE__BODY_CHUNKS_WRITTEN;
     env.chunks_written = &cw;
-    shard_send(w->s, w->peer, w->peer_len, &env, NULL, 0);
+    shard_send(w->s, peer, peer_len, &env, NULL, 0);
     free(r);
     free(rp);
 }
@@ -183,24 +221,82 @@ static void reply_written(ckpt_work_t *w) {
 static void work_done(uv_work_t *req, int status) {
     ckpt_work_t *w = req->data;
     shard_job_t *job = shard_find_job(w->s, w->job);
-    if (job != NULL)
+    if (job != NULL) {
         job->writing = 0;
+        job->ckpt_cur = job->ckpt_cur == w ? NULL : job->ckpt_cur;
+        return_buffer(w, job);
+    }
     if (status != 0 && w->rc == TT_OK) {
         w->rc = TT_EINTERNAL;
         snprintf(w->msg, sizeof(w->msg), "the write was cancelled");
     }
-    if (w->s->closing) {
-        /* the sockets are gone; the worker's call fails on its deadline */
-    } else if (w->rc == TT_OK) {
+    if (w->rc == TT_OK)
         TT_INFO("shard", "job %s: wrote checkpoint part %s/%s (%llu bytes, %u chunks)", w->job,
                 w->dir, w->file, (unsigned long long)w->info.size, w->nranges);
-        reply_written(w);
-    } else {
+    else
         TT_ERROR("shard", "job %s: checkpoint part %s/%s not written: %s", w->job, w->dir, w->file,
                  w->msg);
+    if (w->phase == 1 && job != NULL) { /* kept for the phase-2 question */
+        if (job->ckpt_last != NULL)
+            work_free(job->ckpt_last);
+        job->ckpt_last = w;
+        return;
+    }
+    if (w->s->closing || w->phase == 1) {
+        /* the sockets are gone (the worker's call fails on its deadline),
+         * or the job with the result: a phase-2 question is refused */
+    } else if (w->rc == TT_OK) {
+        reply_written(w, w->peer, w->peer_len, w->gen, w->req_id);
+    } else {
         shard_send_error(w->s, w->peer, w->peer_len, w->job, w->gen, w->req_id, TT_EIO, w->msg);
     }
     work_free(w);
+}
+
+void shard_ckpt_forget(shard_job_t *job) {
+    if (job->ckpt_last != NULL)
+        work_free(job->ckpt_last); /* ckpt_cur is its write's own, freed there */
+    job->ckpt_last = job->ckpt_cur = NULL;
+    free(job->snap_mem);
+    job->snap_mem = NULL;
+}
+
+static int same_part(const ckpt_work_t *w, const Tether__WriteChunks *r) {
+    return w != NULL && strcmp(w->dir, r->dir) == 0 && strcmp(w->file, r->file) == 0;
+}
+
+/* Phase 2: the result of a part begun with phase 1. */
+static void answer_result(tt_shard_t *s, const uint8_t *peer, size_t peer_len,
+                          const tt_env_t *env) {
+    const Tether__WriteChunks *r = env->write_chunks;
+    shard_job_t *job = shard_find_job(s, env->job_id);
+    char msg[4400];
+    int rc = TT_ESTALE;
+    if (job == NULL) {
+        rc = TT_ENOTFOUND; /* the client's word for "restarted" */
+        snprintf(msg, sizeof(msg), "job %s is not set up on this shard", env->job_id);
+    } else if (same_part(job->ckpt_cur, r)) {
+        rc = TT_EAGAIN;
+        snprintf(msg, sizeof(msg), "part %s/%s is still being written", r->dir, r->file);
+    } else if (same_part(job->ckpt_last, r) && job->ckpt_last->rc == TT_OK) {
+        reply_written(job->ckpt_last, peer, peer_len, env->generation, env->request_id);
+        return;
+    } else if (same_part(job->ckpt_last, r)) {
+        rc = TT_EIO;
+        snprintf(msg, sizeof(msg), "%s", job->ckpt_last->msg);
+    } else {
+        snprintf(msg, sizeof(msg), "no part %s/%s was begun here", r->dir, r->file);
+    }
+    shard_send_error(s, peer, peer_len, env->job_id, env->generation, env->request_id, rc, msg);
+}
+
+static void reply_ack(tt_shard_t *s, const uint8_t *peer, size_t peer_len, const tt_env_t *env) {
+    Tether__Ack a = TETHER__ACK__INIT;
+    tt_env_t out;
+    tt_wire_env_init(&out, env->job_id, s->id, env->generation, env->request_id);
+    out.body_case = TETHER__ENVELOPE__BODY_ACK;
+    out.ack = &a;
+    shard_send(s, peer, peer_len, &out, NULL, 0);
 }
 
 /* Test knob only: TETHER_SHARD_TEST_CKPT_STALL=MS@ROUND makes a part whose
@@ -257,7 +353,7 @@ static int prepare(tt_shard_t *s, const tt_env_t *env, ckpt_work_t *w, shard_job
     int rc = pick(job, r, p, w->msg, sizeof(w->msg));
     if (rc == TT_OK)
         rc = check_picks(p, r->n_chunks, r, &w->planes, w->msg, sizeof(w->msg));
-    if (rc == TT_OK && (rc = snapshot(w, p, r->n_chunks)) != TT_OK)
+    if (rc == TT_OK && (rc = snapshot(w, job, p, r->n_chunks)) != TT_OK)
         snprintf(w->msg, sizeof(w->msg),
                  rc == TT_ENOMEM ? "out of memory for the snapshot" : "parameters never set");
     free(p);
@@ -265,6 +361,10 @@ static int prepare(tt_shard_t *s, const tt_env_t *env, ckpt_work_t *w, shard_job
 }
 
 void shard_ckpt_write(tt_shard_t *s, const uint8_t *peer, size_t peer_len, const tt_env_t *env) {
+    if (env->write_chunks->phase == 2) {
+        answer_result(s, peer, peer_len, env);
+        return;
+    }
     ckpt_work_t *w = calloc(1, sizeof(*w));
     if (w == NULL) {
         shard_send_error(s, peer, peer_len, env->job_id, env->generation, env->request_id,
@@ -281,6 +381,7 @@ void shard_ckpt_write(tt_shard_t *s, const uint8_t *peer, size_t peer_len, const
     snprintf(w->dir, sizeof(w->dir), "%s", env->write_chunks->dir);
     snprintf(w->file, sizeof(w->file), "%s", env->write_chunks->file);
     w->stall_ms = stall_for_test(env->write_chunks);
+    w->phase = env->write_chunks->phase;
     shard_job_t *job = NULL;
     int rc = prepare(s, env, w, &job);
     if (rc == TT_OK && uv_queue_work(s->loop, &w->req, work_run, work_done) != 0) {
@@ -295,4 +396,8 @@ void shard_ckpt_write(tt_shard_t *s, const uint8_t *peer, size_t peer_len, const
         return;
     }
     job->writing = 1;
+    if (w->phase == 1) {
+        job->ckpt_cur = w;
+        reply_ack(s, peer, peer_len, env); /* copied: rounds may go on */
+    }
 }

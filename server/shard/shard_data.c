@@ -67,6 +67,7 @@ void shard_job_free(shard_job_t **jp) {
     *jp = NULL;
     for (size_t i = 0; i < job->nchunks; i++)
         shard_chunk_free(&job->chunks[i]);
+    shard_ckpt_forget(job);
     free(job->chunks);
     free(job);
 }

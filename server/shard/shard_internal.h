@@ -66,6 +66,11 @@ typedef struct shard_job {
     shard_chunk_t **chunks; /* sorted by id */
     size_t nchunks;
     int writing; /* a checkpoint part is being written (shard_ckpt.c) */
+    /* Two-phase writes (WriteChunks.phase 1): the one in flight and the
+     * last one finished, kept for the phase-2 question (shard_ckpt.c). */
+    struct ckpt_work *ckpt_cur, *ckpt_last;
+    void *snap_mem; /* the last write's snapshot buffer, for the next */
+    size_t snap_cap;
 } shard_job_t;
 
 struct tt_shard {
@@ -102,6 +107,8 @@ shard_chunk_t *shard_find_chunk(const shard_job_t *job, uint32_t id);
 /* shard_ckpt.c: WriteChunks: snapshot now, write on the pool, answer
  * ChunksWritten or an Error to `peer` when the part is durable. */
 void shard_ckpt_write(tt_shard_t *s, const uint8_t *peer, size_t peer_len, const tt_env_t *env);
+/* Frees what a job keeps of its checkpoint writes (shard_job_free). */
+void shard_ckpt_forget(shard_job_t *job);
 
 /* shard_chunk.c */
 int shard_chunk_new(shard_job_t *job, uint32_t id, size_t elems, shard_chunk_t **out);

@@ -32,6 +32,7 @@
 typedef struct {
     const char *coord, *job, *ckpt, *resume, *out;
     int rank, world, shards, deadline_ms;
+    int two_phase; /* --two-phase 1: begin, train on, collect the parts later */
     uint64_t steps, save_at[8];
     size_t nsave;
 } args_t;
@@ -113,14 +114,22 @@ static int commit(const args_t *a, const char *dir, uint64_t steps, const tt_ps_
     return rc == TT_OK ? TT_OK : fail("manifest", rc, err);
 }
 
-static int checkpoint(const args_t *a, tt_ps_t *ps, uint64_t steps) {
+/* The whole checkpoint after `steps` steps (phase < 0), its begin
+ * (phase 1: the shards copied) or its parts (phase 2: TT_EAGAIN while they
+ * are written). */
+static int checkpoint(const args_t *a, tt_ps_t *ps, uint64_t steps, int phase) {
     char dir[4096];
     snprintf(dir, sizeof(dir), "%s/step-%09llu", a->ckpt, (unsigned long long)steps);
     size_t n = tt_ps_nshards(ps);
     tt_ps_written_t *w = calloc(n, sizeof(*w));
     uint64_t last = steps - 1; /* the round the state must follow */
-    int rc = w != NULL ? tt_ps_write_checkpoint(ps, dir, &last, w) : TT_ENOMEM;
-    if (rc != TT_OK)
+    int rc = w == NULL    ? TT_ENOMEM
+             : phase == 1 ? tt_ps_checkpoint_begin(ps, dir, &last)
+             : phase == 2 ? tt_ps_checkpoint_result(ps, dir, w)
+                          : tt_ps_write_checkpoint(ps, dir, &last, w);
+    if (rc == TT_EAGAIN || (rc == TT_OK && phase == 1))
+        ; /* begun, or not durable yet */
+    else if (rc != TT_OK)
         fail("write", rc, w != NULL ? tt_ps_last_error(ps) : "no memory");
     else if ((rc = commit(a, dir, steps, w, n)) == TT_OK) {
         uint64_t bytes = 0;
@@ -187,7 +196,7 @@ static int due(const args_t *a, uint64_t steps) {
 
 static int train(const args_t *a, tt_ps_t *ps, uint64_t n) {
     float *buf = malloc(n * sizeof(float));
-    uint64_t first = 0, total = 0;
+    uint64_t first = 0, total = 0, pending = 0; /* pending: a two-phase checkpoint's step */
     int rc = buf != NULL ? start(a, ps, n, &first) : TT_ENOMEM;
     int lo = a->rank * EXAMPLES / a->world, hi = (a->rank + 1) * EXAMPLES / a->world;
     for (uint64_t s = first; rc == TT_OK && s < a->steps; s++) {
@@ -201,8 +210,18 @@ static int train(const args_t *a, tt_ps_t *ps, uint64_t n) {
         rc = tt_ps_allreduce(ps, buf, n, (uint64_t)(hi - lo), &total);
         if (rc != TT_OK)
             fail("step", rc, tt_ps_last_error(ps));
-        else if (due(a, s + 1))
-            rc = checkpoint(a, ps, s + 1);
+        if (rc == TT_OK && pending != 0 && (rc = checkpoint(a, ps, pending, 2)) != TT_EAGAIN)
+            pending = 0; /* committed, or failed */
+        rc = rc == TT_EAGAIN ? TT_OK : rc;
+        if (rc == TT_OK && due(a, s + 1) && !a->two_phase)
+            rc = checkpoint(a, ps, s + 1, -1);
+        else if (rc == TT_OK && due(a, s + 1) && pending == 0 &&
+                 (rc = checkpoint(a, ps, s + 1, 1)) == TT_OK)
+            pending = s + 1; /* the shards write while the next steps run */
+    }
+    while (rc == TT_OK && pending != 0 && (rc = checkpoint(a, ps, pending, 2)) == TT_EAGAIN) {
+        rc = TT_OK;
+        tt_clock_sleep_ms(2);
     }
     FILE *f = rc == TT_OK && a->rank == 0 && a->out != NULL ? fopen(a->out, "wb") : NULL;
     if (f != NULL && fwrite(buf, sizeof(float), n, f) != n)
@@ -237,6 +256,8 @@ static int parse(int argc, char **argv, args_t *a) {
             a->out = v;
         else if (strcmp(k, "--deadline-ms") == 0)
             a->deadline_ms = atoi(v);
+        else if (strcmp(k, "--two-phase") == 0)
+            a->two_phase = atoi(v);
         else if (strcmp(k, "--save-at") == 0)
             for (char *p = (char *)v; *p != '\0' && a->nsave < 8; p += *p == ',')
                 a->save_at[a->nsave++] = strtoull(p, &p, 10);

@@ -184,7 +184,8 @@ def test_update_on_shards_kill_shard_mid_write(h):
     fsync by TETHER_SHARD_TEST_CKPT_STALL): that checkpoint never commits,
     the job stops (the restarted shard holds no state, and says so), the
     previous checkpoint verifies, and --resume auto continues from it to
-    the uninterrupted run's parameters, bitwise."""
+    the uninterrupted run's parameters, bitwise. (Steps go on while the
+    shards write: the shard is killed with a step in flight.)"""
     ref = straight(h, 40, extra=SHARDS, shards=2)
     root = os.path.join(h.dir, "ck-shard-kill")
     env = {"TETHER_SHARD_TEST_CKPT_STALL": "60000@19", "TETHER_COLL_DEADLINE_MS": "5000"}
@@ -197,7 +198,9 @@ def test_update_on_shards_kill_shard_mid_write(h):
     rc = p.wait(120)
     text = log_text(p)
     assert rc != 0, "the job cannot go on without the shard's state"
-    assert "lost while it wrote" in text and "resume from the last checkpoint" in text, \
+    # the parts are written while training goes on: the loss shows in a
+    # step, or in rank 0's question for the parts
+    assert "resume from the last checkpoint" in text or "lost while it wrote" in text, \
         text[-3000:]
     assert committed(root) == ["step-000000010"], os.listdir(root)
     assert not os.path.exists(os.path.join(root, "step-000000020", "MANIFEST"))

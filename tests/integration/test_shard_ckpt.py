@@ -54,12 +54,27 @@ def test_shards_write_and_a_resharded_run_continues(h):
     # The shards wrote what they hold: both parts name their own chunks.
     assert "ps-0.bin" in text and "ps-1.bin" in text, text
     assert open(os.path.join(root, "latest")).read().strip() == "step-000000006"
+    # In two phases, as tether-train takes them: the shards answer once
+    # they copied their chunks, the ranks train on, and rank 0 collects the
+    # parts between later steps. Training is unchanged, and the parts load.
+    root2 = os.path.join(h.dir, "ckpt2")
+    straight2 = os.path.join(h.dir, "straight2.bin")
+    out = finish(ranks(h, coord, "a2", 3, 2, "--save-at", "6", "--ckpt", root2, "--out", straight2,
+                       "--two-phase", "1"))
+    assert len([l for l in out if l.startswith("CKPT")]) == 1, out
+    assert read_params(straight2).tobytes() == read_params(straight).tobytes()
+    cdir2 = os.path.join(root2, "step-000000006")
+    rc, text = verify_checkpoint(cdir2)
+    assert rc == 0, text
 
     shards.append(shard(h, coord, "s2"))
     same = os.path.join(h.dir, "same-world.bin")
     finish(ranks(h, coord, "b", 3, 3, "--resume", cdir, "--out", same))
     a, b = read_params(straight), read_params(same)
     assert a.tobytes() == b.tobytes(), f"3 ranks, 2 -> 3 shards: rel diff {rel_diff(b, a)}"
+    same2 = os.path.join(h.dir, "same-world-2.bin")
+    finish(ranks(h, coord, "b2", 3, 3, "--resume", cdir2, "--out", same2))
+    assert read_params(same2).tobytes() == a.tobytes(), "two-phase checkpoint: resumed differently"
     other = os.path.join(h.dir, "two-ranks.bin")
     finish(ranks(h, coord, "c", 2, 3, "--resume", cdir, "--out", other))
     d = rel_diff(read_params(other), a)

@@ -206,6 +206,11 @@ static void ps_wire_checkpoint_bodies_are_checked(void) {
     w.file = "ps-0.bin";
     w.n_chunks = 0;
     CU_ASSERT_EQUAL(round_trip(&env, NULL, 0), TT_EPROTO);
+    w.n_chunks = 1;
+    w.phase = 2; /* the result of a two-phase write */
+    CU_ASSERT_EQUAL(round_trip(&env, NULL, 0), TT_OK);
+    w.phase = 3;
+    CU_ASSERT_EQUAL(round_trip(&env, NULL, 0), TT_EPROTO);
 
     Tether__CkptRange r0 = TETHER__CKPT_RANGE__INIT;
     Tether__CkptRange *rs[1] = {&r0};

@@ -367,6 +367,21 @@ static void on_step(void *ctx, const tt_step_report_t *r) {
         pace(sc);
 }
 
+/* What the checkpoints cost the step loop, beside the run's summary: the
+ * worst stall of one checkpoint against the mean step. */
+static void print_ckpt_stats(tt_train_ckpt_t *ck, double train_s, uint64_t steps) {
+    tt_train_ckpt_stats_t st;
+    tt_train_ckpt_stats(ck, &st);
+    if (st.started == 0)
+        return;
+    double step_s = steps > 0 ? train_s / (double)steps : 0.0;
+    double worst_s = (double)st.stall_ns_max * 1e-9;
+    printf("checkpoints: %llu committed, %llu aborted; worst stall of one %.1f ms (%.1f%% of "
+           "a mean step of %.1f ms), %.1f MB written by this rank last time\n",
+           (unsigned long long)st.committed, (unsigned long long)st.aborted, worst_s * 1e3,
+           step_s > 0 ? 100.0 * worst_s / step_s : 0.0, step_s * 1e3, (double)st.last_bytes / 1e6);
+}
+
 /* Runs all epochs (from the resumed one); returns 0, 1 (runtime failure,
  * already reported) or CODE_JOB_DONE. Ranks other than 0 print nothing
  * but errors. tt is NULL with --backend local. */
@@ -425,6 +440,8 @@ static int train(const cli_t *c, tt_trainer_t *t, tt_train_ckpt_t *ck, tt_train_
         quiet = tt_train_ft_rank(ft) != 0;
     if (!quiet && c->dump[0] != '\0' && dump_params(c->dump, t) < 0)
         return 1;
+    if (!quiet && ck != NULL)
+        print_ckpt_stats(ck, train_s, tt_trainer_global_step(t) - s0.global_step);
     if (!quiet)
         printf("done: test accuracy %.4f  test loss %.4f  train %.0f examples/s "
                "over %llu steps on %d worker(s)  wall %.2fs (training %.2fs)\n",

@@ -336,27 +336,47 @@ static int ensure_buffers(tt_train_ckpt_t *c, size_t snap_floats, size_t ctl_len
     return TT_OK;
 }
 
-/* Rank 0, the update on the shards: the shard servers write the state
- * planes now, between steps, and this waits until they are durable (the
- * shards copy on their loops, then write on their pools). Its time is
- * stall: the next step cannot start on the shards before their copy. */
-static void shards_write(tt_train_ckpt_t *c, tt_tc_job_t *j) {
+/* Rank 0, the update on the shards, at the start: the shard servers copy
+ * their chunks (the only stall: the next step cannot start on a shard
+ * before its copy) and write them while training goes on; shards_poll
+ * collects the parts between later steps. */
+static void shards_begin(tt_train_ckpt_t *c, tt_tc_job_t *j) {
     tether_shard_parts_free(c->ps_parts, c->nps_parts);
     c->ps_parts = NULL;
     c->nps_parts = 0;
-    int rc = tether_checkpoint_shards(c->tether, j->dir, &c->ps_parts, &c->nps_parts);
-    for (size_t k = 0; rc == TETHER_OK && k < c->nps_parts; k++)
-        if (c->ps_parts[k].planes != c->nstates)
-            rc = TETHER_EPROTO;
+    int rc = tether_checkpoint_shards_begin(c->tether, j->dir);
     j->shards_failed = rc != TETHER_OK;
-    if (rc == TETHER_EPROTO)
-        snprintf(j->msg, sizeof(j->msg),
-                 "a shard server wrote a part with other planes than the "
-                 "%u of this optimizer",
-                 c->nstates);
-    else if (rc != TETHER_OK)
-        snprintf(j->msg, sizeof(j->msg), "the shard servers did not write their parts: %s (%s)",
+    c->ps_state = rc == TETHER_OK ? 0 : -1;
+    if (rc != TETHER_OK)
+        snprintf(j->msg, sizeof(j->msg), "the shard servers did not copy their chunks: %s (%s)",
                  tether_last_error(c->tether), tether_status_name(rc));
+}
+
+/* Rank 0: whether the shards' parts are durable (1), still written (0) or
+ * failed (-1); `wait`: until it is known. One question per shard. */
+static int shards_poll(tt_train_ckpt_t *c, int wait) {
+    while (c->ps_state == 0) {
+        int rc =
+            tether_checkpoint_shards_result(c->tether, c->job.dir, &c->ps_parts, &c->nps_parts);
+        if (rc == TETHER_EAGAIN && wait) {
+            tt_clock_sleep_ms(2);
+            continue;
+        }
+        if (rc == TETHER_EAGAIN)
+            break;
+        for (size_t k = 0; rc == TETHER_OK && k < c->nps_parts; k++)
+            rc = c->ps_parts[k].planes == c->nstates ? TETHER_OK : TETHER_EPROTO;
+        c->ps_state = rc == TETHER_OK ? 1 : -1;
+        if (rc == TETHER_EPROTO)
+            TT_ERROR("ckpt",
+                     "checkpoint %s: a shard server wrote a part with other planes than "
+                     "the %u of this optimizer",
+                     c->job.id, c->nstates);
+        else if (rc != TETHER_OK)
+            TT_ERROR("ckpt", "checkpoint %s: the shard servers did not write their parts: %s (%s)",
+                     c->job.id, tether_last_error(c->tether), tether_status_name(rc));
+    }
+    return c->ps_state;
 }
 
 /* The snapshot is the only part of a checkpoint the step loop waits for:
@@ -393,7 +413,7 @@ static int start(tt_train_ckpt_t *c, uint64_t step, int rank, int world) {
     snprintf(j->dir, sizeof(j->dir), "%s/%s", c->root, j->id);
     j->shards_failed = 0;
     if (c->on_shards && rank == 0)
-        shards_write(c, j);
+        shards_begin(c, j);
     atomic_store_explicit(&j->status, 0, memory_order_relaxed);
     c->world_at_start = world;
     if (pthread_create(&c->thr, NULL, job_main, j) != 0)
@@ -535,6 +555,8 @@ static int control_reduce(tt_train_ckpt_t *c, int rank, int world, int time_due,
     const tt_tc_job_t *j = &c->job;
     int writing = c->sched.phase == TT_CKPT_PHASE_WRITING && !c->in_commit;
     int st = writing ? atomic_load_explicit(&j->status, memory_order_acquire) : 0;
+    if (st == 1 && c->on_shards && rank == 0) /* and the shards' parts */
+        st = shards_poll(c, c->joined_for_finish);
     if (st != 0 && world == c->world_at_start) {
         v[1 + (st < 0)] = 1.0;
         v[3 + 2 * rank] = (double)j->shard.size;
@@ -695,7 +717,9 @@ int tt_train_ckpt_boundary(tt_train_ckpt_t *c, uint64_t now_ms) {
 static int finish_inflight(tt_train_ckpt_t *c, int rank, int world, const tt_ckpt_tick_t *t0) {
     tt_ckpt_tick_t tick = *t0;
     join_thread(c);
+    c->joined_for_finish = 1; /* rank 0 waits for the shards' parts too */
     int rc = control_reduce(c, rank, world, 0, &tick);
+    c->joined_for_finish = 0;
     int act = rc == TT_OK ? tt_ckpt_sched_resolve(&c->sched, &tick) : 0;
     if (rc == TT_OK && act == 0)
         rc = TT_EINTERNAL;

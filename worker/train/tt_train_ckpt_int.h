@@ -71,6 +71,8 @@ struct tt_train_ckpt {
     int on_shards;
     struct tether_shard_part *ps_parts; /* rank 0: the last ones written */
     size_t nps_parts;
+    int ps_state;          /* rank 0: their write 0 in flight, 1 durable, -1 failed */
+    int joined_for_finish; /* the run ends: wait for them */
     uint64_t stall_knob;
     uint64_t ck_stall_ns; /* stall of the checkpoint in flight so far */
     tt_train_ckpt_stats_t st;
