@@ -321,7 +321,7 @@ static int shard_parts(tether_t *t, const char *dir, int phase, tether_shard_par
     tt_ps_written_t *w = NULL;
     size_t n = 0;
     int rc = tt_comm_write_ckpt(t->comm, dir, phase, &w, &n);
-    if (rc == TT_OK && (rc = copy_parts(w, n, parts)) == TT_OK)
+    if (rc == TT_OK && phase != 1 && (rc = copy_parts(w, n, parts)) == TT_OK) /* 1: none */
         *nparts = n;
     tt_ps_written_free(w, n);
     free(w);
