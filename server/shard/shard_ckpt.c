@@ -8,11 +8,13 @@
  * pool, and answers ChunksWritten once the part is durable. At most one
  * part per job is in flight; a shard killed meanwhile leaves only a .tmp
  * file, so the checkpoint never commits.
- * Two phases (WriteChunks.phase): why the answer can come after the copy.
- * The copy is all that holds training up; waiting for the fsync too made
- * the step loop wait for the disk. So phase 1 is answered (Ack) once the
- * chunks are copied, the job keeps the finished write's result, and a
- * phase-2 question, asked between steps, gets it (EAGAIN until then). */
+ * Two phases (WriteChunks.phase): why the answer comes before the write.
+ * Waiting for the fsync made the step loop wait for the disk, and waiting
+ * for the copy made it wait for memory bandwidth. So phase 1 is answered
+ * (Ack) once the request passed its checks, the copy follows on the loop
+ * at once (see shard_ckpt_write for why nothing can tear it), the job
+ * keeps the finished write's result, and a phase-2 question, asked
+ * between steps, gets it (EAGAIN until then). */
 #include "shard_internal.h"
 #include "tt_ckpt.h"
 #include "tt_clock.h"
@@ -330,7 +332,10 @@ static int pick(shard_job_t *job, const Tether__WriteChunks *r, ckpt_pick_t *p, 
     return TT_OK;
 }
 
-static int prepare(tt_shard_t *s, const tt_env_t *env, ckpt_work_t *w, shard_job_t **jobp) {
+/* The checks a request must pass before anything is copied; *picks (on
+ * success): the chunks, sorted by offset, for copy_and_queue. */
+static int prepare(tt_shard_t *s, const tt_env_t *env, ckpt_work_t *w, shard_job_t **jobp,
+                   ckpt_pick_t **picks) {
     const Tether__WriteChunks *r = env->write_chunks;
     shard_job_t *job = shard_find_job(s, env->job_id);
     *jobp = job;
@@ -353,10 +358,27 @@ static int prepare(tt_shard_t *s, const tt_env_t *env, ckpt_work_t *w, shard_job
     int rc = pick(job, r, p, w->msg, sizeof(w->msg));
     if (rc == TT_OK)
         rc = check_picks(p, r->n_chunks, r, &w->planes, w->msg, sizeof(w->msg));
-    if (rc == TT_OK && (rc = snapshot(w, job, p, r->n_chunks)) != TT_OK)
+    if (rc == TT_OK)
+        *picks = p;
+    else
+        free(p);
+    return rc;
+}
+
+/* The copy, then the write on the pool. 0, or a failure with w->msg. */
+static int copy_and_queue(tt_shard_t *s, ckpt_work_t *w, shard_job_t *job, ckpt_pick_t *p,
+                          size_t n) {
+    int rc = snapshot(w, job, p, n);
+    free(p);
+    if (rc != TT_OK)
         snprintf(w->msg, sizeof(w->msg),
                  rc == TT_ENOMEM ? "out of memory for the snapshot" : "parameters never set");
-    free(p);
+    if (rc == TT_OK && uv_queue_work(s->loop, &w->req, work_run, work_done) != 0) {
+        rc = TT_ESYS;
+        snprintf(w->msg, sizeof(w->msg), "could not queue the write");
+    }
+    if (rc == TT_OK)
+        job->writing = 1;
     return rc;
 }
 
@@ -383,21 +405,30 @@ void shard_ckpt_write(tt_shard_t *s, const uint8_t *peer, size_t peer_len, const
     w->stall_ms = stall_for_test(env->write_chunks);
     w->phase = env->write_chunks->phase;
     shard_job_t *job = NULL;
-    int rc = prepare(s, env, w, &job);
-    if (rc == TT_OK && uv_queue_work(s->loop, &w->req, work_run, work_done) != 0) {
-        rc = TT_ESYS;
-        snprintf(w->msg, sizeof(w->msg), "could not queue the write");
+    ckpt_pick_t *p = NULL;
+    int rc = prepare(s, env, w, &job, &p);
+    if (rc == TT_OK && w->phase == 1) {
+        /* Answered before the copy: the copy runs in this callback, before
+         * the loop reads another message, and the step after it cannot
+         * complete without the asker's next push, which follows this
+         * answer. So the asker's wait is one round trip, not the copy. */
+        reply_ack(s, peer, peer_len, env);
+        if (copy_and_queue(s, w, job, p, env->write_chunks->n_chunks) == TT_OK) {
+            job->ckpt_cur = w;
+        } else { /* the phase-2 question gets the failure */
+            w->rc = TT_EIO;
+            if (job->ckpt_last != NULL)
+                work_free(job->ckpt_last);
+            job->ckpt_last = w;
+        }
+        return;
     }
+    if (rc == TT_OK)
+        rc = copy_and_queue(s, w, job, p, env->write_chunks->n_chunks);
     if (rc != TT_OK) {
         TT_DEBUG("shard", "write chunks for %s refused: %s", env->job_id, w->msg);
         shard_send_error(s, peer, peer_len, env->job_id, env->generation, env->request_id, rc,
                          w->msg);
         work_free(w);
-        return;
-    }
-    job->writing = 1;
-    if (w->phase == 1) {
-        job->ckpt_cur = w;
-        reply_ack(s, peer, peer_len, env); /* copied: rounds may go on */
     }
 }
