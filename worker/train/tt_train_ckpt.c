@@ -336,10 +336,10 @@ static int ensure_buffers(tt_train_ckpt_t *c, size_t snap_floats, size_t ctl_len
     return TT_OK;
 }
 
-/* Rank 0, the update on the shards, at the start: the shard servers copy
- * their chunks (the only stall: the next step cannot start on a shard
- * before its copy) and write them while training goes on; shards_poll
- * collects the parts between later steps. */
+/* Rank 0, the update on the shards, at the start: one round trip to each
+ * shard server, which then copies its chunks and writes them while
+ * training goes on (shard_ckpt.c says why nothing can tear the copy);
+ * shards_poll collects the parts between later steps. */
 static void shards_begin(tt_train_ckpt_t *c, tt_tc_job_t *j) {
     tether_shard_parts_free(c->ps_parts, c->nps_parts);
     c->ps_parts = NULL;
