@@ -312,36 +312,24 @@ static int copy_parts(const tt_ps_written_t *w, size_t n, tether_shard_part_t **
     return TT_OK;
 }
 
-static int shard_parts(tether_t *t, const char *dir, int phase, tether_shard_part_t **parts,
-                       size_t *nparts) {
+TETHER_API int tether_checkpoint_shards_begin(tether_t *t, const char *dir) {
+    return t ? noted(t, tt_comm_write_ckpt(t->comm, dir, 1, NULL, NULL)) : TETHER_EINVAL;
+}
+
+TETHER_API int tether_checkpoint_shards_result(tether_t *t, const char *dir,
+                                               tether_shard_part_t **parts, size_t *nparts) {
     if (t == NULL || parts == NULL || nparts == NULL)
         return TETHER_EINVAL;
     *parts = NULL;
     *nparts = 0;
     tt_ps_written_t *w = NULL;
     size_t n = 0;
-    int rc = tt_comm_write_ckpt(t->comm, dir, phase, &w, &n);
-    if (rc == TT_OK && phase != 1 && (rc = copy_parts(w, n, parts)) == TT_OK) /* 1: none */
+    int rc = tt_comm_write_ckpt(t->comm, dir, 2, &w, &n);
+    if (rc == TT_OK && (rc = copy_parts(w, n, parts)) == TT_OK)
         *nparts = n;
     tt_ps_written_free(w, n);
     free(w);
-    return rc == TT_EAGAIN ? rc : noted(t, rc);
-}
-
-TETHER_API int tether_checkpoint_shards(tether_t *t, const char *dir, tether_shard_part_t **parts,
-                                        size_t *nparts) {
-    return shard_parts(t, dir, 0, parts, nparts);
-}
-
-TETHER_API int tether_checkpoint_shards_begin(tether_t *t, const char *dir) {
-    tether_shard_part_t *none = NULL;
-    size_t n = 0;
-    return shard_parts(t, dir, 1, &none, &n);
-}
-
-TETHER_API int tether_checkpoint_shards_result(tether_t *t, const char *dir,
-                                               tether_shard_part_t **parts, size_t *nparts) {
-    return shard_parts(t, dir, 2, parts, nparts);
+    return rc == TT_EAGAIN ? rc : noted(t, rc); /* still written: not a failure */
 }
 
 TETHER_API void tether_shard_parts_free(tether_shard_part_t *parts, size_t nparts) {

@@ -359,7 +359,7 @@ static int ps_write_ckpt(void *inst, const char *dir, int phase, int64_t after_r
     uint64_t last = after_round >= 0 ? (uint64_t)after_round : 0;
     if (phase == 1) {
         int rc = tt_ps_checkpoint_begin(pi->ps, dir, after_round >= 0 ? &last : NULL);
-        if (rc != TT_OK)
+        if (rc != TT_OK) /* not a poisoning failure: keep its sentence here */
             snprintf(pi->err, sizeof(pi->err), "%s", tt_ps_last_error(pi->ps));
         return rc;
     }
@@ -367,9 +367,8 @@ static int ps_write_ckpt(void *inst, const char *dir, int phase, int64_t after_r
     tt_ps_written_t *w = calloc(ns, sizeof(*w));
     if (w == NULL)
         return TT_ENOMEM;
-    int rc = phase == 2 ? tt_ps_checkpoint_result(pi->ps, dir, w)
-                        : tt_ps_write_checkpoint(pi->ps, dir, after_round >= 0 ? &last : NULL, w);
-    if (rc != TT_OK) { /* not a poisoning failure: keep its sentence here */
+    int rc = tt_ps_checkpoint_result(pi->ps, dir, w);
+    if (rc != TT_OK) {
         snprintf(pi->err, sizeof(pi->err), "%s", tt_ps_last_error(pi->ps));
         tt_ps_written_free(w, ns);
         free(w);

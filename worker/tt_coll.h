@@ -108,10 +108,10 @@ typedef struct tt_coll_ops {
     void (*set_lr)(void *inst, float lr);
     /* With shard_update, between steps: every shard server writes its
      * chunks' state (following round `after_round` unless it is negative)
-     * as one checkpoint part in `dir`; *out (malloc'd, *n entries, free
-     * with tt_ps_written_free and free) describes them. `phase` 0: all of
-     * it; 1: return once the shards copied (out unused); 2: the parts of
-     * a phase-1 write (TT_EAGAIN while one is written). NULL elsewhere. */
+     * as one checkpoint part in `dir`. `phase` 1: returns once the shards
+     * accepted (out unused); 2: the parts of that write, *out (malloc'd,
+     * *n entries, free with tt_ps_written_free and free), TT_EAGAIN while
+     * one is written. NULL elsewhere. */
     int (*write_ckpt)(void *inst, const char *dir, int phase, int64_t after_round,
                       struct tt_ps_written **out, size_t *n);
     /* With reduce_step: whether `step` reduces the whole step (1) or its

@@ -602,16 +602,18 @@ int tt_comm_state_io(tt_comm_t *c, int put, int part, float *buf, size_t count,
 
 int tt_comm_write_ckpt(tt_comm_t *c, const char *dir, int phase, struct tt_ps_written **out,
                        size_t *n) {
-    if (c == NULL || dir == NULL || dir[0] != '/' || out == NULL || n == NULL || phase < 0 ||
-        phase > 2)
+    if (c == NULL || dir == NULL || dir[0] != '/' || phase < 1 || phase > 2 ||
+        (phase == 2 && (out == NULL || n == NULL)))
         return TT_EINVAL;
     if (!c->opts.shard_update) {
         tt_comm_set_error(c, "the shard servers write checkpoints only with the update on the "
                              "shards (they hold no state otherwise)");
         return TT_EINVAL;
     }
-    *out = NULL;
-    *n = 0;
+    if (phase == 2) {
+        *out = NULL;
+        *n = 0;
+    }
     tt_comm_job_t j = {.kind = TT_COLL_BARRIER,
                        .role = TT_COMM_JOB_CKPT,
                        .buf = (void *)dir, /* only read */

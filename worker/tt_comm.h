@@ -200,7 +200,8 @@ int tt_comm_state_io(tt_comm_t *c, int put, int part, float *buf, size_t count,
 
 /* With shard_update, between steps: the shard servers write the state
  * after the last step this rank completed as checkpoint parts in `dir`
- * (absolute); `phase`, *out, *n as tt_coll_ops_t.write_ckpt. TT_OK,
+ * (absolute); `phase` (1 or 2), *out, *n as tt_coll_ops_t.write_ckpt (out
+ * and n may be NULL in phase 1). TT_OK,
  * TT_EAGAIN (phase 2: still written), TT_EINVAL, or as a collective (a
  * failure does not end the generation's backend). */
 struct tt_ps_written;

@@ -428,8 +428,8 @@ TETHER_API int tether_barrier(tether_t *t);
 TETHER_API int tether_state_put(tether_t *t, int part, const float *buf, size_t count);
 TETHER_API int tether_state_get(tether_t *t, int part, float *buf, size_t count);
 
-/* A checkpoint part one shard server wrote (tether_checkpoint_shards): what
- * the manifest lists for it. */
+/* A checkpoint part one shard server wrote
+ * (tether_checkpoint_shards_result): what the manifest lists for it. */
 typedef struct tether_shard_part {
     char file[128]; /* "ps-<k>.bin" in the directory; k: the shard's place */
     uint64_t size;  /* bytes of the file */
@@ -441,22 +441,17 @@ typedef struct tether_shard_part {
 /* TETHER_UPDATE_SHARDS, between steps, one rank: every shard server of the
  * generation writes the state of its chunks (parameters and optimizer
  * state after the last step this rank completed) into `dir` (absolute) as
- * one part, fsynced, and this returns when all are durable, with *parts
- * (one per shard, free with tether_shard_parts_free) and *nparts. The
- * parts are not a checkpoint until a manifest lists them. TETHER_OK,
- * TETHER_EINVAL (the update is local, bad arguments), TETHER_ESTALE (a
- * shard's state does not follow that step: it restarted and lost it), or
- * a collective's status; a failure leaves the backend usable. */
-TETHER_API int tether_checkpoint_shards(tether_t *t, const char *dir, tether_shard_part_t **parts,
-                                        size_t *nparts);
-
-/* The same in two calls, so that the step loop waits for the shards' copy
- * of their chunks and not for their disk: _begin returns once every shard
- * has copied (steps may go on; the shards write meanwhile); _result,
- * called between later steps by the same rank, returns TETHER_OK with the
- * parts once all are durable, TETHER_EAGAIN while one is still written,
- * or the write's error (TETHER_EIO; TETHER_ESTALE when a shard restarted
- * and knows no such part). */
+ * one part, fsynced. In two calls, so that the step loop waits neither for
+ * the shards' copy nor for their disk: _begin returns once every shard
+ * accepted (it copies and writes while steps go on); _result, called
+ * between later steps by the same rank, returns TETHER_OK with *parts (one
+ * per shard, free with tether_shard_parts_free) and *nparts once all are
+ * durable, TETHER_EAGAIN while one is still written, or the write's error
+ * (TETHER_EIO; TETHER_ESTALE when a shard's state does not follow that
+ * step, or it restarted and knows no such part). The parts are not a
+ * checkpoint until a manifest lists them. Also TETHER_EINVAL (the update
+ * is local, bad arguments) or a collective's status; a failure leaves the
+ * backend usable. */
 TETHER_API int tether_checkpoint_shards_begin(tether_t *t, const char *dir);
 TETHER_API int tether_checkpoint_shards_result(tether_t *t, const char *dir,
                                                tether_shard_part_t **parts, size_t *nparts);

@@ -220,6 +220,14 @@ static void reply_written(const ckpt_work_t *w, const uint8_t *peer, size_t peer
     free(rp);
 }
 
+/* A phase-1 write that ended (or failed before its write): kept for the
+ * phase-2 question in place of the one before. */
+static void keep_last(shard_job_t *job, ckpt_work_t *w) {
+    if (job->ckpt_last != NULL)
+        work_free(job->ckpt_last);
+    job->ckpt_last = w;
+}
+
 static void work_done(uv_work_t *req, int status) {
     ckpt_work_t *w = req->data;
     shard_job_t *job = shard_find_job(w->s, w->job);
@@ -238,10 +246,8 @@ static void work_done(uv_work_t *req, int status) {
     else
         TT_ERROR("shard", "job %s: checkpoint part %s/%s not written: %s", w->job, w->dir, w->file,
                  w->msg);
-    if (w->phase == 1 && job != NULL) { /* kept for the phase-2 question */
-        if (job->ckpt_last != NULL)
-            work_free(job->ckpt_last);
-        job->ckpt_last = w;
+    if (w->phase == 1 && job != NULL) {
+        keep_last(job, w);
         return;
     }
     if (w->s->closing || w->phase == 1) {
@@ -417,9 +423,7 @@ void shard_ckpt_write(tt_shard_t *s, const uint8_t *peer, size_t peer_len, const
             job->ckpt_cur = w;
         } else { /* the phase-2 question gets the failure */
             w->rc = TT_EIO;
-            if (job->ckpt_last != NULL)
-                work_free(job->ckpt_last);
-            job->ckpt_last = w;
+            keep_last(job, w);
         }
         return;
     }

@@ -441,7 +441,7 @@ static int add_shard_part(tt_manifest_t *m, const char *file, uint64_t off, uint
 }
 
 /* The parts the shard servers wrote (update on the shards), as rank 0 got
- * them from tether_checkpoint_shards. */
+ * them from tether_checkpoint_shards_result. */
 static int add_ps_parts(const tt_train_ckpt_t *c, tt_manifest_t *m) {
     for (size_t k = 0; k < c->nps_parts; k++) {
         const tether_shard_part_t *s = &c->ps_parts[k];

@@ -67,7 +67,8 @@ struct tt_train_ckpt {
     int gated;     /* a tt_train_ckpt_gate is attached: copy off the step loop */
     int sync_init; /* job.mu / job.cv initialised */
     /* The update on the shards: the shard servers write the state planes
-     * (tether_checkpoint_shards), the workers only rank 0's trainer part. */
+     * (tether_checkpoint_shards_begin/_result), the workers only rank 0's
+     * trainer part. */
     int on_shards;
     struct tether_shard_part *ps_parts; /* rank 0: the last ones written */
     size_t nps_parts;
