@@ -47,6 +47,11 @@ DATA = os.environ.get("TETHER_FMNIST", "/usr/share/datasets/fashion-mnist")
 STEPS_PER_EPOCH = 20
 EPOCHS = 2
 SEEDS = [int(s) for s in os.environ.get("TETHER_FAILOVER_SEEDS", "1,2,3,4,5").split(",")]
+# Step pacing of the jobs a restarted worker must join before they end: it
+# starts a process, loads the dataset and registers while the 4 -> 3
+# regroup happens, on a 2-core machine that may be running a sanitizer
+# build and another suite at the same time (100 ms once proved too short).
+REJOIN_PACE_MS = 150
 FAST = {
     "TETHER_HEARTBEAT_MS": "100",
     "TETHER_HEARTBEAT_TIMEOUT_MS": "1000",
@@ -202,7 +207,7 @@ def test_kill_and_restart(h, backend="ring"):
     # worker, which loads the dataset first, joins well before the end even
     # on a loaded 2-core machine; more steps would not do, see the top.
     rows, text = run_with_kill(h, f"restart-{backend}-{seed}", seed, restarts=1, spe=4,
-                               epochs=10, pace_ms=100, backend=backend)
+                               epochs=10, pace_ms=REJOIN_PACE_MS, backend=backend)
     assert "restart 1" in text, text[-3000:]
     worlds = [r["world_size"] for r in rows]
     print(f"  world size per epoch: {worlds}")
@@ -241,7 +246,7 @@ def test_update_on_shards_kill_and_restart(h):
     assert "putting the state" not in text, text[-3000:]
     seed = SEEDS[0] + 100
     rows, text = run_with_kill(h, f"shards-restart-{seed}", seed, restarts=1, spe=4, epochs=10,
-                               pace_ms=100, backend="ps", extra=shards)
+                               pace_ms=REJOIN_PACE_MS, backend="ps", extra=shards)
     worlds = [r["world_size"] for r in rows]
     print(f"  world size per epoch: {worlds}")
     assert "restart 1" in text and worlds[-1] == 4, (worlds, text[-3000:])
@@ -260,7 +265,7 @@ def test_sigstop_fenced_and_rejoins(h):
     argv = [binary("tether-launch"), "--workers", "4", "--shards", "1", "--min-workers", "3",
             "--max-restarts", "0", "--", "tether-train", "--data", DATA, "--backend", "ring",
             *train_args(seed, spe, epochs), "--dump-params", out, "--metrics-json", metrics,
-            "--pace-ms", "100"]  # time for the re-join, as in test_kill_and_restart
+            "--pace-ms", str(REJOIN_PACE_MS)]  # time for the re-join, as in test_kill_and_restart
     p = h.spawn("stop", argv, env=FAST)
     p.wait_line(lambda l: global_step(l) >= 4, 90, "step 4", stream="log")
     pid = worker_pid(p, 2)

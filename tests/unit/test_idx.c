@@ -87,7 +87,7 @@ static void cleanup(const char *dir) {
 static int load(size_t ilen, size_t llen, int gz, char *err, size_t errlen) {
     char *dir = fixture(ilen, llen, gz);
     tt_idx_set_t s = {0};
-    int rc = tt_idx_load(dir, "x", &s, err, errlen);
+    int rc = tt_idx_load(dir, "x", 0, &s, err, errlen);
     if (rc < 0)
         CU_ASSERT(s.images == NULL && s.labels == NULL && s.count == 0);
     tt_idx_free(&s);
@@ -100,7 +100,7 @@ static void idx_loads_valid_files(void) {
     char *dir = fixture(il, ll, 1);
     tt_idx_set_t s = {0};
     char err[256] = "";
-    CU_ASSERT_EQUAL_FATAL(tt_idx_load(dir, "x", &s, err, sizeof(err)), TT_OK);
+    CU_ASSERT_EQUAL_FATAL(tt_idx_load(dir, "x", 0, &s, err, sizeof(err)), TT_OK);
     CU_ASSERT(s.count == NIMG && s.rows == 28 && s.cols == 28);
     CU_ASSERT_DOUBLE_EQUAL(s.images[0], 0.0, 1e-7);
     CU_ASSERT_DOUBLE_EQUAL(s.images[255], 1.0, 1e-7);
@@ -112,10 +112,40 @@ static void idx_loads_valid_files(void) {
     cleanup(dir);
 }
 
+/* --train-limit: only the first examples are kept, as float32, but both
+ * files are still checked whole (a bad label past the kept ones, a count
+ * mismatch). */
+static void idx_keeps_the_first_examples(void) {
+    size_t il = image_bytes(img, NIMG, 28, 28), ll = label_bytes(lab, NIMG);
+    char *dir = fixture(il, ll, 1);
+    tt_idx_set_t s = {0};
+    char err[256] = "";
+    CU_ASSERT_EQUAL_FATAL(tt_idx_load(dir, "x", 2, &s, err, sizeof(err)), TT_OK);
+    CU_ASSERT(s.count == 2 && s.in_file == NIMG && s.rows == 28 && s.cols == 28);
+    CU_ASSERT_DOUBLE_EQUAL(s.images[PIX + 1], (float)((PIX + 1) % 256) / 255.0f, 1e-7);
+    CU_ASSERT(s.labels[0] == 0 && s.labels[1] == 1);
+    tt_idx_free(&s);
+    CU_ASSERT_EQUAL_FATAL(tt_idx_load(dir, "x", NIMG + 5, &s, err, sizeof(err)), TT_OK);
+    CU_ASSERT(s.count == NIMG && s.labels[2] == 2);
+    tt_idx_free(&s);
+    cleanup(dir);
+    lab[8 + 2] = 11;
+    dir = fixture(il, ll, 1);
+    CU_ASSERT_EQUAL(tt_idx_load(dir, "x", 1, &s, err, sizeof(err)), TT_ECORRUPT);
+    CU_ASSERT(strstr(err, "label 11 at index 2") != NULL);
+    CU_ASSERT(s.images == NULL && s.count == 0);
+    cleanup(dir);
+    dir = fixture(il, label_bytes(lab, NIMG - 1), 1);
+    CU_ASSERT_EQUAL(tt_idx_load(dir, "x", 1, &s, err, sizeof(err)), TT_ECORRUPT);
+    CU_ASSERT(strstr(err, "2 labels but the images file has 3") != NULL);
+    cleanup(dir);
+}
+
 static void idx_missing_file_is_notfound(void) {
     char err[256];
     tt_idx_set_t s = {0};
-    CU_ASSERT_EQUAL(tt_idx_load("/nonexistent-dir", "train", &s, err, sizeof(err)), TT_ENOTFOUND);
+    CU_ASSERT_EQUAL(tt_idx_load("/nonexistent-dir", "train", 0, &s, err, sizeof(err)),
+                    TT_ENOTFOUND);
     CU_ASSERT(strstr(err, "train-images-idx3-ubyte.gz") != NULL);
 }
 
@@ -205,6 +235,7 @@ static void idx_parse_header_pure(void) {
 
 static const tt_cunit_test_t tests[] = {
     {"idx_loads_valid_files", idx_loads_valid_files},
+    {"idx_keeps_the_first_examples", idx_keeps_the_first_examples},
     {"idx_missing_file_is_notfound", idx_missing_file_is_notfound},
     {"idx_truncated_header_and_data", idx_truncated_header_and_data},
     {"idx_bad_magic_and_dims", idx_bad_magic_and_dims},

@@ -309,8 +309,8 @@ static int check_update(const cli_t *c) {
 
 static int load_data(const cli_t *c, tt_idx_set_t *train, tt_idx_set_t *test) {
     char err[512];
-    if (tt_idx_load(c->data, "train", train, err, sizeof(err)) < 0 ||
-        tt_idx_load(c->data, "t10k", test, err, sizeof(err)) < 0) {
+    if (tt_idx_load(c->data, "train", c->train_limit, train, err, sizeof(err)) < 0 ||
+        tt_idx_load(c->data, "t10k", 0, test, err, sizeof(err)) < 0) {
         fprintf(stderr, "tether-train: cannot load Fashion-MNIST: %s\n", err);
         return -1;
     }

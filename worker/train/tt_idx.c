@@ -86,8 +86,8 @@ static int idx_check(const uint8_t *buf, size_t len, const char *name, uint32_t 
     return TT_OK;
 }
 
-int tt_idx_decode_images(const uint8_t *buf, size_t len, const char *name, tt_idx_set_t *set,
-                         char *err, size_t errlen) {
+int tt_idx_decode_images(const uint8_t *buf, size_t len, const char *name, size_t keep,
+                         tt_idx_set_t *set, char *err, size_t errlen) {
     tt_idx_header_t h;
     int rc = idx_check(buf, len, name, TT_IDX_MAGIC_IMAGES, &h, err, errlen);
     if (rc < 0)
@@ -96,14 +96,17 @@ int tt_idx_decode_images(const uint8_t *buf, size_t len, const char *name, tt_id
         return idx_fail(TT_ECORRUPT, err, errlen,
                         "%s: wrong dims %ux%ux%u, expected Nx%dx%d with N>0", name, h.dims[0],
                         h.dims[1], h.dims[2], IDX_IMAGE_SIDE, IDX_IMAGE_SIDE);
-    float *img = malloc(h.payload_len * sizeof(float));
+    size_t count = keep != 0 && keep < h.dims[0] ? keep : h.dims[0];
+    size_t n = count * h.dims[1] * h.dims[2];
+    float *img = malloc(n * sizeof(float));
     if (img == NULL)
         return idx_fail(TT_ENOMEM, err, errlen, "%s: out of memory", name);
     const uint8_t *src = buf + h.header_len;
-    for (size_t i = 0; i < h.payload_len; i++)
+    for (size_t i = 0; i < n; i++)
         img[i] = (float)src[i] / 255.0f;
     set->images = img;
-    set->count = h.dims[0];
+    set->count = count;
+    set->in_file = h.dims[0];
     set->rows = h.dims[1];
     set->cols = h.dims[2];
     return TT_OK;
@@ -115,22 +118,24 @@ int tt_idx_decode_labels(const uint8_t *buf, size_t len, const char *name, tt_id
     int rc = idx_check(buf, len, name, TT_IDX_MAGIC_LABELS, &h, err, errlen);
     if (rc < 0)
         return rc;
-    if (set->count != 0 && h.dims[0] != set->count)
+    size_t images = set->in_file != 0 ? set->in_file : set->count;
+    if (images != 0 && h.dims[0] != images)
         return idx_fail(TT_ECORRUPT, err, errlen,
                         "%s: %u labels but the images file has %zu images", name, h.dims[0],
-                        set->count);
+                        images);
     const uint8_t *src = buf + h.header_len;
     for (size_t i = 0; i < h.payload_len; i++) {
         if (src[i] >= 10)
             return idx_fail(TT_ECORRUPT, err, errlen, "%s: label %u at index %zu, expected 0..9",
                             name, src[i], i);
     }
-    uint8_t *lab = malloc(h.payload_len ? h.payload_len : 1);
+    size_t count = set->count != 0 ? set->count : h.dims[0];
+    uint8_t *lab = malloc(count ? count : 1);
     if (lab == NULL)
         return idx_fail(TT_ENOMEM, err, errlen, "%s: out of memory", name);
-    memcpy(lab, src, h.payload_len);
+    memcpy(lab, src, count);
     set->labels = lab;
-    set->count = h.dims[0];
+    set->count = count;
     return TT_OK;
 }
 
@@ -205,25 +210,27 @@ int tt_idx_read_gz(const char *path, uint8_t **buf, size_t *len, char *err, size
     return rc;
 }
 
-/* Reads one file of a split and hands its bytes to `decode`. */
-static int idx_load_one(const char *dir, const char *prefix, const char *kind,
-                        int (*decode)(const uint8_t *, size_t, const char *, tt_idx_set_t *, char *,
-                                      size_t),
+/* Reads and decodes one file of a split: the images file when `images`,
+ * else the labels file. */
+static int idx_load_one(const char *dir, const char *prefix, int images, size_t keep,
                         tt_idx_set_t *set, char *err, size_t errlen) {
     char path[4096];
-    int w = snprintf(path, sizeof(path), "%s/%s-%s-ubyte.gz", dir, prefix, kind);
+    int w = snprintf(path, sizeof(path), "%s/%s-%s-ubyte.gz", dir, prefix,
+                     images ? "images-idx3" : "labels-idx1");
     if (w < 0 || (size_t)w >= sizeof(path))
         return idx_fail(TT_EINVAL, err, errlen, "data path too long: %s", dir);
     uint8_t *buf = NULL;
     size_t len = 0;
     int rc = tt_idx_read_gz(path, &buf, &len, err, errlen);
     if (rc == TT_OK)
-        rc = decode(buf, len, path, set, err, errlen);
+        rc = images ? tt_idx_decode_images(buf, len, path, keep, set, err, errlen)
+                    : tt_idx_decode_labels(buf, len, path, set, err, errlen);
     free(buf);
     return rc;
 }
 
-int tt_idx_load(const char *dir, const char *prefix, tt_idx_set_t *set, char *err, size_t errlen) {
+int tt_idx_load(const char *dir, const char *prefix, size_t keep, tt_idx_set_t *set, char *err,
+                size_t errlen) {
     char local[512];
     if (err == NULL || errlen == 0) {
         err = local;
@@ -231,10 +238,8 @@ int tt_idx_load(const char *dir, const char *prefix, tt_idx_set_t *set, char *er
     }
     err[0] = '\0';
     int rc;
-    TT_CHECK_GOTO(idx_load_one(dir, prefix, "images-idx3", tt_idx_decode_images, set, err, errlen),
-                  rc, fail);
-    TT_CHECK_GOTO(idx_load_one(dir, prefix, "labels-idx1", tt_idx_decode_labels, set, err, errlen),
-                  rc, fail);
+    TT_CHECK_GOTO(idx_load_one(dir, prefix, 1, keep, set, err, errlen), rc, fail);
+    TT_CHECK_GOTO(idx_load_one(dir, prefix, 0, 0, set, err, errlen), rc, fail);
     return TT_OK;
 fail:
     TT_WARN("data", "%s", err);

@@ -42,17 +42,21 @@ typedef struct {
     uint8_t *labels; /* count, each < 10 checked by the decoder; owned */
     size_t count;
     uint32_t rows, cols;
+    size_t in_file; /* examples the files hold (count may keep fewer); 0 = count */
 } tt_idx_set_t;
 
 /* Decodes a complete images file buffer into set->images/count/rows/cols
- * (allocates set->images). `name` names the file in messages. Returns 0,
- * TT_ECORRUPT (bad magic, dims, truncated or trailing data), TT_ENOMEM. */
-int tt_idx_decode_images(const uint8_t *buf, size_t len, const char *name, tt_idx_set_t *set,
-                         char *err, size_t errlen);
+ * (allocates set->images), keeping the first `keep` images (0 = all; the
+ * whole buffer is checked either way) and the file's count in
+ * set->in_file. `name` names the file in messages. Returns 0, TT_ECORRUPT
+ * (bad magic, dims, truncated or trailing data), TT_ENOMEM. */
+int tt_idx_decode_images(const uint8_t *buf, size_t len, const char *name, size_t keep,
+                         tt_idx_set_t *set, char *err, size_t errlen);
 
-/* Decodes a labels file buffer into set->labels; the count must equal
- * set->count when set->count != 0 (images decoded first). Labels >= 10 are
- * TT_ECORRUPT. Returns 0, TT_ECORRUPT, TT_ENOMEM. */
+/* Decodes a labels file buffer into set->labels; the count must equal the
+ * images file's (set->in_file, else set->count) when images were decoded
+ * first, and only set->count labels are kept then. Every label is checked:
+ * one >= 10 is TT_ECORRUPT. Returns 0, TT_ECORRUPT, TT_ENOMEM. */
 int tt_idx_decode_labels(const uint8_t *buf, size_t len, const char *name, tt_idx_set_t *set,
                          char *err, size_t errlen);
 
@@ -63,9 +67,13 @@ int tt_idx_read_gz(const char *path, uint8_t **buf, size_t *len, char *err, size
 
 /* Loads "<dir>/<prefix>-images-idx3-ubyte.gz" and
  * "<dir>/<prefix>-labels-idx1-ubyte.gz" (prefix "train" or "t10k") into
- * *set, which must be zeroed; on error *set holds nothing. Messages name the
- * file and what is wrong, and are also logged. Returns as above. */
-int tt_idx_load(const char *dir, const char *prefix, tt_idx_set_t *set, char *err, size_t errlen);
+ * *set, which must be zeroed, keeping the first `keep` examples (0 = all):
+ * a run on a subset neither converts nor holds the rest as float32, yet
+ * both files are read and checked whole. On error *set holds nothing.
+ * Messages name the file and what is wrong, and are also logged. Returns
+ * as above. */
+int tt_idx_load(const char *dir, const char *prefix, size_t keep, tt_idx_set_t *set, char *err,
+                size_t errlen);
 
 /* Frees the arrays of *set and zeroes it. Accepts NULL. */
 void tt_idx_free(tt_idx_set_t *set);
