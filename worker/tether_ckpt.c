@@ -67,8 +67,8 @@ static int transient(int rc) {
 }
 
 TETHER_API int tether_checkpoint_commit(tether_t *t, const char *root, uint64_t request,
-                                        const void *manifest, size_t len, uint32_t timeout_ms,
-                                        char *err, size_t errlen) {
+                                        uint64_t generation, const void *manifest, size_t len,
+                                        uint32_t timeout_ms, char *err, size_t errlen) {
     if (t == NULL || root == NULL || manifest == NULL || len == 0)
         return TT_EINVAL;
     const tt_client_opts_t *o = tt_client_opts(t->client);
@@ -80,7 +80,7 @@ TETHER_API int tether_checkpoint_commit(tether_t *t, const char *root, uint64_t 
     int rc = TT_ETIMEDOUT;
     for (uint64_t rid = 1;; rid++) {
         tt_env_t env;
-        tt_wire_env_init(&env, o->job_id, o->worker_id, 0, rid);
+        tt_wire_env_init(&env, o->job_id, o->worker_id, generation, rid);
         env.body_case = TETHER__ENVELOPE__BODY_CHECKPOINT_COMMIT;
         env.checkpoint_commit = &cc;
         uint64_t now = tt_clock_mono_ms();

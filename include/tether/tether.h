@@ -297,13 +297,19 @@ TETHER_API int tether_checkpoint_requests(tether_t *t, uint64_t *requested, uint
  * CkptManifest, `len` bytes) whose parts are durable under
  * <root>/<checkpoint id>; `request` is the request it serves (0: the step
  * schedule). The coordinator checks the parts, writes the MANIFEST (the
- * commit point), moves `latest`, applies retention and records it. Safe
- * from any thread; retries while the coordinator is unreachable or busy,
- * up to `timeout_ms` in all. TETHER_OK, TETHER_ETIMEDOUT, or the
- * coordinator's refusal (`err` has its sentence). */
+ * commit point), moves `latest`, applies retention and records it.
+ * `generation` is the one the checkpoint was taken in (tether_generation
+ * at its step): the coordinator takes the commit only while that is the
+ * job's current generation and, while the job runs, only from one of its
+ * members, so a process that was fenced with a commit in flight gets
+ * TETHER_ESTALE (or TETHER_EFENCED) instead of moving `latest` back to its
+ * older step. Safe from any thread; retries while the coordinator is
+ * unreachable or busy, up to `timeout_ms` in all. TETHER_OK,
+ * TETHER_ETIMEDOUT, or the coordinator's refusal (`err` has its
+ * sentence). */
 TETHER_API int tether_checkpoint_commit(tether_t *t, const char *root, uint64_t request,
-                                        const void *manifest, size_t len, uint32_t timeout_ms,
-                                        char *err, size_t errlen);
+                                        uint64_t generation, const void *manifest, size_t len,
+                                        uint32_t timeout_ms, char *err, size_t errlen);
 
 #define TETHER_PATH_MAX 1024 /* checkpoint directories, NUL included */
 

@@ -324,6 +324,22 @@ static int commit_prepare(const coord_req_t *q, uint32_t keep, ckpt_commit_t *k,
     return TT_OK;
 }
 
+/* tt_rdzv_may_commit, with the sentence the refused sender logs. */
+static int commit_sender_ok(const coord_req_t *q, coord_job_t *job, const char *id, char *err,
+                            size_t errlen) {
+    uint64_t gen = tt_rdzv_generation(job->rdzv);
+    int rc = tt_rdzv_may_commit(job->rdzv, q->env->sender_id, q->env->generation);
+    if (rc == TT_ESTALE)
+        snprintf(err, errlen,
+                 "commit of %s sent at generation %" PRIu64 " but the job is at generation %" PRIu64
+                 ": a process that fell behind or was fenced may not move `latest`",
+                 id, q->env->generation, gen);
+    else if (rc == TT_EFENCED)
+        snprintf(err, errlen, "commit of %s: %s is not a member of generation %" PRIu64, id,
+                 q->env->sender_id, gen);
+    return rc;
+}
+
 void coord_on_checkpoint_commit(const coord_req_t *q) {
     coord_job_t *job = job_taking_checkpoints(q, 1);
     if (job == NULL)
@@ -335,7 +351,12 @@ void coord_on_checkpoint_commit(const coord_req_t *q) {
                                         sizeof(err));
     if (rc == TT_OK && tt_ckpt_book_find(&job->ckpt, k->m.id) != NULL) {
         coord_reply_ack(q); /* a retry of a commit that went through */
-    } else if (rc == TT_OK && job->commit_busy) {
+        commit_free(k);
+        return;
+    }
+    if (rc == TT_OK)
+        rc = commit_sender_ok(q, job, k->m.id, err, sizeof(err));
+    if (rc == TT_OK && job->commit_busy) {
         snprintf(err, sizeof(err), "commit of %s in progress (job %s): send it again", k->m.id,
                  q->env->job_id);
         coord_reply_error(q, TT_EAGAIN, err);

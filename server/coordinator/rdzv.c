@@ -391,6 +391,17 @@ int tt_rdzv_at_boundary(tt_rdzv_t *r, const char *worker_id, uint64_t generation
     return r->call_rc;
 }
 
+int tt_rdzv_may_commit(const tt_rdzv_t *r, const char *worker_id, uint64_t generation) {
+    if (r == NULL || worker_id == NULL)
+        return TT_EINVAL;
+    if (generation != r->generation)
+        return TT_ESTALE;
+    if (end_status(r) != TT_OK)
+        return TT_OK;
+    const tt_rdzv_node_t *n = tt_rdzv_table_find(&r->table, worker_id);
+    return n != NULL && n->role == TT_RDZV_ROLE_MEMBER ? TT_OK : TT_EFENCED;
+}
+
 static uint64_t age_ms(const tt_rdzv_node_t *n, uint64_t now_ms) {
     return now_ms > n->last_seen_ms ? now_ms - n->last_seen_ms : 0;
 }

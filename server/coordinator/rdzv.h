@@ -338,6 +338,20 @@ int tt_rdzv_peer_disconnected(tt_rdzv_t *r, const char *worker_id, uint64_t inca
 int tt_rdzv_at_boundary(tt_rdzv_t *r, const char *worker_id, uint64_t generation,
                         int64_t completed_step, uint64_t now_ms);
 
+/* Whether a checkpoint commit sent by `worker_id` at `generation` (its
+ * view when it sent it) may move the job's `latest`. Why it matters: a
+ * process that was fenced (stopped, partitioned) may wake with a commit of
+ * an old step in flight; accepted after the live members committed newer
+ * ones, it would send the next full restart back to that step. The rule:
+ * the generation must be the job's current one, and while the job runs the
+ * sender must be one of its members (after FINISHED or FAILED nobody is a
+ * member any more; rank 0's last commit may follow another rank's finish).
+ * The worker id alone cannot tell an old incarnation from the new one; the
+ * generation can, since the new one joined a later generation. Returns
+ * TT_OK, TT_ESTALE (another generation), TT_EFENCED (running, not a
+ * member), TT_EINVAL. */
+int tt_rdzv_may_commit(const tt_rdzv_t *r, const char *worker_id, uint64_t generation);
+
 /* Acts on time: heartbeat expiry (members, suspects, waiters), the last-call
  * deadline and the join timeout; nothing once FAILED or FINISHED. Cheap when
  * nothing is due: the expiry scan (O(n)) only runs once now_ms reaches a lower

@@ -14,10 +14,17 @@ in its durable state.
   * full cluster restart: every process killed mid-run, `latest` removed;
     a restarted coordinator (same state dir) and new workers with
     --resume auto resume from the coordinator's record and end with the
-    parameters of an uninterrupted run.
+    parameters of an uninterrupted run;
+  * a fenced rank 0 with its commit in flight: stopped (SIGSTOP) while its
+    commit thread holds the commit (a test knob), evicted, the survivor
+    commits newer checkpoints; after SIGCONT the old commit reaches the
+    coordinator and is refused (its generation is over), so `latest` and
+    the record keep the newer checkpoints.
 """
 import json
 import os
+import re
+import signal
 import time
 
 from tt_harness import (binary, committed, free_port, read_params,
@@ -39,7 +46,8 @@ FAST = {
 def workers(h, coord, job, args, tag="w", n=2, extra_env=None):
     ps = []
     for i in range(n):
-        env = dict(os.environ, **FAST, **(extra_env or {}))
+        env = dict(os.environ, **FAST)
+        env.update(extra_env or {})
         env.update({"TETHER_COORDINATOR": coord.endpoint, "TETHER_JOB": job,
                     "TETHER_WORKER_ID": f"{tag}{i}",
                     "TETHER_ENDPOINT": f"tcp://127.0.0.1:{free_port()}"})
@@ -127,6 +135,51 @@ def test_coordinator_timer(h):
     assert rel_diff(read_params(out), ref) == 0.0, "checkpoints changed the training result"
 
 
+def members(h, coord, job):
+    rc, out, _ = h.ctl(coord.endpoint, "members", job, "--json", check=False)
+    return json.loads(out) if rc == 0 else {"generation": 0, "members": []}
+
+
+def test_fenced_rank0_commit_refused(h):
+    coord = h.coordinator()
+    root = os.path.join(h.dir, "ckpt")
+    job = "fence"
+    env = {"TETHER_MIN_WORKERS": "1", "TETHER_TRAIN_TEST_COMMIT_HOLD_MS": "1500"}
+    args = ["--max-steps", "300", "--pace-ms", "25", "--checkpoint-dir", root]
+    ps = workers(h, coord, job, args, tag="a", n=1, extra_env=env)
+    ps += workers(h, coord, job, args, tag="b", n=1, extra_env=env)
+    wait_for(lambda: len(members(h, coord, job)["members"]) == 2 and
+             last_step(h, coord, job) >= 10, 60, "both workers training")
+    m = members(h, coord, job)
+    gen = m["generation"]
+    r0 = [x["worker_id"] for x in m["members"] if x["rank"] == 0][0]
+    p0, p1 = (ps[0], ps[1]) if r0 == "a0" else (ps[1], ps[0])
+    h.ctl(coord.endpoint, "checkpoint", job)
+    held = p0.wait_line(lambda l: "test knob: commit of" in l, 30, "the held commit", stream="log")
+    stale_id = re.search(r"commit of (\S+) \(generation (\d+)\)", held).group(1)
+    p0.signal(signal.SIGSTOP)
+    wait_for(lambda: members(h, coord, job)["generation"] > gen and
+             len(members(h, coord, job)["members"]) == 1, 20, f"{r0} evicted")
+    # the survivor serves the open request and a new one
+    h.ctl(coord.endpoint, "checkpoint", job, "--wait", timeout_ms=30000)
+    newer = ids_of(listed(h, coord, job))
+    p0.signal(signal.SIGCONT)
+    refused = coord.wait_line(lambda l: "refused" in l and stale_id in l, 20,
+                              "the stale commit refused", stream="log")
+    print(f"  {r0} (rank 0 of generation {gen}) held {stale_id}; survivor committed {newer}")
+    print("  coordinator: " + refused.split("coord_ckpt.c")[-1].strip()[:220])
+    assert f"sent at generation {gen} but the job is at generation" in refused, refused
+    finish(ps)
+    lst = ids_of(listed(h, coord, job))
+    assert stale_id not in lst and lst[:len(newer)] == newer, (stale_id, lst)
+    assert stale_id not in committed(root), os.listdir(root)
+    with open(os.path.join(root, "latest")) as f:
+        assert f.read().strip() == lst[-1]
+    for ck in lst:
+        rc, text = verify_checkpoint(os.path.join(root, ck))
+        assert rc == 0, text
+
+
 def test_full_restart(h):
     coord = h.coordinator()
     ref = reference(h, coord, 60)
@@ -158,4 +211,5 @@ if __name__ == "__main__":
     if not os.path.exists(os.path.join(DATA, "train-images-idx3-ubyte.gz")):
         print(f"SKIP: no Fashion-MNIST under {DATA}")
         raise SystemExit(77)
-    run_tests([test_on_demand, test_coordinator_timer, test_full_restart])
+    run_tests([test_on_demand, test_coordinator_timer, test_full_restart,
+               test_fenced_rank0_commit_refused])

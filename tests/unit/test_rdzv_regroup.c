@@ -254,6 +254,34 @@ static void rdzv_rejoin_new_incarnation(void) {
     tt_rdzv_destroy(&r);
 }
 
+/* Checkpoint commits (tt_rdzv_may_commit): only at the current generation,
+ * only from a member while the job runs; after the end, the last
+ * generation's commit still lands (rank 0 may commit after another rank
+ * finished the job). */
+static void rdzv_commit_only_from_current_members(void) {
+    static const char *const ids[] = {"a", "b", "c"};
+    tt_rdzv_t *r = running(2, 3, ids, 3);
+    CU_ASSERT_EQUAL(tt_rdzv_may_commit(r, "a", 1), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_may_commit(r, "c", 1), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_leave(r, "c", 1, 500), TT_OK); /* generation 2 */
+    CU_ASSERT_EQUAL(tt_rdzv_may_commit(r, "a", 1), TT_ESTALE);
+    CU_ASSERT_EQUAL(tt_rdzv_may_commit(r, "c", 1), TT_ESTALE);
+    CU_ASSERT_EQUAL(tt_rdzv_may_commit(r, "c", 2), TT_EFENCED);
+    CU_ASSERT_EQUAL(tt_rdzv_may_commit(r, "nobody", 2), TT_EFENCED);
+    CU_ASSERT_EQUAL(tt_rdzv_may_commit(r, "b", 2), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_may_commit(r, "b", 3), TT_ESTALE);
+    /* a waiter is not a member yet */
+    CU_ASSERT_EQUAL(join(r, "d", 600), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_may_commit(r, "d", 2), TT_EFENCED);
+    CU_ASSERT_EQUAL(tt_rdzv_finish(r, "a", 1, 700), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_state(r), TT_RDZV_FINISHED);
+    CU_ASSERT_EQUAL(tt_rdzv_may_commit(r, "b", 2), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_may_commit(r, "b", 1), TT_ESTALE);
+    CU_ASSERT_EQUAL(tt_rdzv_may_commit(NULL, "b", 2), TT_EINVAL);
+    CU_ASSERT_EQUAL(tt_rdzv_may_commit(r, NULL, 2), TT_EINVAL);
+    tt_rdzv_destroy(&r);
+}
+
 /* A regroup the daemon asks for (a shard server is gone): same members,
  * same ranks, the next generation, resuming after the highest step. */
 static void rdzv_regroup_now_keeps_members(void) {
@@ -322,6 +350,7 @@ static const tt_cunit_test_t tests[] = {
     {"rdzv_survivors_first_when_slots_short", rdzv_survivors_first_when_slots_short},
     {"rdzv_stale_generation_heartbeat", rdzv_stale_generation_heartbeat},
     {"rdzv_rejoin_new_incarnation", rdzv_rejoin_new_incarnation},
+    {"rdzv_commit_only_from_current_members", rdzv_commit_only_from_current_members},
     {"rdzv_regroup_now_keeps_members", rdzv_regroup_now_keeps_members},
     {"rdzv_regroup_now_noop_unless_running", rdzv_regroup_now_noop_unless_running},
     {NULL, NULL},

@@ -533,7 +533,8 @@ static int commit(tt_train_ckpt_t *c, const double *v) {
         TT_ERROR("ckpt", "checkpoint %s not committed: %s", c->job.id, tt_strerror(rc));
         return TT_OK; /* the previous checkpoint stays valid; training goes on */
     }
-    c->commit_request = c->req_serving; /* the commit thread's own copy */
+    c->commit_request = c->req_serving; /* the commit thread's own copies */
+    c->commit_gen = c->sched.inflight_gen;
     if (pthread_create(&c->thr, NULL, commit_main, c) != 0) {
         tt_manifest_free(&c->commit);
         return tt_tc_fail(c, TT_ESYS, "cannot start the commit thread");

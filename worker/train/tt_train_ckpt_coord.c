@@ -12,6 +12,7 @@
 #include "tt_train_ckpt_int.h"
 
 #include "tether/tether.h"
+#include "tt_clock.h"
 #include "tt_log.h"
 #include "tt_status.h"
 
@@ -46,13 +47,28 @@ void tt_tc_coord_aborted(tt_train_ckpt_t *c) {
     c->req_serving = 0;
 }
 
+/* Test knob TETHER_TRAIN_TEST_COMMIT_HOLD_MS: the commit thread waits that
+ * long before it sends the commit, so a test can stop this process with
+ * its commit in flight (the fenced-rank-0 case tt_rdzv_may_commit is
+ * for). */
+static void hold_for_test(const tt_train_ckpt_t *c) {
+    const char *v = getenv("TETHER_TRAIN_TEST_COMMIT_HOLD_MS");
+    unsigned long long ms = v != NULL ? strtoull(v, NULL, 10) : 0;
+    if (ms == 0)
+        return;
+    TT_WARN("ckpt", "test knob: commit of %s (generation %llu) held %llu ms", c->commit.id,
+            (unsigned long long)c->commit_gen, ms);
+    tt_clock_sleep_ms(ms);
+}
+
 int tt_tc_coord_commit(tt_train_ckpt_t *c, char *err, size_t errlen) {
     uint8_t *buf = NULL;
     size_t len = 0;
+    hold_for_test(c);
     int rc = tt_manifest_encode(&c->commit, &buf, &len, err, errlen);
     if (rc == TT_OK)
-        rc = tether_checkpoint_commit(c->tether, c->root, c->commit_request, buf, len,
-                                      TC_COMMIT_TIMEOUT_MS, err, errlen);
+        rc = tether_checkpoint_commit(c->tether, c->root, c->commit_request, c->commit_gen, buf,
+                                      len, TC_COMMIT_TIMEOUT_MS, err, errlen);
     free(buf);
     if (rc != TT_OK)
         atomic_store_explicit(&c->commit_failed, 1, memory_order_release);

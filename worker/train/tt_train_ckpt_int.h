@@ -82,6 +82,7 @@ struct tt_train_ckpt {
     struct tether *tether;
     uint64_t req_taken, req_serving;
     uint64_t commit_request;  /* req_serving of the checkpoint being committed */
+    uint64_t commit_gen;      /* the generation it was taken in */
     atomic_int commit_failed; /* set by the commit thread */
     char err[512];
 };
