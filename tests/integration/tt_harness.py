@@ -6,6 +6,7 @@ process a test started is killed when the test ends, whatever happens.
 Binaries come from the build tree given by TETHER_BUILD_DIR (ctest sets it).
 """
 import array
+import atexit
 import fcntl
 import json
 import os
@@ -31,15 +32,31 @@ def binary(name):
     raise FileNotFoundError(f"{name} not found under {BUILD}")
 
 
-# Ports this test process claimed (see free_port); held until it exits.
+# Ports this test process claimed (see free_port): (path, fd), held until
+# it exits, when _release_claims removes their files.
 _CLAIMS = []
+
+
+def _release_claims():
+    for path, fd in _CLAIMS:
+        try:
+            os.unlink(path)  # before the unlock, as tt_launch_release_port
+        except OSError:
+            pass
+        os.close(fd)
+    _CLAIMS.clear()
+
+
+atexit.register(_release_claims)
 
 
 def _claim(port):
     """Claims `port` among tether-launch processes and test harnesses of this
     host the way tether-launch does (tools/launch/launch_env.c): an flock on
-    <TMPDIR or /tmp>/tether-ports/<port>. False when another one holds it;
-    True when claimed, or when no claim can be made here."""
+    <TMPDIR or /tmp>/tether-ports/<port> that counts only if the name still
+    leads to the locked file (its holder removes it when done). False when
+    another one holds it; True when claimed, or when no claim can be made
+    here."""
     tmp = os.environ.get("TMPDIR", "")
     d = os.path.join(tmp if tmp.startswith("/") else "/tmp", "tether-ports")
     try:
@@ -47,16 +64,20 @@ def _claim(port):
         os.chmod(d, 0o1777)
     except OSError:
         pass
+    path = os.path.join(d, str(port))
     try:
-        fd = os.open(os.path.join(d, str(port)), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o666)
     except OSError:
         return True
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        mine, named = os.fstat(fd), os.stat(path)
+        if (mine.st_ino, mine.st_dev) != (named.st_ino, named.st_dev):
+            raise OSError("the claim file was removed meanwhile")
     except OSError:
         os.close(fd)
         return False
-    _CLAIMS.append(fd)
+    _CLAIMS.append((path, fd))
     return True
 
 

@@ -278,10 +278,20 @@ static void launch_free_port_is_bindable(void) {
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "not-an-ip"));
 }
 
+static int claim_file_exists(int port) {
+    const char *tmp = getenv("TMPDIR");
+    char path[600];
+    struct stat st;
+    snprintf(path, sizeof(path), "%s/tether-ports/%d", tmp != NULL && tmp[0] == '/' ? tmp : "/tmp",
+             port);
+    return stat(path, &st) == 0;
+}
+
 /* While a claim is held no launcher gets the port: 200 ports taken in a
  * row, each claim kept, are all different (200 random picks from the
  * 8192-port range would repeat one with probability 0.91 without claims),
- * and after the claims are given up the ports are free again. */
+ * and after the claims are given up the ports are free again and their
+ * files gone (they used to pile up in /tmp, one per port ever used). */
 static void launch_free_port_claims_are_exclusive(void) {
     enum { N = 200 };
     int port[N], claim[N], dup = 0, claimed = 0;
@@ -297,9 +307,15 @@ static void launch_free_port_claims_are_exclusive(void) {
         printf("\n    only %d of %d ports could be claimed here (no writable /tmp?)\n", claimed, N);
     CU_ASSERT_EQUAL(claimed, N);
     CU_ASSERT_EQUAL(dup, 0);
-    for (int i = 0; i < N; i++)
-        if (claim[i] >= 0)
-            close(claim[i]);
+    int files = 0, left = 0;
+    for (int i = 0; i < N; i++) {
+        files += claim[i] >= 0 && claim_file_exists(port[i]);
+        tt_launch_release_port(port[i], claim[i]);
+        left += claim[i] >= 0 && claim_file_exists(port[i]);
+    }
+    CU_ASSERT_EQUAL(files, claimed);
+    CU_ASSERT_EQUAL(left, 0);
+    tt_launch_release_port(port[0], -1); /* nothing held: nothing done */
 }
 
 static void launch_cpu_share_blocks(void) {

@@ -259,8 +259,7 @@ static int spawn_with(child_t *c, char *const *argv, char *const *env) {
 static int spawn_worker(child_t *c) {
     char err[256] = "";
     char **env = NULL;
-    if (c->port_claim >= 0) /* a restart takes a new port: give the old one up */
-        close(c->port_claim);
+    tt_launch_release_port(c->port, c->port_claim); /* a restart takes a new port */
     c->port_claim = -1;
     int rc = tt_launch_free_port(APP_HOST, &c->port, &c->port_claim, err, sizeof(err));
     if (rc != TT_OK) {
@@ -541,8 +540,7 @@ static void app_teardown(app_t *a) {
         return;
     for (int i = 0; a->ch != NULL && i < a->nch; i++) {
         tt_launch_proc_close(&a->ch[i].proc);
-        if (a->ch[i].port_claim >= 0)
-            close(a->ch[i].port_claim);
+        tt_launch_release_port(a->ch[i].port, a->ch[i].port_claim);
     }
     uv_walk(&a->loop, close_walk, NULL);
     uv_run(&a->loop, UV_RUN_DEFAULT);

@@ -135,26 +135,51 @@ static int try_bind(int fd, struct sockaddr_in *sa, int port) {
  * before either child binds it; one child then cannot bind its ring, or
  * worse, a rank of the other job connects to it. The claim is an flock on
  * <TMPDIR or /tmp>/tether-ports/<port>: the kernel drops it when the
- * launcher exits, however it exits. Files are never removed (removing a
- * lock file races with another process that opened it); there are at most
- * as many as the range has ports. Returns the held descriptor, -1 when
- * another launcher holds the port, -2 when no claim can be made here (no
- * writable directory): the port is then taken unclaimed, as before. */
-static int claim_port(int port) {
+ * launcher exits, however it exits. The holder removes the file when it
+ * gives the port up (tt_launch_release_port), so the directory holds only
+ * live claims and those of processes that died. Removing a lock file
+ * races with a process that opened it just before: that one may then lock
+ * the removed file while a third locks a new one under the same name. So
+ * a lock counts only if the name still leads to the locked file; else
+ * the port counts as held. Returns the held descriptor, -1 when another
+ * launcher holds the port, -2 when no claim can be made here (no writable
+ * directory): the port is then taken unclaimed, as before. */
+static void claim_path(char *path, size_t n, int port) {
     const char *tmp = getenv("TMPDIR");
-    char dir[512], path[600];
-    snprintf(dir, sizeof(dir), "%s/tether-ports", tmp != NULL && tmp[0] == '/' ? tmp : "/tmp");
-    if (mkdir(dir, 0777) == 0)
-        chmod(dir, 01777); /* every user's launchers share it; umask trimmed it */
-    snprintf(path, sizeof(path), "%s/%d", dir, port);
+    snprintf(path, n, "%s/tether-ports/%d", tmp != NULL && tmp[0] == '/' ? tmp : "/tmp", port);
+}
+
+static int claim_port(int port) {
+    char path[600];
+    claim_path(path, sizeof(path), port);
+    char *slash = strrchr(path, '/');
+    *slash = '\0';
+    if (mkdir(path, 0777) == 0)
+        chmod(path, 01777); /* every user's launchers share it; umask trimmed it */
+    *slash = '/';
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
     if (fd < 0)
         return -2;
-    if (flock(fd, LOCK_EX | LOCK_NB) == 0)
-        return fd;
+    struct stat mine, named;
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+        if (fstat(fd, &mine) == 0 && stat(path, &named) == 0 && mine.st_ino == named.st_ino &&
+            mine.st_dev == named.st_dev)
+            return fd;
+        close(fd); /* locked a file its holder had just removed */
+        return -1;
+    }
     int held = errno == EWOULDBLOCK;
     close(fd);
     return held ? -1 : -2;
+}
+
+void tt_launch_release_port(int port, int claim) {
+    if (claim < 0)
+        return;
+    char path[600];
+    claim_path(path, sizeof(path), port);
+    unlink(path); /* before the unlock: nobody can lock it in between */
+    close(claim);
 }
 
 /* Why below the ephemeral range: a worker binds its ring port again at
@@ -183,8 +208,8 @@ int tt_launch_free_port(const char *host, int *port, int *claim, char *err, size
     }
     if (claim != NULL)
         *claim = held >= 0 ? held : -1;
-    else if (held >= 0)
-        close(held);
+    else
+        tt_launch_release_port(found, held);
     int fd = found ? -1 : socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (found) {
         *port = found;

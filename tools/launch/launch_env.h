@@ -35,11 +35,16 @@ void tt_launch_dirname(char *out, size_t n, const char *path);
  * of this host has claimed; claims it (launch_env.c says why and how) and
  * closes the socket again. *claim (may be NULL) gets the claim's file
  * descriptor, -1 when none could be taken: keep it open while the port is
- * the child's, close it when the port is given up (the claim also ends
- * when this process exits, however it exits). A process that is not a
+ * the child's, and give it to tt_launch_release_port when the port is given
+ * up (the claim also ends when this process exits, however it exits, but
+ * then its file stays behind). A process that is not a
  * tether-launch may still take the port before the child binds it;
  * callers pass it on at once. Returns TT_OK or TT_ESYS (err says why). */
 int tt_launch_free_port(const char *host, int *port, int *claim, char *err, size_t errlen);
+
+/* Ends the claim tt_launch_free_port took on `port` (claim >= 0: its
+ * descriptor; -1: nothing to do) and removes its file. */
+void tt_launch_release_port(int port, int claim);
 
 /* Removes `path` and everything below it (does not follow symlinks).
  * Returns TT_OK (also when it did not exist) or TT_EIO. */
