@@ -151,6 +151,7 @@ static int open_backend(tt_comm_t *c, const tt_comm_view_t *v) {
                          .coordinator = c->opts.coordinator,
                          .job_id = c->opts.job_id,
                          .worker_id = c->opts.worker_id,
+                         .min_shards = c->opts.min_shards,
                          .tensor_counts = tcounts,
                          .ntensors = ntcounts,
                          .shard_update = c->opts.shard_update,

@@ -68,6 +68,10 @@ typedef struct tt_ps_fetch_opts {
     size_t ntensors;
     uint64_t chunk_bytes; /* 0: 4 MiB */
     int timeout_ms;       /* 0: 10000 */
+    /* DeclareTensors.min_shards: before the job's first placement the
+     * coordinator answers TT_EAGAIN (waited out as above) while fewer shard
+     * servers are alive. 0: any one. */
+    uint32_t min_shards;
 } tt_ps_fetch_opts_t;
 
 /* Asks the coordinator for the job's placement (declaring the tensor table

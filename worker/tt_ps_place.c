@@ -86,6 +86,7 @@ static int ask(tt_zreq_t *z, const tt_ps_fetch_opts_t *o, uint64_t rid, int time
     d.n_tensors = o->ntensors;
     d.tensors = ptrs;
     d.chunk_bytes = o->chunk_bytes;
+    d.min_shards = o->min_shards;
     if (o->ntensors > 0) {
         env.body_case = TETHER__ENVELOPE__BODY_DECLARE_TENSORS;
         env.declare_tensors = &d;

@@ -168,10 +168,7 @@ static int build_placement(const tt_shards_t *s, const tt_placement_t *p, place_
 }
 
 static int no_live_shard(const tt_shards_t *s, uint64_t now) {
-    for (size_t i = 0; i < tt_shards_count(s); i++)
-        if (tt_shards_alive(s, i, now))
-            return 0;
-    return 1;
+    return tt_shards_live_count(s, now) == 0;
 }
 
 int coord_shards_live(tt_coord_t *c, uint64_t now) {
@@ -226,6 +223,15 @@ void coord_on_declare(const coord_req_t *q) {
     if (rc != TT_OK) {
         TT_WARN("coord", "tensor table of job %s refused: %s", q->env->job_id, err);
         coord_reply_error(q, rc, err);
+        return;
+    }
+    size_t live = tt_shards_live_count(s, q->now);
+    if (d->min_shards > live && !tt_shards_placed(s, q->env->job_id)) {
+        /* a re-placement after a loss goes on with fewer: that is failover */
+        snprintf(err, sizeof(err),
+                 "%zu of the %u shard servers job %s waits for are alive (min_shards)", live,
+                 d->min_shards, q->env->job_id);
+        coord_reply_error(q, TT_EAGAIN, err);
         return;
     }
     reply_placement(q, s);

@@ -202,6 +202,18 @@ int tt_shards_declare(tt_shards_t *s, const char *job, const tt_tensor_decl_t *t
     return TT_OK;
 }
 
+int tt_shards_placed(const tt_shards_t *s, const char *job) {
+    const shards_job_t *j = find_job(s, job);
+    return j != NULL && j->place.version != 0;
+}
+
+size_t tt_shards_live_count(const tt_shards_t *s, uint64_t now_ms) {
+    size_t n = 0;
+    for (size_t i = 0; i < s->nshards; i++)
+        n += tt_shards_alive(s, i, now_ms) != 0;
+    return n;
+}
+
 /* Whether the live set equals the shards the placement was made for. */
 static int same_live_set(const tt_placement_t *p, const char *const *ids, size_t n) {
     if (p->version == 0 || p->nshards != n)

@@ -71,6 +71,12 @@ int tt_shards_alive(const tt_shards_t *s, size_t i, uint64_t now_ms);
 int tt_shards_declare(tt_shards_t *s, const char *job, const tt_tensor_decl_t *t, size_t n,
                       uint64_t chunk_bytes, char *err, size_t errlen);
 
+/* Whether `job` has had a placement (a first one was computed). */
+int tt_shards_placed(const tt_shards_t *s, const char *job);
+
+/* Shard servers alive at now_ms. */
+size_t tt_shards_live_count(const tt_shards_t *s, uint64_t now_ms);
+
 /* The job's placement over the shards alive at now_ms (recomputed when
  * that set changed). *out is owned by the registry, valid until the next
  * call. TT_OK, TT_ENOTFOUND (job never declared, or no live shard: `err`

@@ -9,8 +9,10 @@
  *       malformed and out-of-scope requests straight to a shard (each must
  *       be refused with the right code), a round that times out naming the
  *       missing rank, and then a good all-reduce on the same shard;
- *   ps_check layout --coordinator EP --job J [--shards N]
+ *   ps_check layout --coordinator EP --job J [--shards N] [--min-shards M]
  *       prints "LAYOUT version=V shards=N chunks=C" once N shards are live;
+ *       with --min-shards, the first placement the coordinator gives
+ *       (DeclareTensors.min_shards = M), however many shards it spans;
  *   ps_check redo --coordinator EP [--shards N]
  *       optimizer mode, a regroup in the middle of a step: rank 1 (raw
  *       pushes) reaches chunk 0 only and dies; rank 0's step fails on the
@@ -36,7 +38,7 @@
 
 typedef struct args {
     const char *mode, *coord, *job;
-    int rank, world, shards;
+    int rank, world, shards, min_shards;
 } args_t;
 
 static float grad(uint32_t kase, uint64_t step, int rank, uint64_t i) {
@@ -550,7 +552,18 @@ static int layout(const args_t *a) {
     /* Five 4 MiB chunks: both shards hold some, so losing one moves some. */
     tt_ps_tensor_t t[] = {{"x", 5 << 20}};
     tt_ps_layout_t lay;
-    int rc = fetch(a, a->job, t, 1, 0, &lay);
+    char err[512] = "";
+    tt_ps_fetch_opts_t fo = {.coordinator = a->coord,
+                             .job_id = a->job,
+                             .sender_id = "ps_check",
+                             .tensors = t,
+                             .ntensors = 1,
+                             .timeout_ms = 10000,
+                             .min_shards = (uint32_t)a->min_shards};
+    int rc = a->min_shards > 0 ? tt_ps_layout_fetch(&fo, &lay, err, sizeof(err))
+                               : fetch(a, a->job, t, 1, 0, &lay);
+    if (rc != TT_OK && a->min_shards > 0)
+        fprintf(stderr, "placement of %s: %s\n", a->job, err);
     if (rc != TT_OK)
         return rc;
     printf("LAYOUT version=%llu shards=%zu chunks=%zu\n", (unsigned long long)lay.place.version,
@@ -572,6 +585,8 @@ static int parse(int argc, char **argv, args_t *a) {
             a->shards = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--job") == 0)
             a->job = argv[i + 1];
+        else if (strcmp(argv[i], "--min-shards") == 0)
+            a->min_shards = atoi(argv[i + 1]);
         else
             return TT_EINVAL;
     }

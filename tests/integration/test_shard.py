@@ -94,6 +94,28 @@ def test_shards_listed_and_placement_follows_shard_loss(h):
     print(f"  placement {before} -> {after} {time.monotonic() - t0:.1f} s after kill -9")
 
 
+def test_first_placement_waits_for_min_shards(h):
+    """A job whose workers start before all of its shards (Kubernetes pods,
+    or tether-launch, where a shard that accepts TCP has not necessarily
+    registered yet) used to be placed on the shards that were first, all
+    chunks on one. With min_shards the coordinator answers EAGAIN until
+    that many are alive, and the first placement spans them."""
+    coord = h.coordinator()
+    shard(h, coord, "s0")
+    wait_for(lambda: len(h.ctl_json(coord.endpoint, "shards")["shards"]) == 1, 5, "s0 registered")
+    early = ps_check(h, coord, "layout", "early", "--job", "one", "--min-shards", "1")
+    assert "shards=1" in finish(early, 30)[-1]  # the control: placed on what is there
+    p = ps_check(h, coord, "layout", "waits", "--job", "both", "--min-shards", "2")
+    time.sleep(1.0)
+    assert p.alive() and not p.lines(), p.lines()
+    shard(h, coord, "s1")
+    line = finish(p, 30)[-1]
+    print(f"  job 'both': {line} (s1 started after 1 s)")
+    assert line.startswith("LAYOUT") and "shards=2" in line and "chunks=5" in line, line
+    held = {s["shard_id"]: s for s in h.ctl_json(coord.endpoint, "shards")["shards"]}
+    assert set(held) == {"s0", "s1"}, held
+
+
 def test_optimizer_step_redone_after_regroup_is_not_applied_twice(h):
     """Optimizer mode keeps the state on the shards, so a step that a
     regroup makes the survivors redo must not be applied again by a chunk
@@ -112,4 +134,5 @@ if __name__ == "__main__":
     run_tests([test_four_workers_exact_sums_and_optimizer,
                test_bad_pushes_refused_and_shard_keeps_serving,
                test_shards_listed_and_placement_follows_shard_loss,
+               test_first_placement_waits_for_min_shards,
                test_optimizer_step_redone_after_regroup_is_not_applied_twice])

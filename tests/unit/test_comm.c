@@ -29,14 +29,16 @@ static void comm_opts_from_env(void) {
     tt_comm_opts_default(&o);
     CU_ASSERT_EQUAL(o.backend, TT_COLL_AUTO);
     CU_ASSERT_EQUAL(o.audit_every, 100);
-    env_t e = {{"TETHER_BACKEND", "TETHER_BUCKET_BYTES", "TETHER_AUDIT_EVERY", "TETHER_RING_BIND"},
-               {"ps", "4096", "0", "tcp://0.0.0.0:7800"}};
+    env_t e = {{"TETHER_BACKEND", "TETHER_BUCKET_BYTES", "TETHER_AUDIT_EVERY", "TETHER_RING_BIND",
+                "TETHER_MIN_SHARDS"},
+               {"ps", "4096", "0", "tcp://0.0.0.0:7800", "3"}};
     char err[256] = "";
     CU_ASSERT_EQUAL(tt_comm_opts_from_lookup(&o, lookup, &e, err, sizeof(err)), TT_OK);
     CU_ASSERT_EQUAL(o.backend, TT_COLL_PS);
     CU_ASSERT_EQUAL(o.bucket_bytes, 4096);
     CU_ASSERT_EQUAL(o.audit_every, 0);
     CU_ASSERT_STRING_EQUAL(o.bind_endpoint, "tcp://0.0.0.0:7800");
+    CU_ASSERT_EQUAL(o.min_shards, 3);
     env_t bad = {{"TETHER_BACKEND"}, {"mpi"}};
     CU_ASSERT_EQUAL(tt_comm_opts_from_lookup(&o, lookup, &bad, err, sizeof(err)), TT_EINVAL);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "TETHER_BACKEND='mpi'"));

@@ -125,7 +125,7 @@ static void start_probe(app_t *a, int target);
 
 static int worker_env(child_t *c, char ***env) {
     const tt_launch_cfg_t *cfg = c->app->cfg;
-    char s[9][TT_CFG_STR_MAX + 64];
+    char s[10][TT_CFG_STR_MAX + 64];
     int64_t minw = cfg->min_workers > 0 ? cfg->min_workers : cfg->workers;
     snprintf(s[0], sizeof(s[0]), "TETHER_COORDINATOR=%s", c->app->coord_endpoint);
     snprintf(s[1], sizeof(s[1]), "TETHER_JOB=%s", cfg->job);
@@ -136,11 +136,14 @@ static int worker_env(child_t *c, char ***env) {
     snprintf(s[6], sizeof(s[6]), "TETHER_LOCAL_RANK=%d", c->index);
     snprintf(s[7], sizeof(s[7]), "TETHER_LAUNCH_RESTART=%d", c->restarts);
     snprintf(s[8], sizeof(s[8]), "TETHER_LAUNCH_PID=%ld", (long)getpid());
-    const char *sets[10] = {APP_UNSET};
-    for (int i = 0; i < 9; i++)
+    /* A shard accepting TCP is not yet registered with the coordinator:
+     * without this a job could be placed on the shards that were first. */
+    snprintf(s[9], sizeof(s[9]), "TETHER_MIN_SHARDS=%lld", (long long)cfg->shards);
+    const char *sets[11] = {APP_UNSET};
+    for (int i = 0; i < 10; i++)
         sets[i + 1] = s[i];
     extern char **environ;
-    return tt_launch_env_build(env, environ, sets, 10);
+    return tt_launch_env_build(env, environ, sets, 11);
 }
 
 /* Fills argv (pointers into bufs) for a daemon; NULL-terminated. The
