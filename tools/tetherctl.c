@@ -162,28 +162,41 @@ static void members_json(const char *job, const Tether__MembersReply *r) {
         printf(",\"endpoint\":");
         tt_ctl_json_str(stdout, m->endpoint);
         printf(",\"heartbeat_age_ms\":%" PRIu64 ",\"last_step\":%" PRId64
-               ",\"incarnation\":%" PRIu64 "}",
-               m->heartbeat_age_ms, m->last_step, m->incarnation);
+               ",\"incarnation\":%" PRIu64 ",\"step_ms\":%.3f,\"wait_ms\":%.3f,"
+               "\"straggler\":%s}",
+               m->heartbeat_age_ms, m->last_step, m->incarnation, m->step_ms, m->wait_ms,
+               m->straggler ? "true" : "false");
     }
     printf("]}\n");
 }
 
 static void members_table(const char *job, const Tether__MembersReply *r) {
     printf("job %s, generation %" PRIu64 ", %zu members\n", job, r->generation, r->n_members);
-    tt_ctl_tbl_t t = {.ncols = 6};
-    const char *hdr[] = {"RANK", "WORKER", "HOST", "ENDPOINT", "HEARTBEAT_AGE", "LAST_STEP"};
+    tt_ctl_tbl_t t = {.ncols = 8};
+    const char *hdr[] = {"RANK",          "WORKER",    "HOST",    "ENDPOINT",
+                         "HEARTBEAT_AGE", "LAST_STEP", "STEP_MS", "WAIT_MS"};
     tt_ctl_tbl_row(&t, hdr);
+    const Tether__MemberStatus *slow = NULL;
     for (size_t i = 0; i < r->n_members; i++) {
         const Tether__MemberStatus *m = r->members[i];
-        char rank[16], age[32], step[24];
+        char rank[16], age[32], step[24], st[24] = "-", wt[32] = "-";
         snprintf(rank, sizeof(rank), "%u", m->rank);
         snprintf(age, sizeof(age), "%" PRIu64 " ms", m->heartbeat_age_ms);
         snprintf(step, sizeof(step), "%" PRId64, m->last_step);
+        if (m->step_ms > 0) {
+            snprintf(st, sizeof(st), "%.1f", m->step_ms);
+            snprintf(wt, sizeof(wt), "%.1f%s", m->wait_ms, m->straggler ? " <- slowest" : "");
+        }
+        slow = m->straggler ? m : slow;
         const char *ep = m->endpoint && m->endpoint[0] ? m->endpoint : "-";
-        const char *row[] = {rank, m->worker_id, m->host, ep, age, step};
+        const char *row[] = {rank, m->worker_id, m->host, ep, age, step, st, wt};
         tt_ctl_tbl_row(&t, row);
     }
     tt_ctl_tbl_print(&t, stdout);
+    if (slow != NULL)
+        printf("rank %u (%s) is the straggler: the others wait for it %s\n", slow->rank,
+               slow->worker_id,
+               "(STEP_MS: mean step, WAIT_MS: mean time blocked on communication)");
 }
 
 static void show_members(const tt_ctl_t *ctl, const char *job, const tt_env_t *reply) {
@@ -351,7 +364,9 @@ static const ctl_cmd_t ctl_cmds[] = {
      "jobs: id, state, generation, members, waiting, last step, epoch and share done, failure",
      cmd_status, 0},
     {"members", 1, "members JOB",
-     "members of JOB: rank, worker id, host, endpoint, heartbeat age, last step", cmd_members, 0},
+     "members of JOB: rank, worker id, host, endpoint, heartbeat age, last step, mean step and "
+     "wait times, the straggler",
+     cmd_members, 0},
     {"shards", 0, "shards",
      "shard servers: id, endpoint, bytes held, chunks, heartbeat age, alive/dead", cmd_shards, 0},
     {"dump", 1, "dump JOB", "flight recorders of every member of JOB (collectives, newest last)",

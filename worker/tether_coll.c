@@ -374,7 +374,14 @@ TETHER_API int tether_grad_ready(tether_t *t, size_t id) {
 TETHER_API int tether_step_finish(tether_t *t, int64_t local_count, int64_t *global_count) {
     if (t == NULL)
         return TETHER_EINVAL;
-    return noted(t, tt_comm_step_finish(t->comm, local_count, global_count));
+    int rc = tt_comm_step_finish(t->comm, local_count, global_count);
+    if (rc == TT_OK) { /* the coordinator shows who the others wait for */
+        tt_comm_stats_t s;
+        tt_comm_step_stats(t->comm, &s);
+        tt_client_step_times(t->client, s.steps, (uint64_t)(s.total_step_s * 1e6),
+                             (uint64_t)(s.total_wait_s * 1e6));
+    }
+    return noted(t, rc);
 }
 
 TETHER_API int tether_step_stats(tether_t *t, tether_step_stats_t *s) {

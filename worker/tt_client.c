@@ -57,6 +57,7 @@ struct tt_client {
     void *ended_ctx;
     int dump_busy; /* dump_fn runs (unlocked): set_dump_fn waits it out */
     uint64_t epoch, epoch_examples, epoch_size; /* tt_client_progress */
+    uint64_t steps, step_us, wait_us;           /* tt_client_step_times */
 };
 
 static void wake(tt_client_t *c) {
@@ -119,6 +120,9 @@ static void send_heartbeat(tt_client_t *c, uint64_t now) {
     hb.epoch = c->epoch;
     hb.epoch_examples = c->epoch_examples;
     hb.epoch_size = c->epoch_size;
+    hb.steps = c->steps;
+    hb.step_us = c->step_us;
+    hb.wait_us = c->wait_us;
     tt_env_t env;
     env_for(c, &env, ++c->next_rid);
     env.body_case = TETHER__ENVELOPE__BODY_HEARTBEAT;
@@ -506,6 +510,14 @@ void tt_client_progress(tt_client_t *c, uint64_t epoch, uint64_t epoch_examples,
     c->epoch = epoch;
     c->epoch_examples = epoch_examples;
     c->epoch_size = epoch_size;
+    pthread_mutex_unlock(&c->mu);
+}
+
+void tt_client_step_times(tt_client_t *c, uint64_t steps, uint64_t step_us, uint64_t wait_us) {
+    pthread_mutex_lock(&c->mu);
+    c->steps = steps;
+    c->step_us = step_us;
+    c->wait_us = wait_us;
     pthread_mutex_unlock(&c->mu);
 }
 

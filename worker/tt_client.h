@@ -184,6 +184,10 @@ void tt_client_destroy(tt_client_t **c);
  * tether_report_failure / tether_leave for the contracts. */
 int tt_client_join(tt_client_t *c, uint32_t timeout_ms);
 int tt_client_step_done(tt_client_t *c, int64_t step);
+/* Step timing totals (tether_step_stats: steps, their wall time and the
+ * time blocked on communication, in us); the next heartbeat carries them
+ * for `tetherctl members`. */
+void tt_client_step_times(tt_client_t *c, uint64_t steps, uint64_t step_us, uint64_t wait_us);
 /* Where the job is in its data; the next heartbeat carries it. */
 void tt_client_progress(tt_client_t *c, uint64_t epoch, uint64_t epoch_examples,
                         uint64_t epoch_size);

@@ -172,6 +172,9 @@ static void on_heartbeat(const coord_req_t *q) {
     int rc = tt_rdzv_heartbeat(job->rdzv, q->env->sender_id, h->incarnation, q->env->generation,
                                h->completed_step, !h->stopped, q->now, &hr);
     coord_conn_note(q->c, q->rx->src_fd, q->env->job_id, q->env->sender_id, h->incarnation);
+    if (rc == TT_OK || rc == TT_ESTALE)
+        tt_rdzv_step_times(job->rdzv, q->env->sender_id, h->incarnation, h->steps, h->step_us,
+                           h->wait_us);
     if (rc == TT_OK || rc == TT_ESTALE || rc == TT_EPROTO)
         coord_send_heartbeat_reply(q->c, q->rx->peer, q->rx->peer_len, job, &hr,
                                    q->env->request_id);

@@ -67,6 +67,9 @@ static void fill_members(const tt_rdzv_member_info_t *info, size_t n, Tether__Me
         ms[i].heartbeat_age_ms = info[i].heartbeat_age_ms;
         ms[i].last_step = info[i].m.last_step;
         ms[i].incarnation = info[i].m.incarnation;
+        ms[i].step_ms = info[i].step_ms;
+        ms[i].wait_ms = info[i].wait_ms;
+        ms[i].straggler = info[i].straggler;
         ptrs[i] = &ms[i];
     }
 }

@@ -391,6 +391,24 @@ int tt_rdzv_at_boundary(tt_rdzv_t *r, const char *worker_id, uint64_t generation
     return r->call_rc;
 }
 
+void tt_rdzv_step_times(tt_rdzv_t *r, const char *worker_id, uint64_t incarnation, uint64_t steps,
+                        uint64_t step_us, uint64_t wait_us) {
+    tt_rdzv_node_t *n =
+        r != NULL && worker_id != NULL ? tt_rdzv_table_find(&r->table, worker_id) : NULL;
+    if (n == NULL || n->role != TT_RDZV_ROLE_MEMBER || n->incarnation != incarnation)
+        return;
+    if (steps < n->tm_steps || step_us < n->tm_step_us || wait_us < n->tm_wait_us)
+        n->tm_steps = n->tm_step_us = n->tm_wait_us = 0; /* a new count */
+    if (steps == n->tm_steps)
+        return;
+    double d = (double)(steps - n->tm_steps) * 1000.0;
+    n->step_ms = (double)(step_us - n->tm_step_us) / d;
+    n->wait_ms = (double)(wait_us - n->tm_wait_us) / d;
+    n->tm_steps = steps;
+    n->tm_step_us = step_us;
+    n->tm_wait_us = wait_us;
+}
+
 int tt_rdzv_may_commit(const tt_rdzv_t *r, const char *worker_id, uint64_t generation) {
     if (r == NULL || worker_id == NULL)
         return TT_EINVAL;

@@ -138,6 +138,8 @@ typedef struct {
     uint64_t heartbeat_age_ms;               /* now - last heartbeat */
     int suspected;                           /* a report awaits confirmation */
     char suspect_reason[TT_RDZV_REASON_MAX]; /* "" unless suspected */
+    double step_ms, wait_ms;                 /* tt_rdzv_step_times; 0: none yet */
+    int straggler; /* the rank the others wait for (tt_rdzv_members says when) */
 } tt_rdzv_member_info_t;
 
 typedef enum {
@@ -338,6 +340,17 @@ int tt_rdzv_peer_disconnected(tt_rdzv_t *r, const char *worker_id, uint64_t inca
 int tt_rdzv_at_boundary(tt_rdzv_t *r, const char *worker_id, uint64_t generation,
                         int64_t completed_step, uint64_t now_ms);
 
+/* Step timing from a member's heartbeat: cumulative steps finished, their
+ * wall time and the time blocked on communication (us) since its process
+ * started. Keeps the means over the steps since the previous report that
+ * brought new steps (the first report: since the start), for
+ * tt_rdzv_members: in a synchronous job every rank's step takes as long
+ * as the slowest one's, so the straggler is the rank that waits least.
+ * Totals that go backwards start over. Ignored for anyone but a member of
+ * that incarnation. */
+void tt_rdzv_step_times(tt_rdzv_t *r, const char *worker_id, uint64_t incarnation, uint64_t steps,
+                        uint64_t step_us, uint64_t wait_us);
+
 /* Whether a checkpoint commit sent by `worker_id` at `generation` (its
  * view when it sent it) may move the job's `latest`. Why it matters: a
  * process that was fenced (stopped, partitioned) may wake with a commit of
@@ -449,7 +462,10 @@ int64_t tt_rdzv_last_committed_step(const tt_rdzv_t *r);
 
 /* Copies up to `cap` members, by rank, into `out` (may be NULL with cap 0)
  * and sets *n_total to the member count. Heartbeat ages are taken at now_ms.
- * Returns TT_OK. */
+ * When all fit and at least two report step timing, the one that waits
+ * least is marked the straggler if the others' median wait exceeds its
+ * wait by at least 0.5 ms and a tenth of the median step (below that the
+ * ranks are even). Returns TT_OK. */
 int tt_rdzv_members(const tt_rdzv_t *r, uint64_t now_ms, tt_rdzv_member_info_t *out, size_t cap,
                     size_t *n_total);
 

@@ -35,6 +35,8 @@ typedef struct tt_rdzv_node {
     char host[TT_RDZV_HOST_MAX];
     char endpoint[TT_RDZV_ENDPOINT_MAX];
     char suspect_reason[TT_RDZV_REASON_MAX];
+    uint64_t tm_steps, tm_step_us, tm_wait_us; /* the last timing report's totals */
+    double step_ms, wait_ms;                   /* tt_rdzv_step_times */
 } tt_rdzv_node_t;
 
 typedef struct {

@@ -70,6 +70,41 @@ int64_t tt_rdzv_last_committed_step(const tt_rdzv_t *r) {
     return lo > best ? lo : best;
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median of v[0..n) (n >= 1), sorting v. */
+static double median(double *v, size_t n) {
+    qsort(v, n, sizeof(*v), cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
+}
+
+/* tt_rdzv_members' straggler rule over the members with timing. */
+static void mark_straggler(tt_rdzv_member_info_t *m, size_t n) {
+    double *waits = calloc(n + 1, sizeof(double)), *steps = calloc(n + 1, sizeof(double));
+    size_t k = 0, low = n;
+    for (size_t i = 0; waits != NULL && steps != NULL && i < n; i++) {
+        if (m[i].step_ms <= 0.0)
+            continue;
+        if (low == n || m[i].wait_ms < m[low].wait_ms)
+            low = i;
+        steps[k++] = m[i].step_ms;
+    }
+    if (k >= 2) {
+        double step = median(steps, k);
+        size_t j = 0;
+        for (size_t i = 0; i < n; i++)
+            if (m[i].step_ms > 0.0 && i != low)
+                waits[j++] = m[i].wait_ms;
+        double gap = median(waits, j) - m[low].wait_ms;
+        m[low].straggler = gap >= 0.5 && gap >= 0.1 * step;
+    }
+    free(waits);
+    free(steps);
+}
+
 int tt_rdzv_members(const tt_rdzv_t *r, uint64_t now_ms, tt_rdzv_member_info_t *out, size_t cap,
                     size_t *n_total) {
     if (r == NULL || (out == NULL && cap > 0))
@@ -81,7 +116,12 @@ int tt_rdzv_members(const tt_rdzv_t *r, uint64_t now_ms, tt_rdzv_member_info_t *
         out[i].heartbeat_age_ms = now_ms > m->last_seen_ms ? now_ms - m->last_seen_ms : 0;
         out[i].suspected = m->suspected;
         memcpy(out[i].suspect_reason, m->suspect_reason, sizeof(out[i].suspect_reason));
+        out[i].step_ms = m->step_ms;
+        out[i].wait_ms = m->wait_ms;
+        out[i].straggler = 0;
     }
+    if (n <= cap && out != NULL)
+        mark_straggler(out, n);
     if (n_total)
         *n_total = n;
     return TT_OK;

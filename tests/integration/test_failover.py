@@ -328,6 +328,42 @@ def test_below_min_workers(h):
     assert took < 20, took
 
 
+def test_members_show_the_straggler(h):
+    """A slow rank does not fail anything; it makes every step as slow as
+    itself, and the others' wait is the only trace. Two tether-train
+    workers, w1 paced to 60 ms steps: `tetherctl members` shows both ranks'
+    step time and wait (their heartbeats carry tether_step_stats) and marks
+    w1, the one that waits least, as the straggler."""
+    coord = h.coordinator()
+    env = dict(FAST)
+    env.update({"TETHER_COORDINATOR": coord.endpoint, "TETHER_JOB": "slow",
+                "TETHER_MIN_WORKERS": "2", "TETHER_MAX_WORKERS": "2"})
+    ws = []
+    for i, pace in enumerate(("0", "60")):
+        e = dict(env, TETHER_WORKER_ID=f"w{i}", TETHER_ENDPOINT=f"tcp://127.0.0.1:{free_port()}")
+        ws.append(h.spawn(f"w{i}", [binary("tether-train"), "--data", DATA, "--backend", "ring",
+                                    "--epochs", "1000", "--train-limit", "2560", "--log-every", "0",
+                                    "--pace-ms", pace], env=e))
+
+    def marked():
+        rc, out, _ = h.ctl(coord.endpoint, "members", "slow", "--json", check=False)
+        ms = json.loads(out)["members"] if rc == 0 else []
+        return ms if len(ms) == 2 and all(m["step_ms"] > 0 for m in ms) and \
+            any(m["straggler"] for m in ms) else None
+
+    wait_for(marked, 30, "a straggler marked")
+    time.sleep(1.5)  # means over whole heartbeat windows of paced steps
+    ms = {m["worker_id"]: m for m in marked() or []}
+    table = h.ctl(coord.endpoint, "members", "slow")[1]
+    print("  " + "\n  ".join(table.strip().splitlines()))
+    assert ms and ms["w1"]["straggler"] and not ms["w0"]["straggler"], ms
+    assert 50 <= ms["w0"]["step_ms"] <= 200 and ms["w0"]["wait_ms"] >= 30, ms
+    assert ms["w1"]["wait_ms"] < ms["w0"]["wait_ms"] / 2, ms
+    assert "<- slowest" in table and "rank 1 (w1) is the straggler" in table, table
+    for w in ws:
+        w.kill9()
+
+
 def shard(h, coord):
     argv = [binary("tether-shard"), "--listen", "tcp://127.0.0.1:0", "--coordinator",
             coord.endpoint, "--id", "s0", "--heartbeat-ms", "200", "--log-level", "info"]
@@ -520,5 +556,6 @@ if __name__ == "__main__":
                test_worker_dies_before_first_agreement, test_kill_and_restart,
                test_restarted_worker_pulls_state_from_shards, test_update_on_shards_kill_and_restart,
                test_sigstop_fenced_and_rejoins,
-               test_below_min_workers, test_finished_job_refuses_late_worker,
+               test_below_min_workers, test_members_show_the_straggler,
+               test_finished_job_refuses_late_worker,
                test_flapping_worker_guard_rails, test_guard_rails_survive_coordinator_restart])

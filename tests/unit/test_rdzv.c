@@ -494,7 +494,57 @@ static void rdzv_thousand_worker_rendezvous(void) {
     tt_rdzv_destroy(&r);
 }
 
+/* Step timing from heartbeats (tt_rdzv_step_times) and the straggler
+ * mark (tt_rdzv_members). Incarnation 1 is what join() uses. */
+static void members(tt_rdzv_t *r, tt_rdzv_member_info_t *out, size_t n) {
+    size_t total = 0;
+    CU_ASSERT_EQUAL(tt_rdzv_members(r, 5000, out, n, &total), TT_OK);
+    CU_ASSERT_EQUAL(total, n);
+}
+
+static void rdzv_step_times_and_straggler(void) {
+    static const char *const ids[] = {"a", "b", "c"};
+    tt_rdzv_t *r = running(3, 3, ids, 3);
+    tt_rdzv_member_info_t m[3];
+    members(r, m, 3);
+    CU_ASSERT(m[0].step_ms == 0.0 && !m[0].straggler); /* nothing reported yet */
+    /* first reports: means since the process started */
+    tt_rdzv_step_times(r, "a", 1, 10, 200000, 150000); /* 20 ms steps, 15 ms waiting */
+    tt_rdzv_step_times(r, "b", 1, 10, 200000, 140000);
+    members(r, m, 3);
+    CU_ASSERT_DOUBLE_EQUAL(m[0].step_ms, 20.0, 1e-9);
+    CU_ASSERT_DOUBLE_EQUAL(m[0].wait_ms, 15.0, 1e-9);
+    CU_ASSERT(!m[0].straggler && !m[1].straggler);    /* 1 ms apart: even */
+    tt_rdzv_step_times(r, "c", 1, 10, 200000, 10000); /* c waits 1 ms: the others wait for c */
+    members(r, m, 3);
+    CU_ASSERT(m[2].straggler && !m[0].straggler && !m[1].straggler);
+    /* later reports: the means of the new steps only; no new step, no change */
+    tt_rdzv_step_times(r, "c", 1, 20, 400000, 160000); /* 10 steps of 20 ms, 15 ms waiting */
+    tt_rdzv_step_times(r, "c", 1, 20, 400000, 160000);
+    members(r, m, 3);
+    CU_ASSERT_DOUBLE_EQUAL(m[2].step_ms, 20.0, 1e-9);
+    CU_ASSERT_DOUBLE_EQUAL(m[2].wait_ms, 15.0, 1e-9);
+    /* b waits least, 1 ms under the others: under a tenth of a step, even */
+    CU_ASSERT(!m[0].straggler && !m[1].straggler && !m[2].straggler);
+    /* totals that go backwards (a new count) start over; others are ignored */
+    tt_rdzv_step_times(r, "c", 1, 4, 40000, 2000);
+    tt_rdzv_step_times(r, "c", 2, 40, 4000000, 0); /* another incarnation */
+    tt_rdzv_step_times(r, "nobody", 1, 40, 4000000, 0);
+    tt_rdzv_step_times(NULL, "c", 1, 40, 4000000, 0);
+    members(r, m, 3);
+    CU_ASSERT_DOUBLE_EQUAL(m[2].step_ms, 10.0, 1e-9);
+    CU_ASSERT_DOUBLE_EQUAL(m[2].wait_ms, 0.5, 1e-9);
+    CU_ASSERT(m[2].straggler);
+    /* too few to compare */
+    tt_rdzv_member_info_t one[1];
+    size_t total = 0;
+    CU_ASSERT_EQUAL(tt_rdzv_members(r, 5000, one, 1, &total), TT_OK);
+    CU_ASSERT(total == 3 && !one[0].straggler);
+    tt_rdzv_destroy(&r);
+}
+
 static const tt_cunit_test_t tests[] = {
+    {"rdzv_step_times_and_straggler", rdzv_step_times_and_straggler},
     {"rdzv_settings_validate_and_diff", rdzv_settings_validate_and_diff},
     {"rdzv_join_conflict_refused", rdzv_join_conflict_refused},
     {"rdzv_last_call_forms_at_deadline", rdzv_last_call_forms_at_deadline},
