@@ -144,7 +144,7 @@ def test_fenced_rank0_commit_refused(h):
     coord = h.coordinator()
     root = os.path.join(h.dir, "ckpt")
     job = "fence"
-    env = {"TETHER_MIN_WORKERS": "1", "TETHER_TRAIN_TEST_COMMIT_HOLD_MS": "1500"}
+    env = {"TETHER_MIN_WORKERS": "1", "TETHER_TRAIN_TEST_COMMIT_HOLD_MS": "3000"}
     args = ["--max-steps", "300", "--pace-ms", "25", "--checkpoint-dir", root]
     ps = workers(h, coord, job, args, tag="a", n=1, extra_env=env)
     ps += workers(h, coord, job, args, tag="b", n=1, extra_env=env)
