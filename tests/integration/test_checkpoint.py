@@ -14,7 +14,12 @@ state under --state-dir), checkpoints in the test's temp dir.
     previous one verifies, and --resume auto continues from it exactly;
   * one flipped byte in a part -> `tetherctl checkpoint verify` and
     --resume auto refuse naming the part; --resume latest-valid loads the
-    previous checkpoint and continues exactly.
+    previous checkpoint and continues exactly;
+  * every worker killed at once and restarted by tether-launch, without
+    --resume (the default, --resume job): they go on from the job's newest
+    committed checkpoint, on the ring and with the update on the shards
+    (whose state they put back), and end with the uninterrupted run's
+    parameters.
 
 Small model and subset (784,64,10 on 2000 examples, batch 64) so the whole
 file runs in well under a minute on two cores; --lr 0.05 for the reason
@@ -169,6 +174,43 @@ def test_update_on_shards_resume(h):
     d = rel_diff(read_params(out), ref)
     print(f"  AdamW on the shards, saved by 4 + 2, resumed by 2 + 3: relative difference {d:.2e}")
     assert d < 1e-5, f"parameters differ by {d:.2e} (limit 1e-5)"
+
+
+def fleet_restart(h, name, extra=(), shards=0):
+    """Both workers of a running job killed at once; tether-launch starts
+    them again with the same arguments."""
+    ref = straight(h, 60, extra=extra, shards=shards)
+    root = os.path.join(h.dir, "ck-" + name)
+    out = os.path.join(h.dir, name + ".bin")
+    p = spawn(h, name, 2, ["--max-steps", "60", "--checkpoint-dir", root, "--pace-ms", "25",
+                           "--checkpoint-every-steps", "10", "--dump-params", out, *extra],
+              restarts=2, shards=shards)
+    wait_for(lambda: "step-000000020" in committed(root), 60, "checkpoint step 20 committed")
+    pids = [launcher_child_pid(p, f"worker {i}") for i in range(2)]
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    rc = p.wait(180)
+    text = log_text(p)
+    resumed = re.findall(r"resumed from checkpoint (step-\d+) \(step (\d+)", text)
+    print(f"  {name}: killed both workers after step-000000020 committed; launcher exit {rc}; "
+          f"resumed from {sorted(set(r[0] for r in resumed))}")
+    assert rc == 0 and "finished=2" in text, text[-3000:]
+    assert len(resumed) == 2 and resumed[0] == resumed[1], text[-3000:]
+    assert "the newest the coordinator recorded for this job" in text, text[-3000:]
+    d = rel_diff(read_params(out), ref)
+    print(f"  {name}: relative difference to the uninterrupted run {d:.2e}")
+    assert d == 0.0, f"parameters differ by {d:.2e} (bitwise expected)"
+
+
+def test_all_workers_restart_resume_the_job(h):
+    fleet_restart(h, "fleet-ring")
+
+
+def test_all_workers_restart_update_on_shards(h):
+    """The shards still hold the state of the step the workers died in;
+    the restarted workers put the checkpoint's back (before, they put
+    their fresh initial state there and the job started over)."""
+    fleet_restart(h, "fleet-shards", extra=SHARDS, shards=2)
 
 
 def launcher_child_pid(p, label):
@@ -331,11 +373,12 @@ if __name__ == "__main__":
         print(f"SKIP: no Fashion-MNIST under {DATA}")
         raise SystemExit(77)
     tests = [test_resume_equivalence, test_reshard, test_kill_writer, test_flipped_byte,
-             test_timer_schedule]
+             test_timer_schedule, test_all_workers_restart_resume_the_job]
     try:
         binary("tether-shard")
         tests += [test_reshard_ps, test_update_on_shards_resume,
-                  test_update_on_shards_kill_shard_mid_write]
+                  test_update_on_shards_kill_shard_mid_write,
+                  test_all_workers_restart_update_on_shards]
     except FileNotFoundError:
         print("no tether-shard in this build: PS reshard case not run")
     run_tests(tests)

@@ -101,7 +101,9 @@ static const opt_t OPTS[] = {
     F64("checkpoint-every-s", ckpt_every_s, 0, 86400,
         "checkpoint every T seconds: the coordinator's timer, rank 0's without one (0)"),
     U64("checkpoint-keep", ckpt_keep, 1, 1e6, "committed checkpoints kept (3)"),
-    STR("resume", resume, "auto | latest-valid | none | DIR (none)"),
+    STR("resume", resume,
+        "job | auto | latest-valid | none | DIR; job: with --checkpoint-dir, the newest "
+        "checkpoint the coordinator recorded for this job, if any (job)"),
     FLAG("help", help, "this text"),
 };
 #define NOPTS (sizeof(OPTS) / sizeof(OPTS[0]))
@@ -122,7 +124,7 @@ static void cli_defaults(cli_t *c) {
     c->log_every = 50;
     c->threads = 1;
     c->ckpt_keep = 3;
-    snprintf(c->resume, sizeof(c->resume), "none");
+    snprintf(c->resume, sizeof(c->resume), "job");
     snprintf(c->optimizer, sizeof(c->optimizer), "sgd");
     snprintf(c->schedule, sizeof(c->schedule), "cosine");
     snprintf(c->backend, sizeof(c->backend), "auto");
@@ -521,7 +523,7 @@ static int failover_start(tt_train_tether_t *tt, tt_trainer_t *t, tt_train_ft_t 
 /* Checkpoints and resume (tt_train_ckpt), after setup joined the job. */
 static int ckpt_setup(const cli_t *c, const tt_trainer_opts_t *o, tt_train_ckpt_gate_t *gate,
                       tt_trainer_t *t, tt_train_tether_t *tt, tt_train_ckpt_t **ck) {
-    if (c->ckpt_dir[0] == '\0' && strcmp(c->resume, "none") == 0)
+    if (c->ckpt_dir[0] == '\0' && (strcmp(c->resume, "none") == 0 || strcmp(c->resume, "job") == 0))
         return 0;
     tt_train_ckpt_opts_t co = {.root = c->ckpt_dir,
                                .every_steps = c->ckpt_every,

@@ -72,14 +72,18 @@ int tt_train_ckpt_create(tt_train_ckpt_t **out, const tt_train_ckpt_opts_t *opts
 void tt_train_ckpt_destroy(tt_train_ckpt_t **c);
 
 /* Loads a checkpoint into the trainer before the first step. `mode`:
- * "none"; "auto" (the one `latest` names under the root; refused when it
- * does not verify, `err` naming the bad part); "latest-valid" (the newest
- * one that verifies); or the path of a checkpoint directory (verified).
+ * "none"; "job" (joined to a coordinator: the newest checkpoint of this
+ * job it recorded that verifies, so a restart of every worker of a running
+ * job goes on from where the job got to; nothing without a coordinator, a
+ * root or a record); "auto" (the one `latest` names under the root;
+ * refused when it does not verify, `err` naming the bad part);
+ * "latest-valid" (the newest one that verifies); or the path of a
+ * checkpoint directory (verified).
  * Every rank reads the whole logical state (parameters, optimizer state)
  * and the trainer state, whatever the world size at save time. `id`
  * (TT_MF_ID_MAX bytes, may be NULL) receives what was loaded. Returns 0
- * (loaded), 1 (nothing to load: "none", or no checkpoint yet for "auto" /
- * "latest-valid"), TT_EINVAL (mode needs a root, model or optimizer do not
+ * (loaded), 1 (nothing to load: "none", or no checkpoint yet for "job",
+ * "auto" or "latest-valid"), TT_EINVAL (mode needs a root, model or optimizer do not
  * match), TT_ECORRUPT / TT_ENOTFOUND (verification failed), TT_ESYS,
  * TT_ENOMEM. */
 int tt_train_ckpt_resume(tt_train_ckpt_t *c, const char *mode, char *id, char *err, size_t errlen);

@@ -101,12 +101,11 @@ int tt_tc_coord_pick(tt_train_ckpt_t *c, const char *mode, char *dir, int *verif
     int rc = v == NULL ? TT_ENOMEM
                        : tether_checkpoint_list(c->tether, v, TC_LIST_MAX, &n, TC_LIST_TIMEOUT_MS,
                                                 why, sizeof(why));
+    int job = strcmp(mode, "job") == 0;
     if (rc != TT_OK || n == 0) {
         if (rc != TT_OK)
-            TT_WARN("ckpt",
-                    "cannot list the job's checkpoints at the coordinator (%s): "
-                    "looking under %s",
-                    why, c->root);
+            TT_WARN("ckpt", "cannot list the job's checkpoints at the coordinator (%s): %s%s", why,
+                    job ? "starting from scratch" : "looking under ", job ? "" : c->root);
         free(v);
         return rc == TT_ENOMEM ? rc : 1;
     }

@@ -107,9 +107,10 @@ void tt_tc_coord_aborted(tt_train_ckpt_t *c);
 /* The commit through the coordinator (on the commit thread). 0 or a
  * status, `err` set. */
 int tt_tc_coord_commit(tt_train_ckpt_t *c, char *err, size_t errlen);
-/* Resume "auto" / "latest-valid" from the coordinator's record: TT_OK with
- * `dir` (and *verify: 0 when already verified), 1 when the coordinator has
- * none (look on disk), or a refusal. */
+/* Resume "auto" / "latest-valid" / "job" (as latest-valid) from the
+ * coordinator's record: TT_OK with `dir` (and *verify: 0 when already
+ * verified), 1 when the coordinator has none (look on disk, or for "job"
+ * start from scratch), or a refusal. */
 int tt_tc_coord_pick(tt_train_ckpt_t *c, const char *mode, char *dir, int *verify, char *err,
                      size_t errlen);
 

@@ -106,6 +106,10 @@ static int pick_dir(tt_train_ckpt_t *c, const char *mode, char *dir, int *verify
                     size_t errlen) {
     char id[TT_MF_ID_MAX];
     *verify = 1;
+    if (strcmp(mode, "job") == 0) /* the job's record or nothing: not `latest` */
+        return c->tether != NULL && c->root[0] != '\0'
+                   ? tt_tc_coord_pick(c, mode, dir, verify, err, errlen)
+                   : 1;
     if (strcmp(mode, "auto") != 0 && strcmp(mode, "latest-valid") != 0) {
         snprintf(dir, TT_CKPT_PATH_MAX, "%s", mode);
         return TT_OK;
@@ -251,9 +255,15 @@ int tt_train_ckpt_resume(tt_train_ckpt_t *c, const char *mode, char *id, char *e
         return rc;
     tt_manifest_t m = {0};
     rc = load_dir(c, dir, &m, err, errlen);
-    if (rc == TT_OK) {
+    if (rc == TT_OK && strcmp(mode, "job") == 0) /* not asked for: say it */
+        TT_WARN("ckpt",
+                "resumed from checkpoint %s (step %llu, epoch %llu), the newest the coordinator "
+                "recorded for this job (--resume job, the default; --resume none starts over)",
+                m.id, (unsigned long long)m.step, (unsigned long long)m.epoch);
+    else if (rc == TT_OK)
         TT_INFO("ckpt", "resumed from checkpoint %s (step %llu, epoch %llu)", m.id,
                 (unsigned long long)m.step, (unsigned long long)m.epoch);
+    if (rc == TT_OK) {
         if (id != NULL)
             snprintf(id, TT_MF_ID_MAX, "%s", m.id);
         tt_ckpt_sched_opts_t so = c->sched.o; /* init clears the schedule */
