@@ -397,9 +397,15 @@ void tt_rdzv_step_times(tt_rdzv_t *r, const char *worker_id, uint64_t incarnatio
         r != NULL && worker_id != NULL ? tt_rdzv_table_find(&r->table, worker_id) : NULL;
     if (n == NULL || n->role != TT_RDZV_ROLE_MEMBER || n->incarnation != incarnation)
         return;
-    if (steps < n->tm_steps || step_us < n->tm_step_us || wait_us < n->tm_wait_us)
+    if (steps < n->tm_steps || step_us < n->tm_step_us || wait_us < n->tm_wait_us) {
         n->tm_steps = n->tm_step_us = n->tm_wait_us = 0; /* a new count */
-    if (steps == n->tm_steps)
+        n->step_ms = n->wait_ms = 0.0;
+    }
+    /* Heartbeats may come every few steps: means over so short a window
+     * flicker, so a window grows to TT_RDZV_TIMING_STEPS steps or
+     * TT_RDZV_TIMING_US of them (the first one is taken as it comes). */
+    if (steps == n->tm_steps || (n->step_ms > 0.0 && steps - n->tm_steps < TT_RDZV_TIMING_STEPS &&
+                                 step_us - n->tm_step_us < TT_RDZV_TIMING_US))
         return;
     double d = (double)(steps - n->tm_steps) * 1000.0;
     n->step_ms = (double)(step_us - n->tm_step_us) / d;

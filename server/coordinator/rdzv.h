@@ -342,12 +342,16 @@ int tt_rdzv_at_boundary(tt_rdzv_t *r, const char *worker_id, uint64_t generation
 
 /* Step timing from a member's heartbeat: cumulative steps finished, their
  * wall time and the time blocked on communication (us) since its process
- * started. Keeps the means over the steps since the previous report that
- * brought new steps (the first report: since the start), for
+ * started. Keeps the means over a window of at least TT_RDZV_TIMING_STEPS
+ * steps or TT_RDZV_TIMING_US of step time since the previous update (the
+ * first report: since the start; until a window is full the previous
+ * means stand), for
  * tt_rdzv_members: in a synchronous job every rank's step takes as long
  * as the slowest one's, so the straggler is the rank that waits least.
  * Totals that go backwards start over. Ignored for anyone but a member of
  * that incarnation. */
+#define TT_RDZV_TIMING_STEPS 8
+#define TT_RDZV_TIMING_US    1000000u
 void tt_rdzv_step_times(tt_rdzv_t *r, const char *worker_id, uint64_t incarnation, uint64_t steps,
                         uint64_t step_us, uint64_t wait_us);
 

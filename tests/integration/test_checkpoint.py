@@ -182,7 +182,8 @@ def fleet_restart(h, name, extra=(), shards=0):
     ref = straight(h, 60, extra=extra, shards=shards)
     root = os.path.join(h.dir, "ck-" + name)
     out = os.path.join(h.dir, name + ".bin")
-    p = spawn(h, name, 2, ["--max-steps", "60", "--checkpoint-dir", root, "--pace-ms", "25",
+    # paced so that the kill comes well before the end (step 20 is at 1 s)
+    p = spawn(h, name, 2, ["--max-steps", "60", "--checkpoint-dir", root, "--pace-ms", "50",
                            "--checkpoint-every-steps", "10", "--dump-params", out, *extra],
               restarts=2, shards=shards)
     wait_for(lambda: "step-000000020" in committed(root), 60, "checkpoint step 20 committed")

@@ -518,7 +518,12 @@ static void rdzv_step_times_and_straggler(void) {
     tt_rdzv_step_times(r, "c", 1, 10, 200000, 10000); /* c waits 1 ms: the others wait for c */
     members(r, m, 3);
     CU_ASSERT(m[2].straggler && !m[0].straggler && !m[1].straggler);
-    /* later reports: the means of the new steps only; no new step, no change */
+    /* later reports: the means of the new steps only, once the window holds
+     * 8 steps or 1 s of them; no new step, no change */
+    tt_rdzv_step_times(r, "c", 1, 14, 280000, 70000); /* 4 steps: too few, kept */
+    members(r, m, 3);
+    CU_ASSERT_DOUBLE_EQUAL(m[2].step_ms, 20.0, 1e-9);
+    CU_ASSERT_DOUBLE_EQUAL(m[2].wait_ms, 1.0, 1e-9);
     tt_rdzv_step_times(r, "c", 1, 20, 400000, 160000); /* 10 steps of 20 ms, 15 ms waiting */
     tt_rdzv_step_times(r, "c", 1, 20, 400000, 160000);
     members(r, m, 3);
@@ -526,6 +531,12 @@ static void rdzv_step_times_and_straggler(void) {
     CU_ASSERT_DOUBLE_EQUAL(m[2].wait_ms, 15.0, 1e-9);
     /* b waits least, 1 ms under the others: under a tenth of a step, even */
     CU_ASSERT(!m[0].straggler && !m[1].straggler && !m[2].straggler);
+    /* a window of 2 steps that took over 1 s is enough */
+    tt_rdzv_step_times(r, "a", 1, 12, 1400000, 150000); /* 2 steps of 600 ms, no wait */
+    members(r, m, 3);
+    CU_ASSERT_DOUBLE_EQUAL(m[0].step_ms, 600.0, 1e-9);
+    CU_ASSERT_DOUBLE_EQUAL(m[0].wait_ms, 0.0, 1e-9);
+    tt_rdzv_step_times(r, "a", 1, 22, 1600000, 300000); /* back to 20 ms, 15 ms waiting */
     /* totals that go backwards (a new count) start over; others are ignored */
     tt_rdzv_step_times(r, "c", 1, 4, 40000, 2000);
     tt_rdzv_step_times(r, "c", 2, 40, 4000000, 0); /* another incarnation */
