@@ -180,15 +180,21 @@ def test_fenced_rank0_commit_refused(h):
         assert rc == 0, text
 
 
+def train_then_kill(h, coord, job, args, root, n):
+    """Trains `job` (paced) until n checkpoints are committed under root,
+    then kill -9s every worker."""
+    ps = workers(h, coord, job, [*args, "--pace-ms", "30"])
+    wait_for(lambda: len(committed(root)) >= n, 60, f"{n} checkpoint(s) committed")
+    for p in ps:
+        p.kill9()
+
+
 def test_full_restart(h):
     coord = h.coordinator()
     ref = reference(h, coord, 60)
     root = os.path.join(h.dir, "ckpt")
     args = ["--max-steps", "60", "--checkpoint-dir", root, "--checkpoint-every-steps", "10"]
-    ps = workers(h, coord, "full", [*args, "--pace-ms", "30"])
-    wait_for(lambda: len(committed(root)) >= 2, 60, "two checkpoints committed")
-    for p in ps:
-        p.kill9()
+    train_then_kill(h, coord, "full", args, root, 2)
     coord.kill9()
     os.unlink(os.path.join(root, "latest"))  # the coordinator's record must suffice
     coord2 = h.coordinator(port=coord.port, name="coord2")
@@ -207,9 +213,32 @@ def test_full_restart(h):
     assert d < 1e-6, d
 
 
+def test_restart_when_no_checkpoint_verifies(h):
+    """--resume job (the default) finds the job's record, but every
+    recorded checkpoint is damaged: the restarted workers say so and start
+    without one instead of exiting (--resume latest-valid would refuse)."""
+    coord = h.coordinator()
+    root = os.path.join(h.dir, "ckpt")
+    args = ["--max-steps", "40", "--checkpoint-dir", root, "--checkpoint-every-steps", "10"]
+    train_then_kill(h, coord, "bad", args, root, 1)
+    wait_for(lambda: ids_of(listed(h, coord, "bad")), 10, "the record")
+    for ck in committed(root):
+        with open(os.path.join(root, ck, "shard-0.bin"), "r+b") as f:
+            f.seek(1000)
+            b = f.read(1)
+            f.seek(1000)
+            f.write(bytes([b[0] ^ 0x40]))
+    ps = workers(h, coord, "bad", args, tag="again")
+    finish(ps)
+    text = "\n".join(ps[0].lines("log"))
+    line = [l for l in text.splitlines() if "starting without a checkpoint" in l]
+    print("  " + (line[0].split("ckpt ", 1)[-1][:200] if line else "no such line"))
+    assert line and "none of the" in line[0], text[-2000:]
+
+
 if __name__ == "__main__":
     if not os.path.exists(os.path.join(DATA, "train-images-idx3-ubyte.gz")):
         print(f"SKIP: no Fashion-MNIST under {DATA}")
         raise SystemExit(77)
     run_tests([test_on_demand, test_coordinator_timer, test_full_restart,
-               test_fenced_rank0_commit_refused])
+               test_fenced_rank0_commit_refused, test_restart_when_no_checkpoint_verifies])

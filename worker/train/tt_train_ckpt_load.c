@@ -102,14 +102,27 @@ int tt_train_ckpt_state_decode(const uint8_t *in, size_t len, tt_trainer_state_t
 
 /* The checkpoint directory `mode` selects; 1 when there is nothing to
  * load. `verify` says whether it still has to be verified. */
+/* --resume job. Not asked for explicitly, so a record none of whose
+ * checkpoints verifies does not stop the worker: it starts without one,
+ * and a running job's members hand it their state at the agreement. */
+static int pick_job(tt_train_ckpt_t *c, char *dir, int *verify, char *err, size_t errlen) {
+    if (c->tether == NULL || c->root[0] == '\0')
+        return 1;
+    int rc = tt_tc_coord_pick(c, "job", dir, verify, err, errlen);
+    if (rc == TT_ECORRUPT) {
+        TT_WARN("ckpt", "%s: starting without a checkpoint (--resume job)", err);
+        err[0] = '\0';
+        return 1;
+    }
+    return rc;
+}
+
 static int pick_dir(tt_train_ckpt_t *c, const char *mode, char *dir, int *verify, char *err,
                     size_t errlen) {
     char id[TT_MF_ID_MAX];
     *verify = 1;
     if (strcmp(mode, "job") == 0) /* the job's record or nothing: not `latest` */
-        return c->tether != NULL && c->root[0] != '\0'
-                   ? tt_tc_coord_pick(c, mode, dir, verify, err, errlen)
-                   : 1;
+        return pick_job(c, dir, verify, err, errlen);
     if (strcmp(mode, "auto") != 0 && strcmp(mode, "latest-valid") != 0) {
         snprintf(dir, TT_CKPT_PATH_MAX, "%s", mode);
         return TT_OK;
