@@ -44,11 +44,12 @@ def have_data():
     return os.path.exists(os.path.join(DATA, "train-images-idx3-ubyte.gz"))
 
 
-def spawn(h, name, workers, args, env=None, restarts=3, shards=0):
+def spawn(h, name, workers, args, env=None, restarts=3, shards=0, launch_args=()):
     state = os.path.join(h.dir, "state-" + name)
     backend = "ps" if shards else "ring"
     argv = [binary("tether-launch"), "--workers", str(workers), "--shards", str(shards),
-            "--state-dir", state, "--max-restarts", str(restarts), "--", "tether-train",
+            "--state-dir", state, "--max-restarts", str(restarts), *launch_args, "--",
+            "tether-train",
             "--backend", backend, *BASE, *args]
     full = {"PATH": os.path.dirname(binary("tether-train")) + ":" + os.environ["PATH"]}
     full.update(env or {})
@@ -214,6 +215,34 @@ def test_all_workers_restart_update_on_shards(h):
     fleet_restart(h, "fleet-shards", extra=SHARDS, shards=2)
 
 
+def test_worker_rejoins_a_checkpointing_job(h):
+    """A worker killed and restarted while the job checkpoints rejoins at
+    a step boundary (min 1 worker, so the survivor goes on alone first).
+    The checkpoint hook runs first after each step, and it used to swallow
+    the regroup: it disabled checkpoints and let the next step's collective
+    run while the joiner waited in the state agreement (a hang until the
+    deadline, or a desync that ended the survivor)."""
+    ref = straight(h, 60)
+    root = os.path.join(h.dir, "ck-rejoin")
+    out = os.path.join(h.dir, "rejoin.bin")
+    p = spawn(h, "rejoin", 2, ["--max-steps", "60", "--checkpoint-dir", root, "--pace-ms", "80",
+                               "--checkpoint-every-steps", "10", "--dump-params", out],
+              restarts=1, launch_args=["--min-workers", "1"])
+    wait_for(lambda: "step-000000010" in committed(root), 60, "checkpoint step 10 committed")
+    os.kill(launcher_child_pid(p, "worker 1"), signal.SIGKILL)
+    rc = p.wait(180)
+    text = log_text(p)
+    grew = re.findall(r"generation \d+ with 2 ranks resumes at step (\d+)", text)
+    print(f"  rejoin: launcher exit {rc}; back to 2 ranks at step {grew[-1] if grew else '-'}; "
+          f"committed {committed(root)}")
+    assert rc == 0 and grew and "desync" not in text, text[-3000:]
+    assert "checkpoint hook" not in text, text[-3000:]
+    assert "step-000000060" in committed(root), os.listdir(root)  # checkpoints went on
+    d = rel_diff(read_params(out), ref)
+    print(f"  rejoin: relative difference to the uninterrupted run {d:.2e}")
+    assert d < 1e-5, d
+
+
 def launcher_child_pid(p, label):
     for line in p.lines() + p.lines("log"):
         m = re.search(rf"started {label}: pid (\d+)", line)
@@ -374,7 +403,8 @@ if __name__ == "__main__":
         print(f"SKIP: no Fashion-MNIST under {DATA}")
         raise SystemExit(77)
     tests = [test_resume_equivalence, test_reshard, test_kill_writer, test_flipped_byte,
-             test_timer_schedule, test_all_workers_restart_resume_the_job]
+             test_timer_schedule, test_all_workers_restart_resume_the_job,
+             test_worker_rejoins_a_checkpointing_job]
     try:
         binary("tether-shard")
         tests += [test_reshard_ps, test_update_on_shards_resume,

@@ -13,6 +13,7 @@
  * with a local timer, and every TT_TC_POLL_STEPS steps with a coordinator;
  * a step schedule alone needs none. */
 #include "tt_train_ckpt_int.h"
+#include "tt_train_ft.h"
 
 #include "tt_clock.h"
 #include "tt_fsutil.h"
@@ -705,6 +706,11 @@ int tt_train_ckpt_boundary(tt_train_ckpt_t *c, uint64_t now_ms) {
     if (c->sched.started != started)
         c->ck_stall_ns = 0; /* a new checkpoint: its stall starts here */
     add_stall(c, dt);
+    /* A regroup (or a peer lost in the control reduce) is failover's
+     * business; the new generation aborts the checkpoint in flight at the
+     * next boundary (tt_ckpt_sched_generation). Checkpoints go on. */
+    if (tt_train_ft_recoverable(rc))
+        return rc;
     if (rc < 0) {
         c->failed = 1;
         return tt_tc_fail(c, rc, "checkpoint hook at step %llu: %s", (unsigned long long)tick.step,

@@ -93,7 +93,10 @@ int tt_train_ckpt_resume(tt_train_ckpt_t *c, const char *mode, char *id, char *e
  * 0's matters). It may run one small all-reduce (a timer schedule, or a
  * checkpoint in flight), start a checkpoint (snapshot, then write on the
  * thread) and, on rank 0, commit one. Returns 0 or the collective's /
- * system's status; after an error the hook does nothing more. */
+ * system's status. A status failover recovers from (a regroup, a peer
+ * lost: tt_train_ft_recoverable) leaves checkpoints on, the checkpoint in
+ * flight being aborted by the new generation; after any other error the
+ * hook does nothing more. */
 int tt_train_ckpt_boundary(tt_train_ckpt_t *c, uint64_t now_ms);
 
 /* Asks for a checkpoint at the next boundary (every rank must call it

@@ -125,6 +125,11 @@ static int failed(tt_train_tether_t *tt, const char *what, int rc) {
 
 static int coll_membership(void *ctx, int *rank, int *world, uint64_t *generation) {
     tt_train_tether_t *tt = ctx;
+    /* Until tt_train_ft takes it: any caller (the checkpoint hook runs
+     * before the next step does) must not carry on into the new
+     * generation's collectives while the others agree on the state. */
+    if (tt->regrouped)
+        return TT_EMEMBERSHIP;
     if (tt->steps_done > tt->steps_reported) {
         int rc = tether_step_done(tt->t, tt->steps_done - 1);
         if (rc == TETHER_REGROUPED) {
