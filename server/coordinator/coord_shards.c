@@ -167,19 +167,15 @@ static int build_placement(const tt_shards_t *s, const tt_placement_t *p, place_
     return TT_OK;
 }
 
-static int no_live_shard(const tt_shards_t *s, uint64_t now) {
-    return tt_shards_live_count(s, now) == 0;
-}
-
 int coord_shards_live(tt_coord_t *c, uint64_t now) {
-    return c->shards != NULL && !no_live_shard(c->shards, now);
+    return c->shards != NULL && tt_shards_live_count(c->shards, now) > 0;
 }
 
 static void reply_placement(const coord_req_t *q, tt_shards_t *s) {
     const tt_placement_t *p = NULL;
     char err[256] = "";
     int rc = tt_shards_placement(s, q->env->job_id, q->now, &p, err, sizeof(err));
-    if (rc == TT_ENOTFOUND && no_live_shard(s, q->now))
+    if (rc == TT_ENOTFOUND && tt_shards_live_count(s, q->now) == 0)
         rc = TT_EAGAIN; /* shards and workers start in any order: ask again */
     if (rc != TT_OK) {
         coord_reply_error(q, rc, err[0] ? err : tt_strerror(rc));
@@ -225,15 +221,7 @@ void coord_on_declare(const coord_req_t *q) {
         coord_reply_error(q, rc, err);
         return;
     }
-    size_t live = tt_shards_live_count(s, q->now);
-    if (d->min_shards > live && !tt_shards_placed(s, q->env->job_id)) {
-        /* a re-placement after a loss goes on with fewer: that is failover */
-        snprintf(err, sizeof(err),
-                 "%zu of the %u shard servers job %s waits for are alive (min_shards)", live,
-                 d->min_shards, q->env->job_id);
-        coord_reply_error(q, TT_EAGAIN, err);
-        return;
-    }
+    tt_shards_wait_for(s, q->env->job_id, d->min_shards);
     reply_placement(q, s);
 }
 

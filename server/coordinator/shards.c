@@ -21,6 +21,7 @@ typedef struct shards_job {
     uint64_t *counts;
     size_t ntensors;
     uint64_t chunk_bytes, total;
+    uint32_t min_shards;  /* tt_shards_wait_for */
     tt_placement_t place; /* version 0: not computed yet */
 } shards_job_t;
 
@@ -202,9 +203,10 @@ int tt_shards_declare(tt_shards_t *s, const char *job, const tt_tensor_decl_t *t
     return TT_OK;
 }
 
-int tt_shards_placed(const tt_shards_t *s, const char *job) {
-    const shards_job_t *j = find_job(s, job);
-    return j != NULL && j->place.version != 0;
+void tt_shards_wait_for(tt_shards_t *s, const char *job, uint32_t min_shards) {
+    shards_job_t *j = find_job(s, job);
+    if (j != NULL && min_shards > j->min_shards)
+        j->min_shards = min_shards;
 }
 
 size_t tt_shards_live_count(const tt_shards_t *s, uint64_t now_ms) {
@@ -245,6 +247,10 @@ int tt_shards_placement(tt_shards_t *s, const char *job, uint64_t now_ms,
     if (n == 0) {
         SHSET_ERR(err, errlen, "no live shard server to place job '%s' on", job);
         rc = TT_ENOTFOUND;
+    } else if (j->place.version == 0 && n < j->min_shards) {
+        SHSET_ERR(err, errlen, "%zu of the %u shard servers job %s waits for are alive", n,
+                  j->min_shards, job);
+        rc = TT_EAGAIN;
     } else if (!same_live_set(&j->place, ids, n)) {
         tt_placement_t next;
         rc = tt_placement_compute(j->place.version ? &j->place : NULL, ids, n, j->total,

@@ -71,8 +71,13 @@ int tt_shards_alive(const tt_shards_t *s, size_t i, uint64_t now_ms);
 int tt_shards_declare(tt_shards_t *s, const char *job, const tt_tensor_decl_t *t, size_t n,
                       uint64_t chunk_bytes, char *err, size_t errlen);
 
-/* Whether `job` has had a placement (a first one was computed). */
-int tt_shards_placed(const tt_shards_t *s, const char *job);
+/* How many shard servers the declared `job`'s first placement waits for
+ * (DeclareTensors.min_shards; the largest asked for counts). Why: workers
+ * may start before some shards have registered, and a placement is kept
+ * until the live set changes at a regroup, so a job placed early would
+ * stay on the first shards up. Later placements (after a shard was lost)
+ * go on with fewer: that is failover. Unknown job: nothing. */
+void tt_shards_wait_for(tt_shards_t *s, const char *job, uint32_t min_shards);
 
 /* Shard servers alive at now_ms. */
 size_t tt_shards_live_count(const tt_shards_t *s, uint64_t now_ms);
@@ -80,7 +85,8 @@ size_t tt_shards_live_count(const tt_shards_t *s, uint64_t now_ms);
 /* The job's placement over the shards alive at now_ms (recomputed when
  * that set changed). *out is owned by the registry, valid until the next
  * call. TT_OK, TT_ENOTFOUND (job never declared, or no live shard: `err`
- * says which), TT_ENOMEM. */
+ * says which), TT_EAGAIN (no placement yet and fewer shards alive than
+ * tt_shards_wait_for asked for), TT_ENOMEM. */
 int tt_shards_placement(tt_shards_t *s, const char *job, uint64_t now_ms,
                         const tt_placement_t **out, char *err, size_t errlen);
 

@@ -86,6 +86,33 @@ static void shards_placement_follows_live_set(void) {
     tt_shards_destroy(&s);
 }
 
+/* tt_shards_wait_for: the first placement waits for that many live
+ * shards (EAGAIN until then); once placed, a lost shard does not make the
+ * job wait: its chunks move to the survivors. */
+static void shards_first_placement_waits_for_min(void) {
+    tt_shards_t *s = NULL;
+    CU_ASSERT_EQUAL_FATAL(tt_shards_create(&s, 1000), TT_OK);
+    const tt_placement_t *p = NULL;
+    char err[256] = "";
+    tt_tensor_decl_t t[] = {{"x", 10 * 256}};
+    CU_ASSERT_EQUAL(tt_shards_declare(s, "job", t, 1, 1024, err, sizeof(err)), TT_OK);
+    tt_shards_wait_for(s, "job", 2);
+    tt_shards_wait_for(s, "job", 1); /* the largest asked for counts */
+    tt_shards_wait_for(s, "unknown", 5);
+    beat(s, "s0", 0);
+    CU_ASSERT_EQUAL(tt_shards_live_count(s, 10), 1);
+    CU_ASSERT_EQUAL(tt_shards_placement(s, "job", 10, &p, err, sizeof(err)), TT_EAGAIN);
+    CU_ASSERT(strstr(err, "1 of the 2 shard servers job job waits for") != NULL);
+    beat(s, "s1", 20);
+    CU_ASSERT_EQUAL_FATAL(tt_shards_placement(s, "job", 30, &p, err, sizeof(err)), TT_OK);
+    CU_ASSERT_EQUAL(p->nshards, 2);
+    beat(s, "s0", 900); /* s1 silent: dead at 1020 */
+    CU_ASSERT_EQUAL_FATAL(tt_shards_placement(s, "job", 1020, &p, err, sizeof(err)), TT_OK);
+    CU_ASSERT_EQUAL(p->nshards, 1);
+    CU_ASSERT_EQUAL(tt_shards_live_count(s, 1020), 1);
+    tt_shards_destroy(&s);
+}
+
 /* A registry made after a coordinator restart (base of its start) hands
  * out versions above every version of the starts before, and counts on
  * from there. */
@@ -158,6 +185,7 @@ static const tt_cunit_test_t tests[] = {
     {"shards_liveness_by_heartbeat_age", shards_liveness_by_heartbeat_age},
     {"shards_declaration_conflict_names_difference", shards_declaration_conflict_names_difference},
     {"shards_placement_follows_live_set", shards_placement_follows_live_set},
+    {"shards_first_placement_waits_for_min", shards_first_placement_waits_for_min},
     {"shards_lost_shard_of_placement", shards_lost_shard_of_placement},
     {"shards_version_base_after_restart", shards_version_base_after_restart},
     {NULL, NULL},
