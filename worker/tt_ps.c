@@ -236,6 +236,9 @@ static int send_item(tt_ps_t *p, ps_op_t *op, size_t s, size_t i) {
     if (rc == TT_OK && i == PS_SETUP_ITEM) {
         p->link[s].resetup = 0;
         p->link[s].setup_pending = 1;
+    } else if (rc == TT_OK && op->kind == PS_OP_WRITE && op->phase == 1) {
+        op->state[i - op->first] = PS_DONE; /* sent is done: tt_ps_checkpoint_begin */
+        op->remaining--;
     } else if (rc == TT_OK) {
         op->state[i - op->first] = PS_FLIGHT;
         p->inflight[s]++;
@@ -521,7 +524,7 @@ int ps_run_op(tt_ps_t *p, ps_op_t *op) {
             break;
         }
         rc = send_more(p, op, now, &blocked);
-        if (rc == TT_OK)
+        if (rc == TT_OK && op->remaining > 0)
             rc = wait_replies(p, op, deadline, blocked);
     }
     if (wait_released(p, rc == TT_OK ? (uint64_t)p->o.deadline_ms : 1000) != TT_OK && rc == TT_OK)

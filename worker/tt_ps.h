@@ -190,14 +190,18 @@ int tt_ps_write_checkpoint(tt_ps_t *p, const char *dir, const uint64_t *after_ro
                            tt_ps_written_t *out);
 void tt_ps_written_free(tt_ps_written_t *w, size_t n);
 
-/* tt_ps_write_checkpoint in two calls, so that the caller waits for the
- * shards' copy and not for their disk. begin returns once every shard has
- * copied its chunks (training may go on; the shards write meanwhile);
- * result, called between later calls, fills out[] like
- * tt_ps_write_checkpoint once every part of `dir` is durable, returns
- * TT_EAGAIN while one is still written, or the write's error (TT_EIO), or
- * TT_ESTALE when a shard knows no such part (it restarted). Neither
- * poisons the object. */
+/* tt_ps_write_checkpoint in two calls, so that the caller waits neither
+ * for the shards' copy nor for their disk. begin returns once the request
+ * is on its way to every shard, without an answer: a shard copies its
+ * chunks before it reads this rank's next push, which follows on the same
+ * connection, and the next round cannot complete without that push, so
+ * training goes on at once. result, called between later calls, fills
+ * out[] like tt_ps_write_checkpoint once every part of `dir` is durable,
+ * returns TT_EAGAIN while one is still written, or what went wrong since
+ * begin: TT_ESTALE when a shard's state did not follow *after_round or it
+ * knows no such part (it restarted, or the request was lost with its
+ * connection), TT_EIO for a refused request or a failed copy or write
+ * (the shard's sentence in tt_ps_last_error). Neither poisons the object. */
 int tt_ps_checkpoint_begin(tt_ps_t *p, const char *dir, const uint64_t *after_round);
 int tt_ps_checkpoint_result(tt_ps_t *p, const char *dir, tt_ps_written_t *out);
 

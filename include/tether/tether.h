@@ -453,13 +453,16 @@ typedef struct tether_shard_part {
  * generation writes the state of its chunks (parameters and optimizer
  * state after the last step this rank completed) into `dir` (absolute) as
  * one part, fsynced. In two calls, so that the step loop waits neither for
- * the shards' copy nor for their disk: _begin returns once every shard
- * accepted (it copies and writes while steps go on); _result, called
+ * the shards' copy nor for their disk: _begin returns once the request is
+ * sent to every shard, without waiting for an answer (a shard copies
+ * before it takes this rank's next push, so steps go on at once, while it
+ * copies and writes); _result, called
  * between later steps by the same rank, returns TETHER_OK with *parts (one
  * per shard, free with tether_shard_parts_free) and *nparts once all are
- * durable, TETHER_EAGAIN while one is still written, or the write's error
- * (TETHER_EIO; TETHER_ESTALE when a shard's state does not follow that
- * step, or it restarted and knows no such part). The parts are not a
+ * durable, TETHER_EAGAIN while one is still written, or what went wrong
+ * since _begin (TETHER_EIO: a refused request, a failed copy or write;
+ * TETHER_ESTALE when a shard's state does not follow that step, or it
+ * restarted and knows no such part). The parts are not a
  * checkpoint until a manifest lists them. Also TETHER_EINVAL (the update
  * is local, bad arguments) or a collective's status; a failure leaves the
  * backend usable. */

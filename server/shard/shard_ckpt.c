@@ -8,13 +8,16 @@
  * pool, and answers ChunksWritten once the part is durable. At most one
  * part per job is in flight; a shard killed meanwhile leaves only a .tmp
  * file, so the checkpoint never commits.
- * Two phases (WriteChunks.phase): why the answer comes before the write.
- * Waiting for the fsync made the step loop wait for the disk, and waiting
- * for the copy made it wait for memory bandwidth. So phase 1 is answered
- * (Ack) once the request passed its checks, the copy follows on the loop
- * at once (see shard_ckpt_write for why nothing can tear it), the job
- * keeps the finished write's result, and a phase-2 question, asked
- * between steps, gets it (EAGAIN until then). */
+ * Two phases (WriteChunks.phase): why nobody waits for the write. Waiting
+ * for the fsync made the step loop wait for the disk, waiting for the copy
+ * made it wait for memory bandwidth, and waiting for even an Ack made it
+ * wait for this loop to be scheduled on a host whose CPUs the workers
+ * keep busy (0.4-12 ms at the start of a checkpoint on 2 CPUs). So phase 1 is
+ * answered (Ack, or the refusal) but the asker does not wait for it; the
+ * copy follows on the loop at once (see shard_ckpt_write for why nothing
+ * can tear it), the job keeps the finished write's result or the refusal,
+ * and a phase-2 question, asked between later steps, gets it (EAGAIN
+ * until then). */
 #include "shard_internal.h"
 #include "tt_ckpt.h"
 #include "tt_clock.h"
@@ -290,7 +293,10 @@ static void answer_result(tt_shard_t *s, const uint8_t *peer, size_t peer_len,
         reply_written(job->ckpt_last, peer, peer_len, env->generation, env->request_id);
         return;
     } else if (same_part(job->ckpt_last, r)) {
-        rc = TT_EIO;
+        /* ESTALE (the state does not follow the step) as it was refused;
+         * any other failure is the part's EIO, never a code the asker
+         * would retry. */
+        rc = job->ckpt_last->rc == TT_ESTALE ? TT_ESTALE : TT_EIO;
         snprintf(msg, sizeof(msg), "%s", job->ckpt_last->msg);
     } else {
         snprintf(msg, sizeof(msg), "no part %s/%s was begun here", r->dir, r->file);
@@ -388,6 +394,34 @@ static int copy_and_queue(tt_shard_t *s, ckpt_work_t *w, shard_job_t *job, ckpt_
     return rc;
 }
 
+/* Phase 1. Why the asker need not wait for this answer: the copy runs in
+ * this callback, before the loop reads another message; the asker's next
+ * push to this shard travels on the same connection after the request
+ * (ZeroMQ keeps a connection's order), and the step after it cannot
+ * complete without that push. So no later round reaches the chunks before
+ * the copy, however long the answer takes. A refusal (`rc`) or a failed
+ * copy is kept for the phase-2 question, which is where the asker learns
+ * it. */
+static void begin_part(tt_shard_t *s, ckpt_work_t *w, shard_job_t *job, ckpt_pick_t *p, int rc,
+                       const tt_env_t *env) {
+    if (rc == TT_OK) {
+        reply_ack(s, w->peer, w->peer_len, env);
+        rc = copy_and_queue(s, w, job, p, env->write_chunks->n_chunks);
+        if (rc == TT_OK) {
+            job->ckpt_cur = w;
+            return;
+        }
+        w->rc = TT_EIO;
+    } else {
+        shard_send_error(s, w->peer, w->peer_len, env->job_id, env->generation, env->request_id, rc,
+                         w->msg);
+        w->rc = rc;
+    }
+    TT_WARN("shard", "job %s: checkpoint part %s/%s not begun: %s", w->job, w->dir, w->file,
+            w->msg);
+    keep_last(job, w);
+}
+
 void shard_ckpt_write(tt_shard_t *s, const uint8_t *peer, size_t peer_len, const tt_env_t *env) {
     if (env->write_chunks->phase == 2) {
         answer_result(s, peer, peer_len, env);
@@ -413,18 +447,8 @@ void shard_ckpt_write(tt_shard_t *s, const uint8_t *peer, size_t peer_len, const
     shard_job_t *job = NULL;
     ckpt_pick_t *p = NULL;
     int rc = prepare(s, env, w, &job, &p);
-    if (rc == TT_OK && w->phase == 1) {
-        /* Answered before the copy: the copy runs in this callback, before
-         * the loop reads another message, and the step after it cannot
-         * complete without the asker's next push, which follows this
-         * answer. So the asker's wait is one round trip, not the copy. */
-        reply_ack(s, peer, peer_len, env);
-        if (copy_and_queue(s, w, job, p, env->write_chunks->n_chunks) == TT_OK) {
-            job->ckpt_cur = w;
-        } else { /* the phase-2 question gets the failure */
-            w->rc = TT_EIO;
-            keep_last(job, w);
-        }
+    if (w->phase == 1 && job != NULL) {
+        begin_part(s, w, job, p, rc, env);
         return;
     }
     if (rc == TT_OK)

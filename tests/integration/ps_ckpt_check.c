@@ -3,7 +3,7 @@
  * test_shard_ckpt.py:
  *   ps_ckpt_check --coordinator EP --job J --rank R --world W --shards S
  *       --steps M [--save-at N[,N2...] --ckpt ROOT] [--resume DIR]
- *       [--out FILE] [--deadline-ms MS]
+ *       [--out FILE] [--deadline-ms MS] [--two-phase 1 [--stale-begin 1]]
  * runs steps 0..M-1 of a global batch of EXAMPLES examples split over the
  * ranks like a data-parallel sampler (example e's gradient derives from
  * (step, e, i)), so runs of any world size take the same updates (bitwise
@@ -14,7 +14,11 @@
  * step.
  * --out: rank 0 writes the final parameters (M x float32, raw). Prints
  * "CKPT <dir> parts=<n> bytes=<b>" per checkpoint, "FAILED <what>: <why>"
- * when one fails (then exits 3). */
+ * when one fails (then exits 3). --two-phase 1: begin, train on, collect
+ * the parts later (as tether-train does); --stale-begin 1 first begins one
+ * that asks for the state after the wrong round, which begin cannot know
+ * (it waits for no answer): the result must refuse it, printed as
+ * "REFUSED <status> <why>". */
 #include "ps_fetch.h"
 #include "tt_ckpt_dir.h"
 #include "tt_clock.h"
@@ -32,7 +36,8 @@
 typedef struct {
     const char *coord, *job, *ckpt, *resume, *out;
     int rank, world, shards, deadline_ms;
-    int two_phase; /* --two-phase 1: begin, train on, collect the parts later */
+    int two_phase;   /* --two-phase 1: begin, train on, collect the parts later */
+    int stale_begin; /* --stale-begin 1: first a begin the shards must refuse */
     uint64_t steps, save_at[8];
     size_t nsave;
 } args_t;
@@ -112,6 +117,30 @@ static int commit(const args_t *a, const char *dir, uint64_t steps, const tt_ps_
         free(t[i].states);
     }
     return rc == TT_OK ? TT_OK : fail("manifest", rc, err);
+}
+
+/* A two-phase checkpoint asking for the state after round `steps` (the
+ * chunks hold the state after steps - 1): begin sends it and returns, and
+ * the refusal comes with the result. TT_OK when it was refused that way. */
+static int stale_begin(const args_t *a, tt_ps_t *ps, uint64_t steps) {
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s/stale-%09llu", a->ckpt, (unsigned long long)steps);
+    size_t n = tt_ps_nshards(ps);
+    tt_ps_written_t *w = calloc(n, sizeof(*w));
+    int rc = w == NULL ? TT_ENOMEM : tt_ps_checkpoint_begin(ps, dir, &steps);
+    if (rc != TT_OK) {
+        free(w);
+        return fail("stale begin", rc, tt_ps_last_error(ps));
+    }
+    while ((rc = tt_ps_checkpoint_result(ps, dir, w)) == TT_EAGAIN)
+        tt_clock_sleep_ms(2);
+    tt_ps_written_free(w, n);
+    free(w);
+    if (rc == TT_OK)
+        return fail("stale begin", TT_EINTERNAL, "the shards wrote the state of another round");
+    printf("REFUSED %s %s\n", tt_status_name(rc), tt_ps_last_error(ps));
+    fflush(stdout);
+    return TT_OK;
 }
 
 /* The whole checkpoint after `steps` steps (phase < 0), its begin
@@ -215,8 +244,10 @@ static int train(const args_t *a, tt_ps_t *ps, uint64_t n) {
         rc = rc == TT_EAGAIN ? TT_OK : rc;
         if (rc == TT_OK && due(a, s + 1) && !a->two_phase)
             rc = checkpoint(a, ps, s + 1, -1);
-        else if (rc == TT_OK && due(a, s + 1) && pending == 0 &&
-                 (rc = checkpoint(a, ps, s + 1, 1)) == TT_OK)
+        if (rc == TT_OK && due(a, s + 1) && a->two_phase && a->stale_begin && pending == 0)
+            rc = stale_begin(a, ps, s + 1);
+        if (rc == TT_OK && due(a, s + 1) && pending == 0 && a->two_phase &&
+            (rc = checkpoint(a, ps, s + 1, 1)) == TT_OK)
             pending = s + 1; /* the shards write while the next steps run */
     }
     while (rc == TT_OK && pending != 0 && (rc = checkpoint(a, ps, pending, 2)) == TT_EAGAIN) {
@@ -258,6 +289,8 @@ static int parse(int argc, char **argv, args_t *a) {
             a->deadline_ms = atoi(v);
         else if (strcmp(k, "--two-phase") == 0)
             a->two_phase = atoi(v);
+        else if (strcmp(k, "--stale-begin") == 0)
+            a->stale_begin = atoi(v);
         else if (strcmp(k, "--save-at") == 0)
             for (char *p = (char *)v; *p != '\0' && a->nsave < 8; p += *p == ',')
                 a->save_at[a->nsave++] = strtoull(p, &p, 10);

@@ -54,14 +54,20 @@ def test_shards_write_and_a_resharded_run_continues(h):
     # The shards wrote what they hold: both parts name their own chunks.
     assert "ps-0.bin" in text and "ps-1.bin" in text, text
     assert open(os.path.join(root, "latest")).read().strip() == "step-000000006"
-    # In two phases, as tether-train takes them: the shards answer once
-    # they copied their chunks, the ranks train on, and rank 0 collects the
-    # parts between later steps. Training is unchanged, and the parts load.
+    # In two phases, as tether-train takes them: rank 0 sends the request
+    # and trains on without an answer, the shards copy before its next
+    # push, and rank 0 collects the parts between later steps. Training is
+    # unchanged, and the parts load. A request for the state after the
+    # wrong step is first sent too: begin cannot know, the result refuses.
     root2 = os.path.join(h.dir, "ckpt2")
     straight2 = os.path.join(h.dir, "straight2.bin")
     out = finish(ranks(h, coord, "a2", 3, 2, "--save-at", "6", "--ckpt", root2, "--out", straight2,
-                       "--two-phase", "1"))
+                       "--two-phase", "1", "--stale-begin", "1"))
     assert len([l for l in out if l.startswith("CKPT")]) == 1, out
+    refused = [l for l in out if l.startswith("REFUSED")]
+    assert refused and refused[0].startswith("REFUSED ESTALE"), out
+    assert "holds the state after step 5, not after step 6" in refused[0], refused
+    print("  ", refused[0][:160])
     assert read_params(straight2).tobytes() == read_params(straight).tobytes()
     cdir2 = os.path.join(root2, "step-000000006")
     rc, text = verify_checkpoint(cdir2)

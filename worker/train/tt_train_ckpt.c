@@ -337,10 +337,11 @@ static int ensure_buffers(tt_train_ckpt_t *c, size_t snap_floats, size_t ctl_len
     return TT_OK;
 }
 
-/* Rank 0, the update on the shards, at the start: one round trip to each
- * shard server, which then copies its chunks and writes them while
- * training goes on (shard_ckpt.c says why nothing can tear the copy);
- * shards_poll collects the parts between later steps. */
+/* Rank 0, the update on the shards, at the start: the request to each
+ * shard server, not waited for; the shard copies its chunks before it
+ * takes this rank's next push and writes them while training goes on
+ * (shard_ckpt.c says why nothing can tear the copy); shards_poll collects
+ * the parts, or a refusal, between later steps. */
 static void shards_begin(tt_train_ckpt_t *c, tt_tc_job_t *j) {
     tether_shard_parts_free(c->ps_parts, c->nps_parts);
     c->ps_parts = NULL;
@@ -349,7 +350,7 @@ static void shards_begin(tt_train_ckpt_t *c, tt_tc_job_t *j) {
     j->shards_failed = rc != TETHER_OK;
     c->ps_state = rc == TETHER_OK ? 0 : -1;
     if (rc != TETHER_OK)
-        snprintf(j->msg, sizeof(j->msg), "the shard servers did not copy their chunks: %s (%s)",
+        snprintf(j->msg, sizeof(j->msg), "the shard servers were not asked to write: %s (%s)",
                  tether_last_error(c->tether), tether_status_name(rc));
 }
 
