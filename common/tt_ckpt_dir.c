@@ -179,15 +179,10 @@ int tt_ckpt_list(const char *root, tt_ckpt_entry_t **out, size_t *n, char *err, 
 
 /* ---- retention ---- */
 
-/* MANIFEST first: from that instant the checkpoint no longer exists. */
-static int remove_checkpoint(const char *root, const char *id, char *err, size_t errlen) {
-    char dir[TT_CKPT_PATH_MAX], path[TT_CKPT_PATH_MAX + TT_CKPT_NAME_MAX + 2];
-    snprintf(dir, sizeof(dir), "%s/%s", root, id);
-    snprintf(path, sizeof(path), "%s/%s", dir, TT_MANIFEST_FILE);
-    if (unlink(path) != 0 || fsync_path(dir) != 0) {
-        DSET_ERR(err, errlen, "cannot un-commit %s: %s", dir, strerror(errno));
-        return TT_ESYS;
-    }
+/* The files of `dir` (a checkpoint directory holds no subdirectories),
+ * then the directory. */
+static int remove_dir(const char *root, const char *dir, char *err, size_t errlen) {
+    char path[TT_CKPT_PATH_MAX + TT_CKPT_NAME_MAX + 2];
     DIR *d = opendir(dir);
     struct dirent *de;
     while (d != NULL && (de = readdir(d)) != NULL) {
@@ -203,8 +198,66 @@ static int remove_checkpoint(const char *root, const char *id, char *err, size_t
         return TT_ESYS;
     }
     fsync_path(root);
-    TT_INFO("ckpt", "retention removed checkpoint %s", dir);
     return TT_OK;
+}
+
+/* MANIFEST first: from that instant the checkpoint no longer exists. */
+static int remove_checkpoint(const char *root, const char *id, char *err, size_t errlen) {
+    char dir[TT_CKPT_PATH_MAX], path[TT_CKPT_PATH_MAX + TT_CKPT_NAME_MAX + 2];
+    snprintf(dir, sizeof(dir), "%s/%s", root, id);
+    snprintf(path, sizeof(path), "%s/%s", dir, TT_MANIFEST_FILE);
+    if (unlink(path) != 0 || fsync_path(dir) != 0) {
+        DSET_ERR(err, errlen, "cannot un-commit %s: %s", dir, strerror(errno));
+        return TT_ESYS;
+    }
+    int rc = remove_dir(root, dir, err, errlen);
+    if (rc == TT_OK)
+        TT_INFO("ckpt", "retention removed checkpoint %s", dir);
+    return rc;
+}
+
+/* The step of a "step-<digits>" id (the trainer's names), or -1. */
+static int64_t id_step(const char *id) {
+    const char *d = id + 5;
+    size_t n = strlen(id) > 5 ? strlen(d) : 0;
+    if (strncmp(id, "step-", 5) != 0 || n == 0 || n > 18 || strspn(d, "0123456789") != n)
+        return -1;
+    return (int64_t)strtoll(d, NULL, 10);
+}
+
+/* Why leftovers go, and which: a checkpoint that never committed (a writer
+ * killed mid-write, a commit the coordinator refused, an abort after a
+ * regroup) leaves its directory and parts, as large as a checkpoint, and
+ * nothing would ever load or remove them. Only trainer-named directories
+ * with no MANIFEST file at all, and only below the step of the checkpoint
+ * `latest` names: retention runs right after a commit moved `latest`, at
+ * most one checkpoint of a job is in flight and it is taken at a later
+ * step, so no write in progress can be among them. A directory with a
+ * MANIFEST that does not load is left for an operator to look at. */
+static int remove_leftovers(const char *root, int64_t below, size_t *gone, char *err,
+                            size_t errlen) {
+    DIR *d = opendir(root);
+    struct dirent *de;
+    int rc = TT_OK;
+    char dir[TT_CKPT_PATH_MAX], path[TT_CKPT_PATH_MAX + TT_CKPT_NAME_MAX + 2];
+    struct stat st;
+    while (rc == TT_OK && d != NULL && (de = readdir(d)) != NULL) {
+        int64_t step = id_ok(de->d_name) ? id_step(de->d_name) : -1;
+        if (step < 0 || step >= below)
+            continue;
+        snprintf(dir, sizeof(dir), "%s/%s", root, de->d_name);
+        snprintf(path, sizeof(path), "%s/%s", dir, TT_MANIFEST_FILE);
+        if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || lstat(path, &st) == 0 || errno != ENOENT)
+            continue;
+        rc = remove_dir(root, dir, err, errlen);
+        if (rc == TT_OK) {
+            (*gone)++;
+            TT_INFO("ckpt", "retention removed uncommitted leftover %s", dir);
+        }
+    }
+    if (d != NULL)
+        closedir(d);
+    return rc;
 }
 
 int tt_ckpt_retain(const char *root, size_t keep, size_t *removed, char *err, size_t errlen) {
@@ -222,6 +275,10 @@ int tt_ckpt_retain(const char *root, size_t keep, size_t *removed, char *err, si
         return rc;
     if (tt_ckpt_latest_read(root, latest, NULL, 0) != TT_OK)
         latest[0] = '\0';
+    int64_t latest_step = -1;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(v[i].id, latest) == 0)
+            latest_step = (int64_t)v[i].step;
     for (size_t i = 0; rc == TT_OK && i + keep < n; i++) {
         if (strcmp(v[i].id, latest) == 0)
             continue;
@@ -229,6 +286,8 @@ int tt_ckpt_retain(const char *root, size_t keep, size_t *removed, char *err, si
         gone += rc == TT_OK;
     }
     free(v);
+    if (rc == TT_OK && latest_step > 0)
+        rc = remove_leftovers(root, latest_step, &gone, err, errlen);
     if (removed != NULL)
         *removed = gone;
     return rc;

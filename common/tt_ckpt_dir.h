@@ -54,9 +54,13 @@ int tt_ckpt_list(const char *root, tt_ckpt_entry_t **out, size_t *n, char *err, 
  * one `latest` names, removes the other committed ones. Each removal
  * deletes MANIFEST first (un-committing it atomically), then the parts and
  * the directory, so a crash midway leaves an uncommitted leftover, never a
- * committed checkpoint with missing parts. Because only checkpoints older
- * than `keep` committed ones go, run it after each commit. *removed (may be
- * NULL) counts them. 0, TT_EINVAL (keep 0), TT_ESYS, TT_ENOMEM. */
+ * committed checkpoint with missing parts. Then the leftovers of
+ * checkpoints that never committed: "step-<digits>" directories without a
+ * MANIFEST file whose step is below that of the checkpoint `latest` names
+ * (tt_ckpt_dir.c says why no write in flight is among them). Because only
+ * checkpoints older than `keep` committed ones go, run it after each
+ * commit, once `latest` names the new one. *removed (may be NULL) counts
+ * both. 0, TT_EINVAL (keep 0), TT_ESYS, TT_ENOMEM. */
 int tt_ckpt_retain(const char *root, size_t keep, size_t *removed, char *err, size_t errlen);
 
 /* Result of verifying one part. */

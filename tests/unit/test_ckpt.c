@@ -327,12 +327,69 @@ static void ckpt_list_and_retention(void) {
     rm_tree(root);
 }
 
+/* A directory under root holding one file `file` (NULL: none). */
+static void leftover(const char *root, const char *id, const char *file) {
+    char path[256];
+    snprintf(path, sizeof(path), "%s/%s", root, id);
+    CU_ASSERT_EQUAL_FATAL(mkdir(path, 0755), 0);
+    snprintf(path, sizeof(path), "%s/%s/%s", root, id, file ? file : "");
+    if (file != NULL)
+        CU_ASSERT_EQUAL_FATAL(tt_fs_write_atomic(path, "part", 4, NULL, 0), TT_OK);
+}
+
+static int exists(const char *root, const char *id) {
+    char path[256];
+    snprintf(path, sizeof(path), "%s/%s", root, id);
+    return access(path, F_OK) == 0;
+}
+
+/* Checkpoints that never committed leave their directories; retention
+ * removes those below the step `latest` names, and nothing a write in
+ * flight (a later step) or an operator (a MANIFEST that does not load, a
+ * directory of another name) may still need. */
+static void ckpt_retention_removes_uncommitted_leftovers(void) {
+    char root[64];
+    mk_tmp(root);
+    commit_checkpoint(root, "step-000000010", 10, 1);
+    commit_checkpoint(root, "step-000000030", 30, 3);
+    leftover(root, "step-000000020", "ps-1.bin.tmp");   /* writer killed mid-write */
+    leftover(root, "step-000000025", "ps-0.bin");       /* commit refused */
+    leftover(root, "step-000000005", NULL);             /* empty */
+    leftover(root, "step-000000015", TT_MANIFEST_FILE); /* a manifest that does not load */
+    leftover(root, "step-000000040", "shard-0.bin");    /* in flight */
+    leftover(root, "step-00000001x", "x");              /* not a trainer name */
+    leftover(root, "mine", "x");
+    size_t removed = 0;
+    /* latest names step 10: only what is below it goes. */
+    CU_ASSERT_EQUAL(tt_ckpt_latest_write(root, "step-000000010", NULL, 0), TT_OK);
+    CU_ASSERT_EQUAL(tt_ckpt_retain(root, 3, &removed, NULL, 0), TT_OK);
+    CU_ASSERT_EQUAL(removed, 1);
+    CU_ASSERT(!exists(root, "step-000000005"));
+    CU_ASSERT(exists(root, "step-000000020"));
+    CU_ASSERT_EQUAL(tt_ckpt_latest_write(root, "step-000000030", NULL, 0), TT_OK);
+    CU_ASSERT_EQUAL(tt_ckpt_retain(root, 3, &removed, NULL, 0), TT_OK);
+    CU_ASSERT_EQUAL(removed, 2);
+    CU_ASSERT(!exists(root, "step-000000020"));
+    CU_ASSERT(!exists(root, "step-000000025"));
+    CU_ASSERT(exists(root, "step-000000015"));
+    CU_ASSERT(exists(root, "step-000000040"));
+    CU_ASSERT(exists(root, "step-00000001x"));
+    CU_ASSERT(exists(root, "mine"));
+    CU_ASSERT(exists(root, "step-000000010") && exists(root, "step-000000030"));
+    /* keep 1: the committed step 10 goes as a checkpoint, not a leftover. */
+    CU_ASSERT_EQUAL(tt_ckpt_retain(root, 1, &removed, NULL, 0), TT_OK);
+    CU_ASSERT_EQUAL(removed, 1);
+    CU_ASSERT(!exists(root, "step-000000010") && exists(root, "step-000000030"));
+    rm_tree(root);
+}
+
 static const tt_cunit_test_t tests[] = {
     {"ckpt_part_write_and_read_back", ckpt_part_write_and_read_back},
     {"ckpt_writer_rejects_wrong_sizes", ckpt_writer_rejects_wrong_sizes},
     {"ckpt_verify_names_each_fault", ckpt_verify_names_each_fault},
     {"ckpt_dir_verify_latest_and_fallback", ckpt_dir_verify_latest_and_fallback},
     {"ckpt_latest_pointer_is_strict", ckpt_latest_pointer_is_strict},
+    {"ckpt_retention_removes_uncommitted_leftovers", ckpt_retention_removes_uncommitted_leftovers},
     {"ckpt_list_and_retention", ckpt_list_and_retention},
     {NULL, NULL},
 };
