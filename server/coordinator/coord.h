@@ -49,6 +49,12 @@ const char *tt_coord_endpoint(const tt_coord_t *c);
 /* Persists the state synchronously (shutdown path). */
 int tt_coord_save_now(tt_coord_t *c);
 
+/* The HTTP endpoint's handler (a tt_http_handler_fn, ctx the
+ * coordinator): /healthz, /readyz (503 once closing) and /metrics in the
+ * Prometheus text format (coord_metrics.c). Loop thread. */
+struct tt_http_reply;
+void tt_coord_http(void *ctx, const char *path, struct tt_http_reply *r);
+
 /* Stops watching and closes handles; run the loop until it ends, then
  * destroy. */
 void tt_coord_close(tt_coord_t *c);

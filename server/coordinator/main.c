@@ -1,9 +1,11 @@
-/* tether-coordinator: configuration, signals and the loop around coord.
+/* tether-coordinator: configuration, signals and the loop around coord
+ * (and its HTTP endpoint, when --http asks for one).
  * SIGTERM/SIGINT persist the state and exit 0; SIGHUP reopens the log file
  * and re-reads the log level (from the config file and environment). */
 #include "coord.h"
 #include "tt_config.h"
 #include "tt_daemon.h"
+#include "tt_http.h"
 #include "tt_log.h"
 #include "tt_status.h"
 
@@ -15,6 +17,7 @@
 
 typedef struct coord_config {
     char listen[TT_CFG_STR_MAX];
+    char http[TT_CFG_STR_MAX];
     char state_dir[TT_CFG_STR_MAX];
     char id[TT_CFG_STR_MAX];
     char log_level[TT_CFG_STR_MAX];
@@ -33,6 +36,9 @@ typedef struct coord_config {
 static const tt_config_entry_t coord_table[] = {
     {"listen", TT_CFG_STR, "tcp://*:7600", 0, 0, "control endpoint to bind (ZeroMQ ROUTER)", 0,
      CFG_OFF(listen)},
+    {"http", TT_CFG_STR, "", 0, 0,
+     "HOST:PORT (or :PORT) of /healthz, /readyz and /metrics (Prometheus); empty: none", 0,
+     CFG_OFF(http)},
     {"state-dir", TT_CFG_STR, "", 0, 0,
      "directory of the durable state file (empty: state is not kept)", 0, CFG_OFF(state_dir)},
     {"id", TT_CFG_STR, "coordinator", 0, 0, "name used in logs and as sender id", 0, CFG_OFF(id)},
@@ -67,6 +73,7 @@ static const tt_config_entry_t coord_table[] = {
 typedef struct app {
     uv_loop_t *loop;
     tt_coord_t *coord;
+    tt_http_t *http;
     tt_daemon_signals_t sigs;
     int argc;
     char **argv;
@@ -77,6 +84,7 @@ static void on_stop(void *ctx, int signum) {
     TT_INFO("coord", "signal %d: saving state and stopping", signum);
     tt_coord_save_now(a->coord);
     tt_coord_close(a->coord);
+    tt_http_close(&a->http);
 }
 
 static void on_hup(void *ctx) {
@@ -138,6 +146,15 @@ int main(int argc, char **argv) {
     }
     TT_INFO("coord", "listening on %s, state in %s", tt_coord_endpoint(a.coord),
             cfg.state_dir[0] ? cfg.state_dir : "(none)");
+    if (cfg.http[0] != '\0' && tt_http_start(&a.http, a.loop, cfg.http, tt_coord_http, a.coord, err,
+                                             sizeof(err)) != TT_OK) {
+        TT_ERROR("coord", "cannot start: %s", err);
+        fprintf(stderr, "tether-coordinator: cannot start: %s\n", err);
+        tt_coord_close(a.coord);
+        uv_run(a.loop, UV_RUN_DEFAULT);
+        tt_coord_destroy(&a.coord);
+        return 1;
+    }
     tt_daemon_signals_start(&a.sigs, a.loop, on_stop, on_hup, &a);
     uv_run(a.loop, UV_RUN_DEFAULT);
     tt_coord_destroy(&a.coord);

@@ -1,10 +1,11 @@
 /* tether-shard: configuration, signals and the loop around the shard
- * daemon. SIGTERM/SIGINT stop it (aggregations in flight finish first; the
- * shard keeps no durable state yet); SIGHUP reopens the log file. The line
+ * daemon (and its HTTP endpoint, when --http asks for one). SIGTERM/SIGINT stop it (aggregations in
+ * flight finish first; the shard keeps no durable state yet); SIGHUP reopens the log file. The line
  * "LISTENING <endpoint>" on stdout tells scripts which port was bound. */
 #include "shard.h"
 #include "tt_config.h"
 #include "tt_daemon.h"
+#include "tt_http.h"
 #include "tt_log.h"
 #include "tt_status.h"
 
@@ -17,6 +18,7 @@
 typedef struct shard_config {
     char listen[TT_CFG_STR_MAX];
     char advertise[TT_CFG_STR_MAX];
+    char http[TT_CFG_STR_MAX];
     char coordinator[TT_CFG_STR_MAX];
     char id[TT_CFG_STR_MAX];
     char log_level[TT_CFG_STR_MAX];
@@ -37,6 +39,9 @@ static const tt_config_entry_t shard_table[] = {
     {"advertise", TT_CFG_STR, "", 0, 0,
      "endpoint workers should connect to (empty: the bound one, wildcard as 127.0.0.1)", 0,
      CFG_OFF(advertise)},
+    {"http", TT_CFG_STR, "", 0, 0,
+     "HOST:PORT (or :PORT) of /healthz, /readyz and /metrics (Prometheus); empty: none", 0,
+     CFG_OFF(http)},
     {"coordinator", TT_CFG_STR, "", 0, 0, "coordinator control endpoint (empty: run alone)", 0,
      CFG_OFF(coordinator)},
     {"id", TT_CFG_STR, "s0", 0, 0, "shard id (registration, logs, routing id)", 0, CFG_OFF(id)},
@@ -64,6 +69,7 @@ static const tt_config_entry_t shard_table[] = {
 typedef struct app {
     uv_loop_t *loop;
     tt_shard_t *shard;
+    tt_http_t *http;
     tt_daemon_signals_t sigs;
 } app_t;
 
@@ -71,6 +77,7 @@ static void on_stop(void *ctx, int signum) {
     app_t *a = ctx;
     TT_INFO("shard", "signal %d: stopping", signum);
     tt_shard_close(a->shard);
+    tt_http_close(&a->http);
 }
 
 static void on_hup(void *ctx) {
@@ -129,6 +136,14 @@ int main(int argc, char **argv) {
     char err[512] = "";
     if (tt_shard_create(&a.shard, a.loop, &o, err, sizeof(err)) != TT_OK) {
         fprintf(stderr, "tether-shard: cannot start: %s\n", err);
+        return 1;
+    }
+    if (cfg.http[0] != '\0' && tt_http_start(&a.http, a.loop, cfg.http, tt_shard_http, a.shard, err,
+                                             sizeof(err)) != TT_OK) {
+        fprintf(stderr, "tether-shard: cannot start: %s\n", err);
+        tt_shard_close(a.shard);
+        uv_run(a.loop, UV_RUN_DEFAULT);
+        tt_shard_destroy(&a.shard);
         return 1;
     }
     printf("LISTENING %s\n", tt_shard_endpoint(a.shard));

@@ -51,6 +51,12 @@ const char *tt_shard_endpoint(const tt_shard_t *s);
 
 /* Stops watching sockets and timers; run the loop until it ends (work in
  * the pool completes first), then destroy. */
+/* The HTTP endpoint's handler (a tt_http_handler_fn, ctx the shard):
+ * /healthz, /readyz (503 once closing) and /metrics in the Prometheus text
+ * format (shard_metrics.c). Loop thread. */
+struct tt_http_reply;
+void tt_shard_http(void *ctx, const char *path, struct tt_http_reply *r);
+
 void tt_shard_close(tt_shard_t *s);
 void tt_shard_destroy(tt_shard_t **s);
 

@@ -1,0 +1,208 @@
+/* coord_metrics: what the coordinator's HTTP endpoint (tt_http) answers:
+ * /healthz (the loop runs), /readyz (it serves: 503 once it is stopping)
+ * and /metrics, in the Prometheus text format (0.0.4), what `tetherctl
+ * status`, `members` and `checkpoints` show: every job's state,
+ * generation, members, progress, regroups and checkpoints, and every
+ * member's step, heartbeat age, step and wait times and straggler mark, so
+ * a scraper sees a hang or a slow rank without a CLI. It reads state only,
+ * on the loop thread, like the operator queries. */
+#include "coord_internal.h"
+#include "shards.h"
+#include "tt_clock.h"
+#include "tt_http.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void help(tt_http_reply_t *r, const char *name, const char *type, const char *text) {
+    tt_http_printf(r, "# HELP %s %s\n# TYPE %s %s\n", name, text, name, type);
+}
+
+static const char *job_state(const tt_rdzv_t *rd) {
+    tt_rdzv_state_t s = tt_rdzv_state(rd);
+    if (s == TT_RDZV_RUNNING && tt_rdzv_regroup_after_step(rd) >= 0)
+        return "regrouping";
+    return s == TT_RDZV_WAITING   ? "waiting"
+           : s == TT_RDZV_RUNNING ? "running"
+           : s == TT_RDZV_FAILED  ? "failed"
+                                  : "finished";
+}
+
+static void daemon_metrics(const tt_coord_t *c, tt_http_reply_t *r, uint64_t now) {
+    static const char *const states[] = {"waiting", "running", "regrouping", "failed", "finished"};
+    help(r, "tether_coordinator_up", "gauge", "1 while the coordinator serves");
+    tt_http_printf(r, "tether_coordinator_up 1\n");
+    help(r, "tether_coordinator_boots", "gauge", "starts on this state file, this one included");
+    tt_http_printf(r, "tether_coordinator_boots %llu\n", (unsigned long long)c->boots);
+    help(r, "tether_coordinator_jobs", "gauge", "jobs known, by state");
+    for (size_t k = 0; k < sizeof(states) / sizeof(states[0]); k++) {
+        size_t n = 0;
+        for (size_t i = 0; i < c->njobs; i++)
+            n += strcmp(job_state(c->jobs[i].rdzv), states[k]) == 0;
+        tt_http_printf(r, "tether_coordinator_jobs{state=\"%s\"} %zu\n", states[k], n);
+    }
+    size_t shards = c->shards != NULL ? tt_shards_count(c->shards) : 0;
+    size_t live = c->shards != NULL ? tt_shards_live_count(c->shards, now) : 0;
+    help(r, "tether_coordinator_shard_servers", "gauge", "registered shard servers, by liveness");
+    tt_http_printf(r, "tether_coordinator_shard_servers{state=\"alive\"} %zu\n", live);
+    tt_http_printf(r, "tether_coordinator_shard_servers{state=\"dead\"} %zu\n", shards - live);
+}
+
+/* One gauge per job: name, help, and how to read it. */
+typedef struct {
+    const char *name, *text;
+    double (*get)(const coord_job_t *job, uint64_t now);
+} job_gauge_t;
+
+static double g_generation(const coord_job_t *j, uint64_t now) {
+    (void)now;
+    return (double)tt_rdzv_generation(j->rdzv);
+}
+static double g_members(const coord_job_t *j, uint64_t now) {
+    (void)now;
+    return (double)tt_rdzv_member_count(j->rdzv);
+}
+static double g_waiting(const coord_job_t *j, uint64_t now) {
+    (void)now;
+    return (double)tt_rdzv_waiter_count(j->rdzv);
+}
+static double g_min_workers(const coord_job_t *j, uint64_t now) {
+    (void)now;
+    return (double)tt_rdzv_settings(j->rdzv)->min_workers;
+}
+static double g_last_step(const coord_job_t *j, uint64_t now) {
+    (void)now;
+    return (double)tt_rdzv_last_committed_step(j->rdzv);
+}
+static double g_epoch(const coord_job_t *j, uint64_t now) {
+    (void)now;
+    return (double)j->epoch;
+}
+static double g_epoch_examples(const coord_job_t *j, uint64_t now) {
+    (void)now;
+    return (double)j->epoch_examples;
+}
+static double g_regroups(const coord_job_t *j, uint64_t now) {
+    return (double)tt_rdzv_regroups_last_hour(j->rdzv, now);
+}
+static double g_checkpoints(const coord_job_t *j, uint64_t now) {
+    (void)now;
+    return (double)j->ckpt.n;
+}
+static double g_ckpt_step(const coord_job_t *j, uint64_t now) {
+    (void)now;
+    const tt_ckpt_rec_t *k = tt_ckpt_book_newest(&j->ckpt);
+    return k != NULL ? (double)k->step : -1.0;
+}
+static double g_ckpt_bytes(const coord_job_t *j, uint64_t now) {
+    (void)now;
+    const tt_ckpt_rec_t *k = tt_ckpt_book_newest(&j->ckpt);
+    return k != NULL ? (double)k->bytes : 0.0;
+}
+static double g_ckpt_time(const coord_job_t *j, uint64_t now) {
+    (void)now;
+    const tt_ckpt_rec_t *k = tt_ckpt_book_newest(&j->ckpt);
+    return k != NULL ? (double)k->committed_unix_ms / 1e3 : 0.0;
+}
+
+static const job_gauge_t job_gauges[] = {
+    {"tether_job_generation", "latest generation formed (0: none yet)", g_generation},
+    {"tether_job_members", "members of the current generation", g_members},
+    {"tether_job_waiting_workers", "workers waiting for a generation", g_waiting},
+    {"tether_job_min_workers", "fewest members the job runs with", g_min_workers},
+    {"tether_job_last_step", "highest step every member of a generation completed (-1: none)",
+     g_last_step},
+    {"tether_job_epoch", "epoch the workers last reported", g_epoch},
+    {"tether_job_epoch_examples", "examples consumed in that epoch", g_epoch_examples},
+    {"tether_job_regroups_last_hour", "regroups within the last hour (the guard rail counts them)",
+     g_regroups},
+    {"tether_job_checkpoints", "committed checkpoints the coordinator records", g_checkpoints},
+    {"tether_job_last_checkpoint_step", "step of the newest one (-1: none)", g_ckpt_step},
+    {"tether_job_last_checkpoint_bytes", "its size", g_ckpt_bytes},
+    {"tether_job_last_checkpoint_timestamp_seconds", "when it was committed (Unix time)",
+     g_ckpt_time},
+};
+
+static void job_metrics(const tt_coord_t *c, tt_http_reply_t *r, uint64_t now) {
+    char id[2 * TT_RDZV_ID_MAX];
+    help(r, "tether_job_state", "gauge", "1 for the job's current state");
+    for (size_t i = 0; i < c->njobs; i++)
+        tt_http_printf(r, "tether_job_state{job=\"%s\",state=\"%s\"} 1\n",
+                       tt_http_label(tt_rdzv_job_id(c->jobs[i].rdzv), id, sizeof(id)),
+                       job_state(c->jobs[i].rdzv));
+    for (size_t g = 0; g < sizeof(job_gauges) / sizeof(job_gauges[0]); g++) {
+        help(r, job_gauges[g].name, "gauge", job_gauges[g].text);
+        for (size_t i = 0; i < c->njobs; i++)
+            tt_http_printf(r, "%s{job=\"%s\"} %.17g\n", job_gauges[g].name,
+                           tt_http_label(tt_rdzv_job_id(c->jobs[i].rdzv), id, sizeof(id)),
+                           job_gauges[g].get(&c->jobs[i], now));
+    }
+}
+
+/* The per-member lines of one gauge; `which` picks the field. */
+static void member_lines(tt_http_reply_t *r, const char *name, const char *job,
+                         const tt_rdzv_member_info_t *m, size_t n, int which) {
+    char w[2 * TT_RDZV_ID_MAX];
+    for (size_t k = 0; k < n; k++) {
+        double v = which == 0   ? (double)m[k].m.last_step
+                   : which == 1 ? (double)m[k].heartbeat_age_ms / 1e3
+                   : which == 2 ? m[k].step_ms / 1e3
+                   : which == 3 ? m[k].wait_ms / 1e3
+                   : which == 4 ? (double)m[k].straggler
+                                : (double)m[k].suspected;
+        tt_http_printf(r, "%s{job=\"%s\",worker=\"%s\",rank=\"%u\"} %.17g\n", name, job,
+                       tt_http_label(m[k].m.worker_id, w, sizeof(w)), m[k].m.rank, v);
+    }
+}
+
+static const char *const member_gauges[][2] = {
+    {"tether_worker_last_step", "last step the member reported complete (-1: none)"},
+    {"tether_worker_heartbeat_age_seconds", "time since its last heartbeat"},
+    {"tether_worker_step_seconds", "its mean step time over its last window (0: none yet)"},
+    {"tether_worker_wait_seconds", "of which waiting for the others"},
+    {"tether_worker_straggler", "1 for the rank the others wait for"},
+    {"tether_worker_suspected", "1 while a failure report about it awaits confirmation"},
+};
+
+static void member_metrics(const tt_coord_t *c, tt_http_reply_t *r, uint64_t now) {
+    size_t total = 0;
+    for (size_t i = 0; i < c->njobs; i++)
+        total += tt_rdzv_member_count(c->jobs[i].rdzv);
+    tt_rdzv_member_info_t *m = calloc(total + 1, sizeof(*m));
+    size_t *count = calloc(c->njobs + 1, sizeof(*count));
+    if (m == NULL || count == NULL) {
+        r->oom = 1;
+        free(m);
+        free(count);
+        return;
+    }
+    tt_rdzv_member_info_t *at = m;
+    for (size_t i = 0; i < c->njobs; i++) {
+        size_t cap = tt_rdzv_member_count(c->jobs[i].rdzv), n = 0;
+        tt_rdzv_members(c->jobs[i].rdzv, now, at, cap, &n);
+        count[i] = n < cap ? n : cap;
+        at += count[i];
+    }
+    char id[2 * TT_RDZV_ID_MAX];
+    for (int g = 0; g < 6; g++) {
+        help(r, member_gauges[g][0], "gauge", member_gauges[g][1]);
+        at = m;
+        for (size_t i = 0; i < c->njobs; i++) {
+            tt_http_label(tt_rdzv_job_id(c->jobs[i].rdzv), id, sizeof(id));
+            member_lines(r, member_gauges[g][0], id, at, count[i], g);
+            at += count[i];
+        }
+    }
+    free(m);
+    free(count);
+}
+
+void tt_coord_http(void *ctx, const char *path, tt_http_reply_t *r) {
+    tt_coord_t *c = ctx;
+    if (tt_http_common(path, !c->closing, r))
+        return;
+    uint64_t now = tt_clock_mono_ms();
+    daemon_metrics(c, r, now);
+    job_metrics(c, r, now);
+    member_metrics(c, r, now);
+}
