@@ -86,6 +86,7 @@ static void to_comm(const tether_coll_opts_t *o, tt_comm_opts_t *c) {
     c->audit_every = o->audit_every;
     c->average = o->average;
     c->min_shards = o->min_shards;
+    c->shard_wait_ms = o->shard_wait_ms;
     c->shard_update = o->update == TETHER_UPDATE_SHARDS  ? 1
                       : o->update == TETHER_UPDATE_LOCAL ? 0
                                                          : -1;
@@ -109,6 +110,7 @@ static void from_comm(const tt_comm_opts_t *c, tether_coll_opts_t *o) {
     o->audit_every = c->audit_every;
     o->average = c->average;
     o->min_shards = c->min_shards;
+    o->shard_wait_ms = c->shard_wait_ms;
     o->update = c->shard_update ? TETHER_UPDATE_SHARDS : TETHER_UPDATE_LOCAL;
     o->optimizer = (tether_optimizer_t){.kind = c->optim,
                                         .momentum = c->sgd.momentum,

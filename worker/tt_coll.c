@@ -174,6 +174,7 @@ static int ps_fetch(const tt_coll_cfg_t *cfg, tt_ps_layout_t *lay, char *err, si
                                  .job_id = cfg->job_id,
                                  .sender_id = cfg->worker_id,
                                  .min_shards = cfg->min_shards,
+                                 .timeout_ms = (int)cfg->shard_wait_ms,
                                  .tensors = t,
                                  .ntensors = cfg->ntensors};
         rc = tt_ps_layout_fetch(&fo, lay, err, errlen);

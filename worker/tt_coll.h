@@ -51,7 +51,8 @@ typedef struct tt_coll_cfg {
     size_t flight_capacity;    /* backend's own recorder; 0: default */
     /* For backends that go through the coordinator or shard servers. */
     const char *coordinator, *job_id, *worker_id;
-    uint32_t min_shards; /* tt_ps_fetch_opts_t.min_shards */
+    uint32_t min_shards;    /* tt_ps_fetch_opts_t.min_shards */
+    uint32_t shard_wait_ms; /* tt_ps_fetch_opts_t.timeout_ms; 0: its default */
     /* The registered gradient tensors (float32 element counts, in order);
      * the ps backend declares them to the coordinator. ntensors may be 0. */
     const size_t *tensor_counts;

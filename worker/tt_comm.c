@@ -152,6 +152,7 @@ static int open_backend(tt_comm_t *c, const tt_comm_view_t *v) {
                          .job_id = c->opts.job_id,
                          .worker_id = c->opts.worker_id,
                          .min_shards = c->opts.min_shards,
+                         .shard_wait_ms = c->opts.shard_wait_ms,
                          .tensor_counts = tcounts,
                          .ntensors = ntcounts,
                          .shard_update = c->opts.shard_update,

@@ -74,9 +74,10 @@ typedef struct tt_comm_opts {
     size_t flight_capacity;             /* 0: 256 */
     char bind_endpoint[TT_COMM_EP_MAX]; /* "": bind the advertised endpoint */
     char coordinator[TT_COMM_EP_MAX], job_id[128], worker_id[128]; /* for ps */
-    uint32_t min_shards; /* ps: shard servers to wait for before the first placement */
-    int shard_update;    /* the shards apply the optimizer (ps backend only) */
-    int optim;           /* with shard_update: 0 SGD, 1 AdamW */
+    uint32_t min_shards;    /* ps: shard servers to wait for before the first placement */
+    uint32_t shard_wait_ms; /* ps: how long a placement waits for them; 0: 10000 */
+    int shard_update;       /* the shards apply the optimizer (ps backend only) */
+    int optim;              /* with shard_update: 0 SGD, 1 AdamW */
     tt_optim_sgd_hp_t sgd;
     tt_optim_adamw_hp_t adamw;
 } tt_comm_opts_t;
@@ -89,7 +90,8 @@ typedef const char *(*tt_comm_lookup_fn)(void *ctx, const char *name);
 
 /* Applies TETHER_BACKEND (ring|ps|nccl|auto), TETHER_COLL_DEADLINE_MS,
  * TETHER_BUCKET_BYTES, TETHER_FIRST_BUCKET_BYTES, TETHER_AUDIT_EVERY,
- * TETHER_MIN_SHARDS, TETHER_RING_BIND read through `lookup`; unset ones
+ * TETHER_MIN_SHARDS, TETHER_SHARD_WAIT_MS, TETHER_RING_BIND read through
+ * `lookup`; unset ones
  * are left alone.
  * TT_OK or TT_EINVAL with "TETHER_X='v': why" in err. Pure. */
 int tt_comm_opts_from_lookup(tt_comm_opts_t *o, tt_comm_lookup_fn lookup, void *ctx, char *err,

@@ -53,6 +53,7 @@ static const num_var_t num_vars[] = {
     {"TETHER_FIRST_BUCKET_BYTES", 4, (uint64_t)1 << 34},
     {"TETHER_AUDIT_EVERY", 0, UINT32_MAX},
     {"TETHER_MIN_SHARDS", 0, 100000},
+    {"TETHER_SHARD_WAIT_MS", 1, 86400000},
 };
 
 static void store_num(tt_comm_opts_t *o, size_t i, uint64_t x) {
@@ -64,8 +65,10 @@ static void store_num(tt_comm_opts_t *o, size_t i, uint64_t x) {
         o->first_bucket_bytes = (size_t)x;
     else if (i == 3)
         o->audit_every = (uint32_t)x;
-    else
+    else if (i == 4)
         o->min_shards = (uint32_t)x;
+    else
+        o->shard_wait_ms = (uint32_t)x;
 }
 
 int tt_comm_opts_from_lookup(tt_comm_opts_t *o, tt_comm_lookup_fn lookup, void *ctx, char *err,

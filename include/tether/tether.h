@@ -373,11 +373,16 @@ typedef struct tether_coll_opts {
     char ring_bind[TETHER_ENDPOINT_MAX]; /* what the ring binds; "": the advertised endpoint */
     int update;                          /* TETHER_UPDATE_*; default LOCAL */
     tether_optimizer_t optimizer;        /* with TETHER_UPDATE_SHARDS */
-    /* ps backend: before the job's first placement, wait (up to 10 s)
-     * until this many shard servers are registered with the coordinator,
+    /* ps backend: before the job's first placement, wait (up to
+     * shard_wait_ms) until this many shard servers are registered with the coordinator,
      * so a job whose workers start first is spread over all of them;
      * default 0 (any one). tether-launch sets it to --shards. */
     uint32_t min_shards;
+    /* ps backend: how long fetching the placement waits for shard servers
+     * (for min_shards, or for any live one) before the generation's
+     * backend fails; default 0: 10 s. Shard pods may come minutes after
+     * the workers (TETHER_SHARD_WAIT_MS). */
+    uint32_t shard_wait_ms;
 } tether_coll_opts_t;
 
 /* Fills `o` with the defaults above. Any thread. */
@@ -385,7 +390,8 @@ TETHER_API void tether_coll_opts_default(tether_coll_opts_t *o);
 
 /* Overrides fields from TETHER_BACKEND (ring|ps|nccl|auto),
  * TETHER_COLL_DEADLINE_MS, TETHER_BUCKET_BYTES, TETHER_FIRST_BUCKET_BYTES,
- * TETHER_AUDIT_EVERY, TETHER_MIN_SHARDS and TETHER_RING_BIND. TETHER_OK or TETHER_EINVAL with
+ * TETHER_AUDIT_EVERY, TETHER_MIN_SHARDS, TETHER_SHARD_WAIT_MS and
+ * TETHER_RING_BIND. TETHER_OK or TETHER_EINVAL with
  * a sentence naming the variable in `err` (may be NULL). tether_create
  * already applies these to the object's defaults. */
 TETHER_API int tether_coll_opts_from_env(tether_coll_opts_t *o, char *err, size_t errlen);

@@ -176,7 +176,33 @@ def test_ps_waits_for_a_late_shard(h):
         assert any(l.startswith("OK buckets") for l in p.lines()), p.lines()
 
 
+def test_shard_wait_is_the_workers_choice(h):
+    """TETHER_SHARD_WAIT_MS bounds how long the ps backend waits for shard
+    servers: 1.5 s without any fails the first step soon after, naming
+    the shards; 20 s outlasts the 10 s default for a shard that comes
+    after 11 s (a shard pod scheduled late)."""
+    coord = h.coordinator()
+    procs = start_ranks(h, coord, "none", 1, ["--scenario", "steps"],
+                        env={"TETHER_BACKEND": "ps", "TETHER_SHARD_WAIT_MS": "1500"})
+    t0 = time.monotonic()
+    assert procs[0].wait(30) != 0, "a ps step without any shard server succeeded"
+    took = time.monotonic() - t0
+    text = " | ".join(procs[0].lines()[-8:])
+    assert took < 8, f"gave up after {took:.1f} s, not about 1.5 s: {text}"
+    assert "shard" in text, text
+    print(f"  1.5 s wait, no shard: failed after {took:.1f} s")
+    procs = start_ranks(h, coord, "slow", 2, ["--scenario", "steps"],
+                        env={"TETHER_BACKEND": "ps", "TETHER_SHARD_WAIT_MS": "20000"})
+    time.sleep(11.0)
+    shard(h, coord, "s-slow")
+    for r, p in enumerate(procs):
+        assert p.wait(60) == 0, f"rank {r}: " + " | ".join(p.lines()[-6:])
+        assert any(l.startswith("OK buckets") for l in p.lines()), p.lines()
+    print("  20 s wait: the shard that came after 11 s was used")
+
+
 if __name__ == "__main__":
     run_tests([test_correctness_w1_to_w4, test_desync_names_both_sides,
                test_sigstop_times_out_naming_rank, test_kill_then_rebuild_on_new_generation,
-               test_steps_on_ps_backend, test_ps_waits_for_a_late_shard])
+               test_steps_on_ps_backend, test_ps_waits_for_a_late_shard,
+               test_shard_wait_is_the_workers_choice])

@@ -30,8 +30,8 @@ static void comm_opts_from_env(void) {
     CU_ASSERT_EQUAL(o.backend, TT_COLL_AUTO);
     CU_ASSERT_EQUAL(o.audit_every, 100);
     env_t e = {{"TETHER_BACKEND", "TETHER_BUCKET_BYTES", "TETHER_AUDIT_EVERY", "TETHER_RING_BIND",
-                "TETHER_MIN_SHARDS"},
-               {"ps", "4096", "0", "tcp://0.0.0.0:7800", "3"}};
+                "TETHER_MIN_SHARDS", "TETHER_SHARD_WAIT_MS"},
+               {"ps", "4096", "0", "tcp://0.0.0.0:7800", "3", "600000"}};
     char err[256] = "";
     CU_ASSERT_EQUAL(tt_comm_opts_from_lookup(&o, lookup, &e, err, sizeof(err)), TT_OK);
     CU_ASSERT_EQUAL(o.backend, TT_COLL_PS);
@@ -39,6 +39,10 @@ static void comm_opts_from_env(void) {
     CU_ASSERT_EQUAL(o.audit_every, 0);
     CU_ASSERT_STRING_EQUAL(o.bind_endpoint, "tcp://0.0.0.0:7800");
     CU_ASSERT_EQUAL(o.min_shards, 3);
+    CU_ASSERT_EQUAL(o.shard_wait_ms, 600000);
+    env_t zero = {{"TETHER_SHARD_WAIT_MS"}, {"0"}};
+    CU_ASSERT_EQUAL(tt_comm_opts_from_lookup(&o, lookup, &zero, err, sizeof(err)), TT_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "TETHER_SHARD_WAIT_MS='0'"));
     env_t bad = {{"TETHER_BACKEND"}, {"mpi"}};
     CU_ASSERT_EQUAL(tt_comm_opts_from_lookup(&o, lookup, &bad, err, sizeof(err)), TT_EINVAL);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "TETHER_BACKEND='mpi'"));
