@@ -38,6 +38,7 @@
     XX(EDIVERGED, -53, "replicas diverged")                                                        \
     XX(EAGAIN, -54, "try again")                                                                   \
     XX(EJOBDONE, -55, "job already finished")                                                      \
+    XX(EDRAINED, -56, "drained: removed from the job by the operator")                             \
     /* GPU */                                                                                      \
     XX(ECUDA, -60, "CUDA error")                                                                   \
     XX(ENCCL, -61, "NCCL error")                                                                   \

@@ -285,6 +285,9 @@ static int check_body(const tt_env_t *e, const tt_wire_limits_t *lim, char *err,
                                  errlen);
     case TETHER__ENVELOPE__BODY_LEAVE:
         return tt_wire_check_str("leave reason", e->leave->reason, TT_WIRE_MAX_TEXT, err, errlen);
+    case TETHER__ENVELOPE__BODY_DRAIN:
+        return tt_wire_check_str("drained worker id", e->drain->worker_id, TT_WIRE_MAX_ID, err,
+                                 errlen);
     case TETHER__ENVELOPE__BODY_ERROR:
         return tt_wire_check_str("error message", e->error->message, TT_WIRE_MAX_TEXT, err, errlen);
     case TETHER__ENVELOPE__BODY_STATUS_REPLY:

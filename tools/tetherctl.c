@@ -11,6 +11,7 @@
  * coordinator error), 2 bad usage. */
 #include "ctl_ckpt.h"
 #include "ctl_io.h"
+#include "tt_clock.h"
 #include "tt_log.h"
 #include "tt_status.h"
 
@@ -25,8 +26,13 @@ static const tt_config_entry_t ctl_table[] = {
     {"json", TT_CFG_BOOL, "false", 0, 1, "print JSON instead of a table", 0,
      offsetof(tt_ctl_cfg_t, json)},
     {"wait", TT_CFG_BOOL, "false", 0, 1,
-     "checkpoint JOB: wait (up to --timeout-ms) until a checkpoint serving the request committed",
+     "checkpoint JOB: wait (up to --timeout-ms) until a checkpoint serving the request "
+     "committed; drain: until the worker is no longer a member",
      0, offsetof(tt_ctl_cfg_t, wait)},
+    {"now", TT_CFG_BOOL, "false", 0, 1,
+     "drain: evict at once, for a worker that will never reach a step boundary (the others "
+     "redo their step in flight)",
+     0, offsetof(tt_ctl_cfg_t, now)},
     {"timeout-ms", TT_CFG_INT, "3000", 1, 600000,
      "how long to wait for the coordinator's reply (checkpoint --wait: for the whole wait)", 0,
      offsetof(tt_ctl_cfg_t, timeout_ms)},
@@ -357,6 +363,87 @@ static int cmd_forget(tt_ctl_t *ctl, char **args) {
     return tt_ctl_job_query(ctl, args[0], &env, TETHER__ENVELOPE__BODY_ACK, show_forgotten);
 }
 
+/* ---- drain ---- */
+
+/* Whether `worker` is still a member of `job`: 1, 0, or -1 (asked in vain).
+ * *world and *gen: the generation's. */
+static int still_member(tt_ctl_t *ctl, const char *job, const char *worker, size_t *world,
+                        uint64_t *gen) {
+    Tether__MembersRequest req = TETHER__MEMBERS_REQUEST__INIT;
+    tt_env_t env;
+    tt_zmq_rx_t rx;
+    tt_wire_env_init(&env, job, "tetherctl", 0, 1);
+    env.body_case = TETHER__ENVELOPE__BODY_MEMBERS;
+    env.members = &req;
+    if (tt_ctl_job_request(ctl, job, &env, TETHER__ENVELOPE__BODY_MEMBERS_REPLY, &rx) != 0)
+        return -1;
+    const Tether__MembersReply *r = rx.env->members_reply;
+    int in = 0;
+    for (size_t i = 0; i < r->n_members; i++)
+        in |= strcmp(r->members[i]->worker_id, worker) == 0;
+    *world = r->n_members;
+    *gen = r->generation;
+    tt_zmq_rx_close(&rx);
+    return in;
+}
+
+/* --wait: every 100 ms until the worker is gone, within --timeout-ms. */
+static int wait_drained(tt_ctl_t *ctl, const char *job, const char *worker) {
+    uint64_t deadline = tt_clock_mono_ms() + (uint64_t)ctl->cfg.timeout_ms;
+    size_t world = 0;
+    uint64_t gen = 0;
+    int in;
+    while ((in = still_member(ctl, job, worker, &world, &gen)) == 1 &&
+           tt_ctl_remaining_ms(deadline) > 0)
+        tt_clock_sleep_ms(100);
+    if (in != 0) {
+        if (in == 1)
+            fprintf(stderr, "tetherctl: %s is still a member of job %s after %lld ms\n", worker,
+                    job, (long long)ctl->cfg.timeout_ms);
+        return TT_CTL_EXIT_FAIL;
+    }
+    if (ctl->cfg.json) {
+        printf("{\"job_id\":");
+        tt_ctl_json_str(stdout, job);
+        printf(",\"drained\":");
+        tt_ctl_json_str(stdout, worker);
+        printf(",\"generation\":%" PRIu64 ",\"members\":%zu}\n", gen, world);
+    } else {
+        printf("%s left job %s: generation %" PRIu64 " goes on with %zu member(s)\n", worker, job,
+               gen, world);
+    }
+    return TT_CTL_EXIT_OK;
+}
+
+static int cmd_drain(tt_ctl_t *ctl, char **args) {
+    Tether__DrainWorker req = TETHER__DRAIN_WORKER__INIT;
+    req.worker_id = args[1];
+    req.now = ctl->cfg.now != 0;
+    tt_env_t env;
+    tt_zmq_rx_t rx;
+    tt_wire_env_init(&env, args[0], "tetherctl", 0, 1);
+    env.body_case = TETHER__ENVELOPE__BODY_DRAIN;
+    env.drain = &req;
+    int rc = tt_ctl_job_request(ctl, args[0], &env, TETHER__ENVELOPE__BODY_ACK, &rx);
+    if (rc != TT_CTL_EXIT_OK)
+        return rc;
+    tt_zmq_rx_close(&rx);
+    if (ctl->cfg.wait)
+        return wait_drained(ctl, args[0], args[1]);
+    if (ctl->cfg.json) {
+        printf("{\"job_id\":");
+        tt_ctl_json_str(stdout, args[0]);
+        printf(",\"draining\":");
+        tt_ctl_json_str(stdout, args[1]);
+        printf(",\"now\":%s}\n", req.now ? "true" : "false");
+    } else {
+        printf("%s leaves job %s %s\n", args[1], args[0],
+               req.now ? "now (evicted; the others redo their step in flight)"
+                       : "at the next step boundary every member reaches");
+    }
+    return TT_CTL_EXIT_OK;
+}
+
 /* ---- dispatch ---- */
 
 static const ctl_cmd_t ctl_cmds[] = {
@@ -373,6 +460,10 @@ static const ctl_cmd_t ctl_cmds[] = {
      cmd_dump, 0},
     {"forget", 1, "forget JOB",
      "drop a finished or failed JOB's record so its id can start a new run", cmd_forget, 0},
+    {"drain", 2, "drain JOB WORKER",
+     "WORKER leaves JOB at the next step boundary (no step fails) and ends cleanly; --now: at "
+     "once; --wait: until it is gone",
+     cmd_drain, 0},
     {"checkpoint", 1, "checkpoint JOB",
      "ask JOB for a checkpoint at its next step boundary; --wait: until one is committed",
      tt_ctl_cmd_checkpoint, 0},

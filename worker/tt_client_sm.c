@@ -10,7 +10,8 @@
  * an ESTALE answer is not an outcome: the coordinator follows it with the
  * current JoinReply, nor is an EBUSY answer to a join (a flap cool-down or
  * a full wait list): it is asked again, within the join's deadline. A job
- * that finished closes the client for good (CLOSED, reading TT_EJOBDONE). */
+ * that finished closes the client for good (CLOSED, reading TT_EJOBDONE), and
+ * so does a drain by the operator (TT_EDRAINED). */
 #include "tt_client.h"
 #include "tt_log.h"
 #include "tt_status.h"
@@ -194,17 +195,19 @@ static int on_job_failed(tt_client_sm_t *sm) {
     return ended_from(was) | complete_op(sm, ALL_OPS, TT_EJOBFAILED);
 }
 
-/* The job finished: nothing will ever be asked of this worker again. */
-static int on_job_done(tt_client_sm_t *sm) {
+/* The job finished (TT_EJOBDONE), or the operator drained this worker
+ * from it (TT_EDRAINED): nothing will ever be asked of this worker again. */
+static int on_job_done(tt_client_sm_t *sm, int code) {
     tt_client_state_t was = sm->state;
     if (sm->state == TT_CLIENT_FAILED)
         return 0; /* it failed first; that is its outcome */
     sm->state = TT_CLIENT_CLOSED;
-    sm->closed_rc = TT_EJOBDONE;
+    sm->closed_rc = code;
     sm->regroup_after_step = -1;
     if (ended_from(was))
-        TT_INFO("client", "the job finished: %s", sm->last_error);
-    return ended_from(was) | complete_op(sm, ALL_OPS, TT_EJOBDONE);
+        TT_INFO("client", "%s: %s", code == TT_EDRAINED ? "drained" : "the job finished",
+                sm->last_error);
+    return ended_from(was) | complete_op(sm, ALL_OPS, code);
 }
 
 static int on_heartbeat_reply(tt_client_sm_t *sm, const Tether__HeartbeatReply *hr) {
@@ -214,7 +217,7 @@ static int on_heartbeat_reply(tt_client_sm_t *sm, const Tether__HeartbeatReply *
             return 0;
         snprintf(sm->last_error, sizeof(sm->last_error), "the coordinator reports the job %s",
                  finished ? "finished" : "failed");
-        return finished ? on_job_done(sm) : on_job_failed(sm);
+        return finished ? on_job_done(sm, TT_EJOBDONE) : on_job_failed(sm);
     }
     /* The coordinator's word as it stands: after a restart that lost an
      * unsaved timer request its counters may be lower than before. */
@@ -295,8 +298,8 @@ static int on_error(tt_client_sm_t *sm, const Tether__Error *e, uint64_t rid, ui
         return on_fenced(sm);
     if (e->code == TT_EJOBFAILED)
         return on_job_failed(sm);
-    if (e->code == TT_EJOBDONE)
-        return on_job_done(sm);
+    if (e->code == TT_EJOBDONE || e->code == TT_EDRAINED)
+        return on_job_done(sm, e->code);
     if (sm->op == TT_CLIENT_OP_NONE || rid != sm->op_rid || rid == 0) {
         TT_WARN("client", "coordinator error %s: %s", tt_status_name(e->code), msg);
         return 0;

@@ -65,6 +65,7 @@ enum {
     TETHER_EDIVERGED = -53,
     TETHER_EAGAIN = -54,
     TETHER_EJOBDONE = -55, /* the job finished: nothing left to do */
+    TETHER_EDRAINED = -56, /* tetherctl drain removed this worker: end cleanly */
     TETHER_ECUDA = -60,
     TETHER_ENCCL = -61,
     TETHER_ENODEV = -62,
@@ -225,7 +226,8 @@ TETHER_API int tether_poll_generation(tether_t *t, uint64_t *gen);
 /* Standing of this worker, without blocking: TETHER_OK while joining or a
  * member, TETHER_EFENCED once declared dead (join again), TETHER_EJOBFAILED,
  * TETHER_EJOBDONE (the job finished: another member completed its run),
- * TETHER_ECLOSED after leaving, TETHER_EINVAL before the first join. Lets a
+ * TETHER_EDRAINED (tetherctl drain removed this worker: end without joining
+ * again), TETHER_ECLOSED after leaving, TETHER_EINVAL before the first join. Lets a
  * loop that is not completing steps learn that it was fenced. */
 TETHER_API int tether_check(tether_t *t);
 
@@ -252,6 +254,8 @@ TETHER_API int64_t tether_regroup_step(tether_t *t);
  *                     tether_join again (new incarnation), never carry on;
  *   TETHER_EJOBFAILED the job failed (tether_last_error says why);
  *   TETHER_EJOBDONE   the job finished (a member left with "finished");
+ *   TETHER_EDRAINED   the operator drained this worker (tetherctl drain):
+ *                     the others went on without it; end, do not join;
  *   TETHER_ETIMEDOUT  no answer at a boundary within join_timeout_ms +
  *                     heartbeat_timeout_ms;
  *   TETHER_EINVAL     not joined. */

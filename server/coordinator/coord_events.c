@@ -167,7 +167,8 @@ static void push_simple(tt_coord_t *c, coord_job_t *job, const tt_rdzv_event_t *
         return;
     }
     Tether__Error e = TETHER__ERROR__INIT;
-    e.code = ev->kind == TT_RDZV_EV_MEMBER_EVICTED ? TT_EFENCED : ev->status;
+    e.code = ev->kind == TT_RDZV_EV_MEMBER_EVICTED && ev->status != TT_EDRAINED ? TT_EFENCED
+                                                                                : ev->status;
     e.message = (char *)ev->message;
     env.body_case = TETHER__ENVELOPE__BODY_ERROR;
     env.error = &e;
@@ -226,9 +227,14 @@ void coord_drain_events(tt_coord_t *c, coord_job_t *job) {
             on_generation(c, job, &ev);
             break;
         case TT_RDZV_EV_MEMBER_EVICTED:
-            TT_WARN("coord", "job %s: %s evicted from generation %llu: %s",
-                    tt_rdzv_job_id(job->rdzv), ev.worker_id, (unsigned long long)ev.generation,
-                    ev.message);
+            if (ev.status == TT_EDRAINED)
+                TT_INFO("coord", "job %s: %s drained from generation %llu: %s",
+                        tt_rdzv_job_id(job->rdzv), ev.worker_id, (unsigned long long)ev.generation,
+                        ev.message);
+            else
+                TT_WARN("coord", "job %s: %s evicted from generation %llu: %s",
+                        tt_rdzv_job_id(job->rdzv), ev.worker_id, (unsigned long long)ev.generation,
+                        ev.message);
             push_simple(c, job, &ev);
             break;
         case TT_RDZV_EV_JOIN_REFUSED:

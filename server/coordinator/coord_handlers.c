@@ -183,6 +183,8 @@ static void on_heartbeat(const coord_req_t *q) {
     else if (rc == TT_EFENCED)
         coord_reply_error(q, rc,
                           "not a member of this job (declared dead or never joined): join again");
+    else if (rc == TT_EDRAINED)
+        coord_reply_error(q, rc, "drained from this job by the operator: not to join again");
     else if (rc == TT_EJOBFAILED || rc == TT_EJOBDONE)
         coord_reply_error(q, rc, tt_rdzv_end_reason(job->rdzv));
     if (q->c->dirty_since_ms == 0 && q->c->state_path[0] != '\0')
@@ -287,6 +289,28 @@ static void on_forget(const coord_req_t *q) {
     }
 }
 
+/* tetherctl drain JOB WORKER [--now]: tt_rdzv_drain; the Ack says the
+ * drain is set, not done (tetherctl --wait watches the members). */
+static void on_drain(const coord_req_t *q) {
+    char msg[512] = "";
+    coord_job_t *job = coord_find_job(q->c, q->env->job_id);
+    const Tether__DrainWorker *d = q->env->drain;
+    if (job == NULL) {
+        snprintf(msg, sizeof(msg), "unknown job '%s' (see 'tetherctl status')", q->env->job_id);
+        coord_reply_error(q, TT_EJOB, msg);
+        return;
+    }
+    int rc = tt_rdzv_drain(job->rdzv, d->worker_id, d->now, q->now, msg, sizeof(msg));
+    if (rc != TT_OK) {
+        coord_reply_error(q, rc, msg[0] ? msg : tt_strerror(rc));
+        return;
+    }
+    TT_INFO("coord", "job %s: drain of %s (%s) asked by %s", q->env->job_id, d->worker_id,
+            d->now ? "at once" : "at the next step boundary", q->env->sender_id);
+    coord_reply_ack(q);
+    coord_drain_events(q->c, job);
+}
+
 typedef void (*handler_fn)(const coord_req_t *q);
 
 static handler_fn handler_for(int body) {
@@ -307,6 +331,8 @@ static handler_fn handler_for(int body) {
         return coord_on_members;
     case TETHER__ENVELOPE__BODY_FORGET:
         return on_forget;
+    case TETHER__ENVELOPE__BODY_DRAIN:
+        return on_drain;
     case TETHER__ENVELOPE__BODY_DUMP:
         return coord_on_dump;
     case TETHER__ENVELOPE__BODY_DUMP_REPORT:

@@ -220,6 +220,40 @@ int tt_rdzv_leave(tt_rdzv_t *r, const char *worker_id, uint64_t incarnation, uin
     return r->call_rc;
 }
 
+int tt_rdzv_drain(tt_rdzv_t *r, const char *worker_id, int now, uint64_t now_ms, char *err,
+                  size_t errlen) {
+    if (r == NULL || worker_id == NULL)
+        return TT_EINVAL;
+    if (end_status(r) != TT_OK)
+        return fail_msg(err, errlen, end_status(r), "job %s has ended: %s", r->job_id,
+                        tt_rdzv_end_reason(r));
+    if (r->state != TT_RDZV_RUNNING)
+        return fail_msg(err, errlen, TT_EBUSY,
+                        "job %s is waiting for workers, not running: nothing to drain", r->job_id);
+    tt_rdzv_node_t *n = tt_rdzv_table_find(&r->table, worker_id);
+    if (n == NULL || n->role != TT_RDZV_ROLE_MEMBER || n->evicted)
+        return fail_msg(err, errlen, TT_ENOTFOUND,
+                        "%s is not a member of job %s's generation %" PRIu64
+                        " (see tetherctl members)",
+                        worker_id, r->job_id, r->generation);
+    uint32_t left = r->members.n - r->n_evicted - r->n_draining - (n->draining ? 0 : 1);
+    if (left < r->settings.min_workers)
+        return fail_msg(err, errlen, TT_EINVAL,
+                        "draining %s would leave %u member(s) in job %s, below its min_workers %u",
+                        worker_id, left, r->job_id, r->settings.min_workers);
+    r->call_rc = TT_OK;
+    if (now) {
+        tt_rdzv_drain_out(r, n, "evicted at once by the operator");
+    } else if (!n->draining) {
+        n->draining = 1;
+        r->n_draining++;
+        TT_INFO(TT_RDZV_SUBSYS, "job %s: %s (rank %u) is drained at the next step boundary",
+                r->job_id, worker_id, n->index);
+    }
+    tt_rdzv_settle(r, now_ms);
+    return r->call_rc;
+}
+
 int tt_rdzv_finish(tt_rdzv_t *r, const char *worker_id, uint64_t incarnation, uint64_t now_ms) {
     (void)now_ms;
     tt_rdzv_node_t *n = NULL;
@@ -277,7 +311,7 @@ int tt_rdzv_heartbeat(tt_rdzv_t *r, const char *worker_id, uint64_t incarnation,
     tt_rdzv_node_t *n = tt_rdzv_table_find(&r->table, worker_id);
     if (n && n->incarnation != incarnation)
         n = NULL;
-    int rc = TT_EFENCED;
+    int rc = n == NULL && tt_rdzv_was_drained(r, worker_id, incarnation) ? TT_EDRAINED : TT_EFENCED;
     r->call_rc = TT_OK;
     if (end_status(r) != TT_OK) {
         rc = end_status(r);

@@ -263,6 +263,21 @@ int tt_rdzv_join(tt_rdzv_t *r, const tt_rdzv_join_t *req, uint64_t now_ms, char 
  * known, or a different incarnation), TT_EJOBFAILED or TT_EJOBDONE. */
 int tt_rdzv_leave(tt_rdzv_t *r, const char *worker_id, uint64_t incarnation, uint64_t now_ms);
 
+/* The operator removes member `worker_id` (tetherctl drain). By default at
+ * the next step boundary every member reaches, through the "regroup after
+ * step S" protocol of a scale-up: no step fails and the new generation
+ * resumes at S + 1 with the others. now != 0: at once, like a death (a
+ * member that will never reach a boundary); the others' step in flight
+ * fails and is redone. Either way the worker is told TT_EDRAINED (a
+ * MEMBER_EVICTED event with that status), and so is every later request
+ * of that incarnation, so it ends instead of joining again; no flap is
+ * counted. A drain already set is TT_OK again (now != 0 then evicts at
+ * once). Returns TT_OK; TT_ENOTFOUND (not a member); TT_EINVAL (the
+ * members left would be fewer than min_workers); TT_EBUSY (no generation
+ * is running); TT_EJOBFAILED / TT_EJOBDONE; with a sentence in err. */
+int tt_rdzv_drain(tt_rdzv_t *r, const char *worker_id, int now, uint64_t now_ms, char *err,
+                  size_t errlen);
+
 /* A worker completed the job's run (it leaves with reason "finished"): the
  * job becomes FINISHED. Pending workers get JOIN_REFUSED (TT_EJOBDONE), a
  * JOB_FINISHED event follows, members and waiters are forgotten, and from

@@ -2,7 +2,8 @@
  * pending workers, forming a generation (from participants, after a death,
  * at an agreed step boundary, or at once with the same members when the
  * daemon asks, each regroup counted against the guard rail), the "regroup
- * after step S" protocol, and the end of the job (failed, or finished by a
+ * after step S" protocol (for joiners, and for members the operator
+ * drains), and the end of the job (failed, or finished by a
  * worker that completed the run). Every public
  * entry point changes state through these helpers and then calls
  * tt_rdzv_settle() once, so a tick that evicts a thousand silent members
@@ -52,17 +53,52 @@ static void update_committed(tt_rdzv_t *r) {
         r->committed_step = lo;
 }
 
-void tt_rdzv_evict(tt_rdzv_t *r, tt_rdzv_node_t *n, const char *reason, uint64_t now_ms) {
+/* No longer waiting to be drained (evicted, drained, or demoted). */
+static void undrain(tt_rdzv_t *r, tt_rdzv_node_t *n) {
+    if (n->draining && r->n_draining > 0)
+        r->n_draining--;
+    n->draining = 0;
+}
+
+/* Takes member n out (freed at the next compaction), says so and tells it
+ * `status`; 0 when it was not a member any more. */
+static int take_out(tt_rdzv_t *r, tt_rdzv_node_t *n, const char *how, int status,
+                    const char *reason) {
     if (n->evicted || n->role != TT_RDZV_ROLE_MEMBER)
-        return;
+        return 0;
+    undrain(r, n);
     n->evicted = 1;
     r->n_evicted++;
     tt_rdzv_table_remove(&r->table, n);
-    tt_rdzv_flap_note(r, n->worker_id, now_ms);
     TT_INFO(TT_RDZV_SUBSYS,
-            "job %s: evicted %s (rank %u, incarnation %" PRIu64 ") from generation %" PRIu64 ": %s",
-            r->job_id, n->worker_id, n->index, n->incarnation, r->generation, reason);
-    tt_rdzv_event_node(r, TT_RDZV_EV_MEMBER_EVICTED, n, TT_EFENCED, -1, reason);
+            "job %s: %s %s (rank %u, incarnation %" PRIu64 ") from generation %" PRIu64 ": %s",
+            r->job_id, how, n->worker_id, n->index, n->incarnation, r->generation, reason);
+    tt_rdzv_event_node(r, TT_RDZV_EV_MEMBER_EVICTED, n, status, -1, reason);
+    return 1;
+}
+
+void tt_rdzv_evict(tt_rdzv_t *r, tt_rdzv_node_t *n, const char *reason, uint64_t now_ms) {
+    if (take_out(r, n, "evicted", TT_EFENCED, reason))
+        tt_rdzv_flap_note(r, n->worker_id, now_ms);
+}
+
+int tt_rdzv_was_drained(const tt_rdzv_t *r, const char *worker_id, uint64_t incarnation) {
+    for (uint32_t i = 0; i < TT_RDZV_DRAINED_KEEP; i++)
+        if (r->drained[i].incarnation == incarnation &&
+            strcmp(r->drained[i].worker_id, worker_id) == 0 && worker_id[0] != '\0')
+            return 1;
+    return 0;
+}
+
+/* Why not a plain eviction: a drained worker did nothing wrong, so no
+ * flap is counted against it, and it is told TT_EDRAINED so that it ends
+ * rather than joins again (its later requests too: tt_rdzv_was_drained). */
+void tt_rdzv_drain_out(tt_rdzv_t *r, tt_rdzv_node_t *n, const char *reason) {
+    if (!take_out(r, n, "drained", TT_EDRAINED, reason))
+        return;
+    uint32_t k = r->drained_next++ % TT_RDZV_DRAINED_KEEP;
+    memcpy(r->drained[k].worker_id, n->worker_id, sizeof(r->drained[k].worker_id));
+    r->drained[k].incarnation = n->incarnation;
 }
 
 /* `status` 0: the worker itself left, nobody waits for an answer. */
@@ -235,6 +271,17 @@ static void compact_members(tt_rdzv_t *r) {
     r->n_evicted = 0;
 }
 
+/* The members set to drain leave now, at a formation. */
+static void drop_drained(tt_rdzv_t *r) {
+    for (uint32_t i = 0; r->n_draining > 0 && i < r->members.n; i++) {
+        tt_rdzv_node_t *n = r->members.v[i];
+        if (n->draining && !n->evicted)
+            tt_rdzv_drain_out(r, n, "drained by the operator at a step boundary");
+    }
+    r->n_draining = 0;
+    compact_members(r);
+}
+
 /* Survivors below min go back to being participants, first in line. */
 static void demote_survivors(tt_rdzv_t *r, uint64_t now_ms) {
     TT_WARN(TT_RDZV_SUBSYS,
@@ -248,6 +295,7 @@ static void demote_survivors(tt_rdzv_t *r, uint64_t now_ms) {
         n->seq = r->next_seq++;
         n->boundary_step = -1;
         n->suspected = 0;
+        undrain(r, n);                  /* the drain gives way to waiting for workers */
         r->pending.v[r->pending.n] = n; /* capacity reserved by the caller */
         n->role = TT_RDZV_ROLE_PENDING;
         n->index = r->pending.n++;
@@ -263,6 +311,8 @@ static void demote_survivors(tt_rdzv_t *r, uint64_t now_ms) {
 static void regroup_after_death(tt_rdzv_t *r, uint64_t now_ms) {
     update_committed(r);
     compact_members(r);
+    if (r->n_draining > 0 && r->members.n - r->n_draining >= r->settings.min_workers)
+        drop_drained(r); /* they were leaving anyway: not into this generation */
     if (r->members.n >= r->settings.min_workers) {
         form_generation(r, free_slots(r), -1, now_ms);
         return;
@@ -341,14 +391,26 @@ static void settle_running(tt_rdzv_t *r, uint64_t now_ms) {
         if (r->state != TT_RDZV_RUNNING)
             return;
     }
-    uint32_t room = free_slots(r);
-    if (r->regroup_step >= 0 && room == 0) {
+    if (r->n_draining > 0 && r->members.n - r->n_draining < r->settings.min_workers) {
+        TT_WARN(TT_RDZV_SUBSYS,
+                "job %s: the %u drain(s) set would now leave fewer than min_workers %u: "
+                "cancelled",
+                r->job_id, r->n_draining, r->settings.min_workers);
+        for (uint32_t i = 0; i < r->members.n; i++)
+            undrain(r, r->members.v[i]);
+    }
+    /* A boundary is wanted for joiners to admit or members to drain. */
+    int wanted = free_slots(r) > 0 || r->n_draining > 0;
+    if (r->regroup_step >= 0 && !wanted) {
         set_regroup_step(r, -1); /* nobody left to admit: cancel */
-    } else if (r->regroup_step < 0 && room > 0) {
+    } else if (r->regroup_step < 0 && wanted) {
         set_regroup_step(r, r->max_member_step + 1);
     } else if (r->regroup_step >= 0 && r->n_at_boundary == r->members.n) {
         update_committed(r);
-        form_generation(r, room, r->regroup_step + 1, now_ms);
+        int64_t resume = r->regroup_step + 1;
+        if (r->n_draining > 0)
+            drop_drained(r);
+        form_generation(r, free_slots(r), resume, now_ms);
     }
 }
 

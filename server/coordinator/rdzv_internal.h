@@ -17,6 +17,8 @@ typedef enum {
 /* One known worker process. Heap-allocated and owned by `members` or
  * `pending`; an evicted member leaves the id table at once but stays in
  * `members` (flagged) until settle compacts the list and frees it. */
+#define TT_RDZV_DRAINED_KEEP 16
+
 typedef struct tt_rdzv_node {
     struct tt_rdzv_node *chain; /* id table bucket chain */
     uint32_t hash;
@@ -25,6 +27,7 @@ typedef struct tt_rdzv_node {
     uint32_t prio;  /* pending order: 0 = survivor holding state, 1 = joiner */
     uint64_t seq;   /* pending order within a priority: arrival */
     int evicted;
+    int draining; /* tt_rdzv_drain: leaves at the next boundary */
     int disconnected;
     int suspected;
     int64_t boundary_step; /* step it waits at (tt_rdzv_at_boundary), -1 none */
@@ -103,6 +106,14 @@ struct tt_rdzv {
     uint64_t *regroup_at; /* ring of the last max_regroups_per_hour regroups */
     uint32_t regroup_head, regroup_n;
     tt_rdzv_flaps_t flaps;
+    uint32_t n_draining; /* members with `draining` set */
+    /* The last drained workers, so that their later requests are told
+     * TT_EDRAINED rather than "fenced: join again" (memory only). */
+    struct {
+        char worker_id[TT_RDZV_ID_MAX];
+        uint64_t incarnation;
+    } drained[TT_RDZV_DRAINED_KEEP];
+    uint32_t drained_next;
 };
 
 /* rdzv_table.c: id table and node lists. */
@@ -129,6 +140,11 @@ void tt_rdzv_node_to_member(const tt_rdzv_node_t *n, tt_rdzv_member_t *m);
 
 /* rdzv_group.c: membership changes. */
 void tt_rdzv_evict(tt_rdzv_t *r, tt_rdzv_node_t *n, const char *reason, uint64_t now_ms);
+/* A drained member leaves now: evicted, remembered as drained, told
+ * TT_EDRAINED (rdzv_group.c). */
+void tt_rdzv_drain_out(tt_rdzv_t *r, tt_rdzv_node_t *n, const char *reason);
+/* Whether `worker_id` of that incarnation was drained (recently). */
+int tt_rdzv_was_drained(const tt_rdzv_t *r, const char *worker_id, uint64_t incarnation);
 void tt_rdzv_drop_pending(tt_rdzv_t *r, tt_rdzv_node_t *n, int status, const char *msg);
 void tt_rdzv_settle(tt_rdzv_t *r, uint64_t now_ms);
 void tt_rdzv_fail(tt_rdzv_t *r, const char *reason);

@@ -376,6 +376,53 @@ def test_members_show_the_straggler(h):
         w.kill9()
 
 
+def test_drain_at_a_step_boundary(h):
+    """`tetherctl drain JOB WORKER --wait` while three workers train: the
+    worker leaves at the next step boundary every member reaches (no step
+    fails: nobody reports a failure, nothing is redone), says it was
+    drained and exits 0, so tether-launch does not restart it; the other
+    two go on in a new generation with the global batch re-sliced, and the
+    run ends with the parameters of a fault-free run and exact epoch
+    accounting. Then a drain that would leave the job below min_workers is
+    refused with the reason."""
+    seed, spe, epochs = 3, STEPS_PER_EPOCH, EPOCHS
+    port = free_port()
+    coord = f"tcp://127.0.0.1:{port}"
+    out = os.path.join(h.dir, "drain.bin")
+    metrics = os.path.join(h.dir, "drain.json")
+    argv = [binary("tether-launch"), "--workers", "3", "--shards", "0", "--min-workers", "2",
+            "--max-restarts", "2", "--coordinator-port", str(port), "--", "tether-train",
+            "--data", DATA, "--backend", "ring", *train_args(seed, spe, epochs),
+            "--dump-params", out, "--metrics-json", metrics, "--pace-ms", "100"]
+    p = h.spawn("drain", argv, env=FAST)
+    p.wait_line(lambda l: global_step(l) >= 6, 90, "step 6", stream="log")
+    t0 = time.monotonic()
+    rc, text, err = h.ctl(coord, "drain", "launch", "worker-1", "--wait", "--timeout-ms",
+                          "20000", check=False)
+    took = time.monotonic() - t0
+    assert rc == 0 and "left job launch" in text, (rc, text, err)
+    print(f"  drain: {text.strip()} ({took:.1f} s)")
+    rc, _, err = h.ctl(coord, "drain", "launch", "worker-0", check=False)
+    assert rc == 1 and "below its min_workers 2" in err, (rc, err)
+    print(f"  refused: {err.strip()}")
+    rc = p.wait(180)
+    log = "\n".join(p.lines() + p.lines("log"))
+    summary = [l for l in log.splitlines() if "summary:" in l]
+    print(f"  launcher exit {rc}; {summary[-1] if summary else 'no summary'}")
+    assert rc == 0, log[-3000:]
+    assert "worker 'worker-1' was drained from job 'launch'" in log, log[-3000:]
+    assert "finished=3 failed=0 restarts=0" in log, summary
+    assert "EUNREACHABLE" not in log and "ETIMEDOUT" not in log, log[-3000:]
+    d = rel_diff(read_params(out), reference(h, seed, spe, epochs))
+    print(f"  relative difference to the fault-free run: {d:.2e}")
+    assert d < 1e-5, d
+    with open(metrics) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    assert [r["epoch"] for r in rows] == list(range(1, epochs + 1)), rows
+    assert all(r["examples"] == spe * 256 for r in rows), rows
+    assert rows[-1]["world_size"] == 2, rows[-1]
+
+
 def shard(h, coord):
     argv = [binary("tether-shard"), "--listen", "tcp://127.0.0.1:0", "--coordinator",
             coord.endpoint, "--id", "s0", "--heartbeat-ms", "200", "--log-level", "info"]
@@ -565,6 +612,7 @@ if __name__ == "__main__":
         print(f"SKIPPED: no Fashion-MNIST at {DATA} (install dataset-fashion-mnist)")
         raise SystemExit(77)
     run_tests([test_kill_random_worker, test_kill_worker_during_ps_steps,
+               test_drain_at_a_step_boundary,
                test_worker_dies_before_first_agreement, test_kill_and_restart,
                test_restarted_worker_pulls_state_from_shards, test_update_on_shards_kill_and_restart,
                test_sigstop_fenced_and_rejoins,

@@ -476,6 +476,28 @@ static void client_sm_job_done_error_closes(void) {
     tt_client_sm_release(&sm);
 }
 
+/* tetherctl drain: the member's answer is EDRAINED; the client closes for
+ * good with that status (so the application ends instead of joining
+ * again), and a later "fenced" answer does not reopen it. */
+static void client_sm_drained_closes(void) {
+    tt_client_sm_t sm;
+    msg_t m;
+    joined(&sm, 4);
+    int ev = tt_client_sm_on_message(
+        &sm, error_msg(&m, TT_EDRAINED, "drained by the operator at a step boundary", 5), 1100);
+    CU_ASSERT_EQUAL(ev, TT_CLIENT_EV_ENDED);
+    CU_ASSERT_EQUAL(sm.state, TT_CLIENT_CLOSED);
+    CU_ASSERT_EQUAL(tt_client_sm_status(&sm), TT_EDRAINED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(sm.last_error, "drained by the operator"));
+    CU_ASSERT_EQUAL(tt_client_sm_step(&sm, 9), TT_EDRAINED);
+    tt_client_sm_on_message(&sm, error_msg(&m, TT_EFENCED, "not a member", 6), 1200);
+    CU_ASSERT_EQUAL(sm.state, TT_CLIENT_CLOSED);
+    CU_ASSERT_EQUAL(tt_client_sm_status(&sm), TT_EDRAINED);
+    CU_ASSERT_STRING_EQUAL(tether_strerror(TETHER_EDRAINED),
+                           "drained: removed from the job by the operator");
+    tt_client_sm_release(&sm);
+}
+
 /* `env` (job done) reaches `sm` with an op in flight: the op ends with
  * EJOBDONE and the client is closed for good, saying `text`. */
 static void expect_done_ends_op(tt_client_sm_t *sm, const tt_env_t *env, const char *text) {
@@ -654,6 +676,7 @@ static const tt_cunit_test_t tests[] = {
     {"client_sm_fenced_while_waiting_at_boundary", client_sm_fenced_while_waiting_at_boundary},
     {"client_sm_job_failed", client_sm_job_failed},
     {"client_sm_job_done_error_closes", client_sm_job_done_error_closes},
+    {"client_sm_drained_closes", client_sm_drained_closes},
     {"client_sm_job_done_ends_boundary_wait", client_sm_job_done_ends_boundary_wait},
     {"client_sm_join_refused_job_done", client_sm_join_refused_job_done},
     {"client_sm_job_failed_then_done", client_sm_job_failed_then_done},

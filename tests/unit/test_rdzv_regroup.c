@@ -341,6 +341,71 @@ static void rdzv_regroup_now_noop_unless_running(void) {
     tt_rdzv_destroy(&r);
 }
 
+/* tetherctl drain: at the next boundary by default (a regroup after step
+ * S, the drained member told EDRAINED, no flap), at once with `now`, and
+ * never below min_workers. */
+static void rdzv_drain_at_boundary_and_now(void) {
+    static const char *const ids[] = {"a", "b", "c", "d"};
+    evlog_t log = {0};
+    char err[256] = "";
+    tt_rdzv_t *r = running(2, 4, ids, 4);
+    CU_ASSERT_EQUAL(hb(r, "a", 4, 1000), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_drain(r, "x", 0, 1000, err, sizeof(err)), TT_ENOTFOUND);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "x is not a member"));
+    CU_ASSERT_EQUAL(tt_rdzv_drain(r, "c", 0, 1000, err, sizeof(err)), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_regroup_after_step(r), 5);
+    CU_ASSERT_EQUAL(tt_rdzv_drain(r, "c", 0, 1001, err, sizeof(err)), TT_OK); /* set already */
+    drain(r, &log);
+    CU_ASSERT_EQUAL(count_ev(&log, TT_RDZV_EV_REGROUP_ANNOUNCED), 1);
+    evlog_free(&log);
+    for (int i = 0; i < 4; i++) /* every member, c too, stops at S */
+        CU_ASSERT_EQUAL(tt_rdzv_at_boundary(r, ids[i], 1, 5, 1100 + (uint64_t)i), TT_OK);
+    drain(r, &log);
+    const tt_rdzv_event_t *f = formed(&log, 2, 3, 6);
+    CU_ASSERT_EQUAL(rank_of(f, "c"), -1);
+    CU_ASSERT_EQUAL(rank_of(f, "d"), 2);
+    const tt_rdzv_event_t *ev = find_ev(&log, TT_RDZV_EV_MEMBER_EVICTED, 0);
+    CU_ASSERT_STRING_EQUAL(ev->worker_id, "c");
+    CU_ASSERT_EQUAL(ev->status, TT_EDRAINED);
+    evlog_free(&log);
+    tt_rdzv_hb_reply_t rep;
+    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "c", 1, 1, 5, 0, 1200, &rep), TT_EDRAINED);
+    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "c", 2, 1, 5, 0, 1200, &rep), TT_EFENCED); /* another */
+    /* now: d goes at once, as after a death, without waiting for a boundary */
+    CU_ASSERT_EQUAL(tt_rdzv_drain(r, "d", 1, 1300, err, sizeof(err)), TT_OK);
+    drain(r, &log);
+    formed(&log, 3, 2, 6); /* a and b completed step 5 */
+    ev = find_ev(&log, TT_RDZV_EV_MEMBER_EVICTED, 0);
+    CU_ASSERT_STRING_EQUAL(ev->worker_id, "d");
+    CU_ASSERT_EQUAL(ev->status, TT_EDRAINED);
+    evlog_free(&log);
+    /* two left, min 2: no more */
+    CU_ASSERT_EQUAL(tt_rdzv_drain(r, "b", 0, 1400, err, sizeof(err)), TT_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "below its min_workers 2"));
+    CU_ASSERT_EQUAL(tt_rdzv_regroup_after_step(r), -1);
+    CU_ASSERT_EQUAL(drain_count(r), 0);
+    tt_rdzv_destroy(&r);
+}
+
+/* A drain set, then a death that leaves too few for it: the drain is
+ * cancelled, the drained-to-be member stays. */
+static void rdzv_drain_cancelled_below_min(void) {
+    static const char *const ids[] = {"a", "b", "c"};
+    evlog_t log = {0};
+    char err[256] = "";
+    tt_rdzv_t *r = running(2, 3, ids, 3);
+    CU_ASSERT_EQUAL(tt_rdzv_drain(r, "c", 0, 1000, err, sizeof(err)), TT_OK);
+    CU_ASSERT(tt_rdzv_regroup_after_step(r) >= 0);
+    CU_ASSERT_EQUAL(tt_rdzv_leave(r, "b", 1, 1100), TT_OK);
+    drain(r, &log);
+    const tt_rdzv_event_t *f = formed(&log, 2, 2, 0);
+    CU_ASSERT(rank_of(f, "c") >= 0 && rank_of(f, "a") >= 0);
+    evlog_free(&log);
+    CU_ASSERT_EQUAL(tt_rdzv_regroup_after_step(r), -1); /* nothing left to drain */
+    CU_ASSERT_EQUAL(drain_count(r), 0);
+    tt_rdzv_destroy(&r);
+}
+
 static const tt_cunit_test_t tests[] = {
     {"rdzv_late_joiner_admitted_at_boundary", rdzv_late_joiner_admitted_at_boundary},
     {"rdzv_regroup_step_moves_past_running_member", rdzv_regroup_step_moves_past_running_member},
@@ -353,6 +418,8 @@ static const tt_cunit_test_t tests[] = {
     {"rdzv_commit_only_from_current_members", rdzv_commit_only_from_current_members},
     {"rdzv_regroup_now_keeps_members", rdzv_regroup_now_keeps_members},
     {"rdzv_regroup_now_noop_unless_running", rdzv_regroup_now_noop_unless_running},
+    {"rdzv_drain_at_boundary_and_now", rdzv_drain_at_boundary_and_now},
+    {"rdzv_drain_cancelled_below_min", rdzv_drain_cancelled_below_min},
     {NULL, NULL},
 };
 

@@ -24,6 +24,7 @@ typedef struct tt_ctl_cfg {
     char coordinator[TT_CFG_STR_MAX];
     int json;
     int wait;
+    int now; /* drain: at once */
     int64_t timeout_ms;
 } tt_ctl_cfg_t;
 

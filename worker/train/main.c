@@ -268,14 +268,26 @@ static int build_opts(const cli_t *c, tt_trainer_opts_t *o) {
 /* Internal code (not an exit code): the job had finished already. */
 #define CODE_JOB_DONE (-1)
 
-/* The job finished before or while this worker took part (TT_EJOBDONE):
- * nothing is wrong and nothing is left to do. Returns CODE_JOB_DONE. */
-static int job_done(void) {
-    const char *job = getenv("TETHER_JOB");
-    printf("tether-train: job '%s' has already finished; nothing left to do\n",
-           job != NULL && job[0] != '\0' ? job : "default");
+/* The job finished before or while this worker took part (TT_EJOBDONE),
+ * or the operator drained this worker from it (TT_EDRAINED, tetherctl
+ * drain): nothing is wrong and nothing is left to do here, so the exit
+ * status is 0 and a launcher does not restart it. Returns CODE_JOB_DONE. */
+static int job_done(int rc) {
+    const char *job = getenv("TETHER_JOB"), *me = getenv("TETHER_WORKER_ID");
+    job = job != NULL && job[0] != '\0' ? job : "default";
+    if (rc == TT_EDRAINED)
+        printf("tether-train: worker '%s' was drained from job '%s' by the operator; the "
+               "others go on without it\n",
+               me != NULL ? me : "?", job);
+    else
+        printf("tether-train: job '%s' has already finished; nothing left to do\n", job);
     fflush(stdout);
     return CODE_JOB_DONE;
+}
+
+/* The statuses that end this worker's part without a failure. */
+static int part_over(int rc) {
+    return rc == TT_EJOBDONE || rc == TT_EDRAINED;
 }
 
 /* "auto" without a coordinator to join means a single local process. */
@@ -413,8 +425,8 @@ static int train(const cli_t *c, tt_trainer_t *t, tt_train_ckpt_t *ck, tt_train_
             quiet = sc.quiet = tt_train_ft_rank(ft) != 0;
         if (rc == TT_OK && ck != NULL && tt_train_ckpt_error(ck)[0] != '\0')
             rc = TT_EIO;
-        if (rc == TT_EJOBDONE) /* another rank completed the run */
-            return job_done();
+        if (part_over(rc)) /* another rank completed the run, or a drain */
+            return job_done(rc);
         if (rc < 0) {
             fprintf(stderr, "tether-train: epoch %llu failed: %s\n", (unsigned long long)e + 1,
                     tt_strerror(rc));
@@ -469,8 +481,8 @@ static int setup(cli_t *c, const tt_trainer_opts_t *o, const tt_idx_set_t *train
                                      on ? (uint32_t)c->ckpt_keep : 0};
         tt_train_tether_update_t up = {strcmp(c->update, "shards") == 0, o};
         int rc = tt_train_tether_create(tt, c->backend, &ck, &up, err, sizeof(err));
-        if (rc == TT_EJOBDONE)
-            return job_done();
+        if (part_over(rc))
+            return job_done(rc);
         if (rc < 0) {
             fprintf(stderr, "tether-train: %s\n", err);
             return rc == TT_EINVAL ? 2 : 1;
@@ -513,8 +525,8 @@ static int failover_start(tt_train_tether_t *tt, tt_trainer_t *t, tt_train_ft_t 
     if (rc == TT_OK && (rc = tt_train_ft_begin(*ft)) != TT_OK)
         snprintf(err, sizeof(err), "agreeing on the state with the job's members: %s",
                  tt_strerror(rc));
-    if (rc == TT_EJOBDONE)
-        return job_done();
+    if (part_over(rc))
+        return job_done(rc);
     if (rc != TT_OK)
         fprintf(stderr, "tether-train: %s\n", err);
     return rc == TT_OK ? 0 : rc == TT_EINVAL ? 2 : 1;

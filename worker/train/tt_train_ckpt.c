@@ -710,8 +710,8 @@ int tt_train_ckpt_boundary(tt_train_ckpt_t *c, uint64_t now_ms) {
     /* A regroup (or a peer lost in the control reduce) is failover's
      * business; the new generation aborts the checkpoint in flight at the
      * next boundary (tt_ckpt_sched_generation). Checkpoints go on. */
-    if (tt_train_ft_recoverable(rc))
-        return rc;
+    if (tt_train_ft_recoverable(rc) || rc == TT_EJOBDONE || rc == TT_EDRAINED)
+        return rc; /* and a worker whose part is over has nothing to write */
     if (rc < 0) {
         c->failed = 1;
         return tt_tc_fail(c, rc, "checkpoint hook at step %llu: %s", (unsigned long long)tick.step,

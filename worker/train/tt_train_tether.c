@@ -114,7 +114,7 @@ int tt_train_tether_create(tt_train_tether_t **out, const char *backend,
  * warnings, not errors. */
 static int failed(tt_train_tether_t *tt, const char *what, int rc) {
     if (rc == TT_EMEMBERSHIP || rc == TT_ETIMEDOUT || rc == TT_EUNREACHABLE || rc == TT_EFENCED ||
-        rc == TT_EJOBDONE)
+        rc == TT_EJOBDONE || rc == TT_EDRAINED)
         TT_WARN("train", "%s failed: %s (%s)", what, tether_last_error(tt->t),
                 tether_status_name(rc));
     else
