@@ -51,6 +51,10 @@ static const tt_config_entry_t launch_table[] = {
      "how long a daemon may take to accept connections", 0, CFG_OFF(ready_timeout_ms)},
     {"coordinator-port", TT_CFG_INT, "0", 0, 65535, "coordinator port (0: a free port)", 0,
      CFG_OFF(coordinator_port)},
+    {"http-port", TT_CFG_INT, "0", 0, 65535,
+     "serve the coordinator's /healthz, /readyz and /metrics on 127.0.0.1:PORT, and each "
+     "shard's on a free port (in its 'started' line); 0: none",
+     0, CFG_OFF(http_port)},
     {"coordinator-bin", TT_CFG_STR, "", 0, 0, "tether-coordinator executable (empty: search)", 0,
      CFG_OFF(coordinator_bin)},
     {"shard-bin", TT_CFG_STR, "", 0, 0, "tether-shard executable (empty: search)", 0,

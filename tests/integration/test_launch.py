@@ -2,15 +2,17 @@
 """tether-launch integration tests: the real launcher starts a real
 tether-coordinator and tt_testclient workers (or small shell wrappers around
 it) on 127.0.0.1; the tests check the prefixed output, restarts, exit
-statuses, and that no process it started outlives it, whether it is stopped
-with SIGTERM or killed with SIGKILL."""
+statuses, the daemons' HTTP endpoints (--http-port), and that no process it
+started outlives it, whether it is stopped with SIGTERM or killed with
+SIGKILL."""
 import os
 import re
 import signal
 import time
+import urllib.request
 import uuid
 
-from tt_harness import binary, run_tests, wait_for
+from tt_harness import binary, free_port, run_tests, wait_for
 
 STEPS = ("--steps", "20", "--step-ms", "50", "--print")
 
@@ -265,6 +267,35 @@ def test_real_shards(h):
     assert marked_pids(p.marker) == []
 
 
+def test_http_endpoints(h):
+    """--http-port P: the coordinator serves /metrics on 127.0.0.1:P and
+    each shard on a free port named in its 'started' line; the metrics
+    show the launcher's job while it runs."""
+    try:
+        binary("tether-shard")
+    except FileNotFoundError:
+        print("  SKIP: tether-shard is not built")
+        return
+    port = free_port()
+    p = launch(h, ["--workers", "2", "--shards", "1", "--http-port", str(port)],
+               [binary("tt_testclient"), "--run-ms", "600000", "--print"])
+    wait_for(lambda: len([l for l in p.lines() if " JOINED " in l]) == 2, 30, "all joined")
+
+    def get(url):
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.read().decode()
+    text = get(f"http://127.0.0.1:{port}/metrics")
+    assert 'tether_job_members{job="launch"} 2' in text, text[-800:]
+    lines = [l for l in err_lines(p) if l.startswith("[launch] started shard 0:")]
+    m = re.search(r"metrics (http://\S+)", lines[0]) if lines else None
+    assert m, lines
+    assert "tether_shard_up" in get(m.group(1)), m.group(1)
+    print(f"  coordinator http://127.0.0.1:{port}/metrics; shard 0 {m.group(1)}")
+    p.signal(signal.SIGTERM)
+    assert p.wait(30) is not None
+    assert marked_pids(p.marker) == []
+
+
 def cpu_list(text):
     """ "0-2,5" -> {0, 1, 2, 5}"""
     cpus = set()
@@ -324,5 +355,5 @@ if __name__ == "__main__":
                test_sigterm_stops_everything, test_coordinator_restarted_on_same_port,
                test_sigkill_takes_children_down,
                test_sigterm_during_startup_with_stuck_worker, test_shards_started_before_workers,
-               test_real_shards, test_workers_bound_to_cpus,
+               test_real_shards, test_http_endpoints, test_workers_bound_to_cpus,
                test_bad_program_and_dying_coordinator])

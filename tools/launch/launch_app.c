@@ -42,6 +42,8 @@ typedef struct child {
     ch_state_t state;
     int port;       /* daemons: listen port; workers: ring port of this run */
     int port_claim; /* tt_launch_free_port's claim on it, -1: none */
+    int http_port;  /* daemons with --http-port: their HTTP port; 0: none */
+    int http_claim; /* its claim, -1: none */
     int restarts;
     tt_launch_backoff_t backoff;
     uv_timer_t restart_timer;
@@ -149,7 +151,7 @@ static int worker_env(child_t *c, char ***env) {
 /* Fills argv (pointers into bufs) for a daemon; NULL-terminated. The
  * shard keeps no durable state yet and has no --state-dir flag: its
  * directory (DIR/shard-K) is reserved and will be passed once it has one. */
-static void daemon_argv(child_t *c, char *argv[12], char bufs[2][PATH_MAX]) {
+static void daemon_argv(child_t *c, char *argv[12], char bufs[3][PATH_MAX]) {
     const tt_launch_app_opts_t *o = c->app->o;
     int n = 0;
     snprintf(bufs[0], PATH_MAX, "tcp://%s:%d", APP_HOST, c->port);
@@ -167,6 +169,11 @@ static void daemon_argv(child_t *c, char *argv[12], char bufs[2][PATH_MAX]) {
         argv[n++] = c->app->coord_endpoint;
         argv[n++] = "--id";
         argv[n++] = bufs[1];
+    }
+    if (c->http_port > 0) {
+        snprintf(bufs[2], PATH_MAX, "%s:%d", APP_HOST, c->http_port);
+        argv[n++] = "--http";
+        argv[n++] = bufs[2];
     }
     argv[n] = NULL;
 }
@@ -254,8 +261,11 @@ static int spawn_with(child_t *c, char *const *argv, char *const *env) {
     }
     c->state = CH_RUNNING;
     tt_launch_backoff_started(&c->backoff, (int64_t)tt_clock_mono_ms());
-    say("started %s: pid %d, port %d, restart %d%s%s", c->label, tt_launch_proc_pid(c->proc),
-        c->port, c->restarts, c->cpus[0] ? ", CPUs " : "", c->cpus);
+    char http[64] = "";
+    if (c->http_port > 0)
+        snprintf(http, sizeof(http), ", metrics http://%s:%d/metrics", APP_HOST, c->http_port);
+    say("started %s: pid %d, port %d, restart %d%s%s%s", c->label, tt_launch_proc_pid(c->proc),
+        c->port, c->restarts, c->cpus[0] ? ", CPUs " : "", c->cpus, http);
     return TT_OK;
 }
 
@@ -283,7 +293,7 @@ static void spawn_child(child_t *c) {
     if (c->kind == KIND_WORKER) {
         rc = spawn_worker(c);
     } else {
-        char *argv[12], bufs[2][PATH_MAX], **env = NULL;
+        char *argv[12], bufs[3][PATH_MAX], **env = NULL;
         const char *unset[] = {APP_UNSET};
         extern char **environ;
         daemon_argv(c, argv, bufs);
@@ -487,7 +497,7 @@ static int init_child(app_t *a, int i) {
     tt_launch_backoff_init(&c->backoff, 100, 5000, 10000, 5);
     uv_timer_init(&a->loop, &c->restart_timer);
     c->restart_timer.data = c;
-    c->port_claim = -1;
+    c->port_claim = c->http_claim = -1;
     if (c->kind == KIND_WORKER)
         return bind_worker(a, c);
     if (c->kind == KIND_COORD)
@@ -495,11 +505,17 @@ static int init_child(app_t *a, int i) {
     else
         snprintf(c->state_dir, sizeof(c->state_dir), "%s/shard-%d", a->o->state_root, c->index);
     char err[256];
-    if (c->kind == KIND_COORD && a->cfg->coordinator_port > 0) {
+    int rc = TT_OK;
+    if (c->kind == KIND_COORD && a->cfg->coordinator_port > 0)
         c->port = (int)a->cfg->coordinator_port;
-        return TT_OK;
-    }
-    if (tt_launch_free_port(APP_HOST, &c->port, &c->port_claim, err, sizeof(err)) != TT_OK) {
+    else
+        rc = tt_launch_free_port(APP_HOST, &c->port, &c->port_claim, err, sizeof(err));
+    /* The coordinator's HTTP port is the operator's; a shard's is free. */
+    if (rc == TT_OK && a->cfg->http_port > 0 && c->kind == KIND_COORD)
+        c->http_port = (int)a->cfg->http_port;
+    else if (rc == TT_OK && a->cfg->http_port > 0)
+        rc = tt_launch_free_port(APP_HOST, &c->http_port, &c->http_claim, err, sizeof(err));
+    if (rc != TT_OK) {
         snprintf(a->fatal, sizeof(a->fatal), "%s", err);
         return TT_ESYS;
     }
@@ -544,6 +560,7 @@ static void app_teardown(app_t *a) {
     for (int i = 0; a->ch != NULL && i < a->nch; i++) {
         tt_launch_proc_close(&a->ch[i].proc);
         tt_launch_release_port(a->ch[i].port, a->ch[i].port_claim);
+        tt_launch_release_port(a->ch[i].http_port, a->ch[i].http_claim);
     }
     uv_walk(&a->loop, close_walk, NULL);
     uv_run(&a->loop, UV_RUN_DEFAULT);

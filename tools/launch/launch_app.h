@@ -25,6 +25,7 @@ typedef struct tt_launch_cfg {
     int64_t grace_ms;
     int64_t ready_timeout_ms;
     int64_t coordinator_port; /* 0: a free port */
+    int64_t http_port;        /* coordinator's /metrics; 0: no HTTP endpoints */
     char job[TT_CFG_STR_MAX];
     char state_dir[TT_CFG_STR_MAX];
     char coordinator_bin[TT_CFG_STR_MAX];
