@@ -287,6 +287,40 @@ def test_update_on_shards_kill_shard_mid_write(h):
     assert d == 0.0, f"parameters differ by {d:.2e} (bitwise expected)"
 
 
+def test_lost_shard_recovers_under_the_launcher(h):
+    """With the update on the shards, a shard server holds the only copy of
+    its chunks' parameters and momentum; kill -9 it mid-run under
+    tether-launch (restarts allowed) and the job still ends on its own: the
+    launcher restarts the shard (empty), the workers fail their step with
+    the reason ("restarted and lost ... resume from the last checkpoint")
+    and are restarted, resume from the newest checkpoint the coordinator
+    recorded (--resume job, the default), put it on the shards, and finish
+    with the uninterrupted run's parameters, bitwise."""
+    ref = straight(h, 60, extra=SHARDS, shards=2)
+    root = os.path.join(h.dir, "ck-shard-lost")
+    out = os.path.join(h.dir, "after-shard-lost.bin")
+    p = spawn(h, "shard-lost", 2, ["--max-steps", "60", "--checkpoint-dir", root,
+                                   "--checkpoint-every-steps", "10", "--pace-ms", "60",
+                                   "--dump-params", out, *SHARDS],
+              env={"TETHER_COLL_DEADLINE_MS": "5000"}, restarts=4, shards=2)
+    wait_for(lambda: "step-000000020" in committed(root), 60, "checkpoint step 20 committed")
+    os.kill(launcher_child_pid(p, "shard 0"), signal.SIGKILL)
+    t0 = time.monotonic()
+    rc = p.wait(180)
+    text = log_text(p)
+    resumed = re.findall(r"resumed from checkpoint (step-\d+)", text)
+    summary = [l for l in text.splitlines() if "summary:" in l]
+    print(f"  shard 0 killed; launcher exit {rc} after {time.monotonic() - t0:.1f} s; resumed "
+          f"from {sorted(set(resumed))}; {summary[-1] if summary else 'no summary'}")
+    assert rc == 0, text[-3000:]
+    assert "restarted and lost the job's parameters and optimizer state" in text, text[-3000:]
+    assert resumed and all(r >= "step-000000020" for r in resumed), resumed
+    assert "daemon-restarts=1" in summary[-1], summary
+    d = rel_diff(read_params(out), ref)
+    print(f"  relative difference to the uninterrupted run: {d:.2e}")
+    assert d == 0.0, f"parameters differ by {d:.2e} (bitwise expected)"
+
+
 def worker_pids(launcher_pid, worker_id):
     """tether-train processes started by this launcher with this id."""
     pids = []
@@ -409,6 +443,7 @@ if __name__ == "__main__":
         binary("tether-shard")
         tests += [test_reshard_ps, test_update_on_shards_resume,
                   test_update_on_shards_kill_shard_mid_write,
+                  test_lost_shard_recovers_under_the_launcher,
                   test_all_workers_restart_update_on_shards]
     except FileNotFoundError:
         print("no tether-shard in this build: PS reshard case not run")
