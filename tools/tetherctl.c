@@ -169,9 +169,9 @@ static void members_json(const char *job, const Tether__MembersReply *r) {
         tt_ctl_json_str(stdout, m->endpoint);
         printf(",\"heartbeat_age_ms\":%" PRIu64 ",\"last_step\":%" PRId64
                ",\"incarnation\":%" PRIu64 ",\"step_ms\":%.3f,\"wait_ms\":%.3f,"
-               "\"straggler\":%s}",
+               "\"straggler\":%s,\"draining\":%s}",
                m->heartbeat_age_ms, m->last_step, m->incarnation, m->step_ms, m->wait_ms,
-               m->straggler ? "true" : "false");
+               m->straggler ? "true" : "false", m->draining ? "true" : "false");
     }
     printf("]}\n");
 }
@@ -195,7 +195,9 @@ static void members_table(const char *job, const Tether__MembersReply *r) {
         }
         slow = m->straggler ? m : slow;
         const char *ep = m->endpoint && m->endpoint[0] ? m->endpoint : "-";
-        const char *row[] = {rank, m->worker_id, m->host, ep, age, step, st, wt};
+        char who[TT_CTL_TBL_CELL];
+        snprintf(who, sizeof(who), "%s%s", m->worker_id, m->draining ? " (draining)" : "");
+        const char *row[] = {rank, who, m->host, ep, age, step, st, wt};
         tt_ctl_tbl_row(&t, row);
     }
     tt_ctl_tbl_print(&t, stdout);

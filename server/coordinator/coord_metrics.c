@@ -149,7 +149,8 @@ static void member_lines(tt_http_reply_t *r, const char *name, const char *job,
                    : which == 2 ? m[k].step_ms / 1e3
                    : which == 3 ? m[k].wait_ms / 1e3
                    : which == 4 ? (double)m[k].straggler
-                                : (double)m[k].suspected;
+                   : which == 5 ? (double)m[k].suspected
+                                : (double)m[k].draining;
         tt_http_printf(r, "%s{job=\"%s\",worker=\"%s\",rank=\"%u\"} %.17g\n", name, job,
                        tt_http_label(m[k].m.worker_id, w, sizeof(w)), m[k].m.rank, v);
     }
@@ -162,6 +163,7 @@ static const char *const member_gauges[][2] = {
     {"tether_worker_wait_seconds", "of which waiting for the others"},
     {"tether_worker_straggler", "1 for the rank the others wait for"},
     {"tether_worker_suspected", "1 while a failure report about it awaits confirmation"},
+    {"tether_worker_draining", "1 while it waits to leave at the next step boundary (drain)"},
 };
 
 static void member_metrics(const tt_coord_t *c, tt_http_reply_t *r, uint64_t now) {
@@ -184,7 +186,7 @@ static void member_metrics(const tt_coord_t *c, tt_http_reply_t *r, uint64_t now
         at += count[i];
     }
     char id[2 * TT_RDZV_ID_MAX];
-    for (int g = 0; g < 6; g++) {
+    for (int g = 0; g < 7; g++) {
         help(r, member_gauges[g][0], "gauge", member_gauges[g][1]);
         at = m;
         for (size_t i = 0; i < c->njobs; i++) {

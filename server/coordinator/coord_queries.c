@@ -70,6 +70,7 @@ static void fill_members(const tt_rdzv_member_info_t *info, size_t n, Tether__Me
         ms[i].step_ms = info[i].step_ms;
         ms[i].wait_ms = info[i].wait_ms;
         ms[i].straggler = info[i].straggler;
+        ms[i].draining = info[i].draining;
         ptrs[i] = &ms[i];
     }
 }

@@ -140,6 +140,7 @@ typedef struct {
     char suspect_reason[TT_RDZV_REASON_MAX]; /* "" unless suspected */
     double step_ms, wait_ms;                 /* tt_rdzv_step_times; 0: none yet */
     int straggler; /* the rank the others wait for (tt_rdzv_members says when) */
+    int draining;  /* tt_rdzv_drain set: it leaves at the next step boundary */
 } tt_rdzv_member_info_t;
 
 typedef enum {

@@ -119,6 +119,7 @@ int tt_rdzv_members(const tt_rdzv_t *r, uint64_t now_ms, tt_rdzv_member_info_t *
         out[i].step_ms = m->step_ms;
         out[i].wait_ms = m->wait_ms;
         out[i].straggler = 0;
+        out[i].draining = m->draining;
     }
     if (n <= cap && out != NULL)
         mark_straggler(out, n);

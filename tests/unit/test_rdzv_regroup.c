@@ -355,6 +355,12 @@ static void rdzv_drain_at_boundary_and_now(void) {
     CU_ASSERT_EQUAL(tt_rdzv_drain(r, "c", 0, 1000, err, sizeof(err)), TT_OK);
     CU_ASSERT_EQUAL(tt_rdzv_regroup_after_step(r), 5);
     CU_ASSERT_EQUAL(tt_rdzv_drain(r, "c", 0, 1001, err, sizeof(err)), TT_OK); /* set already */
+    tt_rdzv_member_info_t info[4];
+    size_t nm = 0;
+    CU_ASSERT_EQUAL(tt_rdzv_members(r, 1001, info, 4, &nm), TT_OK);
+    CU_ASSERT_EQUAL(nm, 4);
+    for (size_t i = 0; i < nm; i++) /* tetherctl members shows it */
+        CU_ASSERT_EQUAL(info[i].draining, strcmp(info[i].m.worker_id, "c") == 0);
     drain(r, &log);
     CU_ASSERT_EQUAL(count_ev(&log, TT_RDZV_EV_REGROUP_ANNOUNCED), 1);
     evlog_free(&log);
