@@ -227,14 +227,21 @@ int tt_rdzv_drain(tt_rdzv_t *r, const char *worker_id, int now, uint64_t now_ms,
     if (end_status(r) != TT_OK)
         return fail_msg(err, errlen, end_status(r), "job %s has ended: %s", r->job_id,
                         tt_rdzv_end_reason(r));
+    tt_rdzv_node_t *n = tt_rdzv_table_find(&r->table, worker_id);
+    if (n != NULL && n->role == TT_RDZV_ROLE_PENDING) { /* waiting to be admitted */
+        r->call_rc = TT_OK;
+        tt_rdzv_drain_out(r, n, "drained by the operator before it was admitted");
+        tt_rdzv_settle(r, now_ms);
+        return r->call_rc;
+    }
     if (r->state != TT_RDZV_RUNNING)
         return fail_msg(err, errlen, TT_EBUSY,
-                        "job %s is waiting for workers, not running: nothing to drain", r->job_id);
-    tt_rdzv_node_t *n = tt_rdzv_table_find(&r->table, worker_id);
+                        "job %s is waiting for workers, not running: no member to drain",
+                        r->job_id);
     if (n == NULL || n->role != TT_RDZV_ROLE_MEMBER || n->evicted)
         return fail_msg(err, errlen, TT_ENOTFOUND,
-                        "%s is not a member of job %s's generation %" PRIu64
-                        " (see tetherctl members)",
+                        "%s is neither a member of job %s's generation %" PRIu64
+                        " nor waiting to join it (see tetherctl members)",
                         worker_id, r->job_id, r->generation);
     uint32_t left = r->members.n - r->n_evicted - r->n_draining - (n->draining ? 0 : 1);
     if (left < r->settings.min_workers)

@@ -273,9 +273,11 @@ int tt_rdzv_leave(tt_rdzv_t *r, const char *worker_id, uint64_t incarnation, uin
  * MEMBER_EVICTED event with that status), and so is every later request
  * of that incarnation, so it ends instead of joining again; no flap is
  * counted. A drain already set is TT_OK again (now != 0 then evicts at
- * once). Returns TT_OK; TT_ENOTFOUND (not a member); TT_EINVAL (the
- * members left would be fewer than min_workers); TT_EBUSY (no generation
- * is running); TT_EJOBFAILED / TT_EJOBDONE; with a sentence in err. */
+ * once). A worker still waiting to be admitted is dropped at once, its
+ * join refused with TT_EDRAINED. Returns TT_OK; TT_ENOTFOUND (neither a
+ * member nor waiting); TT_EINVAL (the members left would be fewer than
+ * min_workers); TT_EBUSY (no generation is running); TT_EJOBFAILED /
+ * TT_EJOBDONE; with a sentence in err. */
 int tt_rdzv_drain(tt_rdzv_t *r, const char *worker_id, int now, uint64_t now_ms, char *err,
                   size_t errlen);
 

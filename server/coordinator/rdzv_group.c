@@ -93,12 +93,20 @@ int tt_rdzv_was_drained(const tt_rdzv_t *r, const char *worker_id, uint64_t inca
 /* Why not a plain eviction: a drained worker did nothing wrong, so no
  * flap is counted against it, and it is told TT_EDRAINED so that it ends
  * rather than joins again (its later requests too: tt_rdzv_was_drained). */
-void tt_rdzv_drain_out(tt_rdzv_t *r, tt_rdzv_node_t *n, const char *reason) {
-    if (!take_out(r, n, "drained", TT_EDRAINED, reason))
-        return;
+static void note_drained(tt_rdzv_t *r, const tt_rdzv_node_t *n) {
     uint32_t k = r->drained_next++ % TT_RDZV_DRAINED_KEEP;
     memcpy(r->drained[k].worker_id, n->worker_id, sizeof(r->drained[k].worker_id));
     r->drained[k].incarnation = n->incarnation;
+}
+
+void tt_rdzv_drain_out(tt_rdzv_t *r, tt_rdzv_node_t *n, const char *reason) {
+    if (n->role == TT_RDZV_ROLE_PENDING) { /* not admitted yet: its join is refused */
+        note_drained(r, n);
+        tt_rdzv_drop_pending(r, n, TT_EDRAINED, reason);
+        return;
+    }
+    if (take_out(r, n, "drained", TT_EDRAINED, reason))
+        note_drained(r, n);
 }
 
 /* `status` 0: the worker itself left, nobody waits for an answer. */

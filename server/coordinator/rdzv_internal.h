@@ -141,7 +141,8 @@ void tt_rdzv_node_to_member(const tt_rdzv_node_t *n, tt_rdzv_member_t *m);
 /* rdzv_group.c: membership changes. */
 void tt_rdzv_evict(tt_rdzv_t *r, tt_rdzv_node_t *n, const char *reason, uint64_t now_ms);
 /* A drained member leaves now: evicted, remembered as drained, told
- * TT_EDRAINED (rdzv_group.c). */
+ * TT_EDRAINED (rdzv_group.c); a worker waiting to be admitted is dropped,
+ * its join refused with TT_EDRAINED. */
 void tt_rdzv_drain_out(tt_rdzv_t *r, tt_rdzv_node_t *n, const char *reason);
 /* Whether `worker_id` of that incarnation was drained (recently). */
 int tt_rdzv_was_drained(const tt_rdzv_t *r, const char *worker_id, uint64_t incarnation);

@@ -351,7 +351,7 @@ static void rdzv_drain_at_boundary_and_now(void) {
     tt_rdzv_t *r = running(2, 4, ids, 4);
     CU_ASSERT_EQUAL(hb(r, "a", 4, 1000), TT_OK);
     CU_ASSERT_EQUAL(tt_rdzv_drain(r, "x", 0, 1000, err, sizeof(err)), TT_ENOTFOUND);
-    CU_ASSERT_PTR_NOT_NULL(strstr(err, "x is not a member"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "x is neither a member"));
     CU_ASSERT_EQUAL(tt_rdzv_drain(r, "c", 0, 1000, err, sizeof(err)), TT_OK);
     CU_ASSERT_EQUAL(tt_rdzv_regroup_after_step(r), 5);
     CU_ASSERT_EQUAL(tt_rdzv_drain(r, "c", 0, 1001, err, sizeof(err)), TT_OK); /* set already */
@@ -412,6 +412,29 @@ static void rdzv_drain_cancelled_below_min(void) {
     tt_rdzv_destroy(&r);
 }
 
+/* A worker waiting to be admitted is drained at once: its join is
+ * refused with EDRAINED, and the regroup announced for it is cancelled. */
+static void rdzv_drain_waiting_worker(void) {
+    static const char *const ids[] = {"a", "b"};
+    evlog_t log = {0};
+    char err[256] = "";
+    tt_rdzv_t *r = running(2, 3, ids, 2);
+    CU_ASSERT_EQUAL(join(r, "c", 1000), TT_OK);
+    CU_ASSERT(tt_rdzv_regroup_after_step(r) >= 0);
+    CU_ASSERT_EQUAL(drain_count(r), 1); /* REGROUP_ANNOUNCED */
+    CU_ASSERT_EQUAL(tt_rdzv_drain(r, "c", 0, 1100, err, sizeof(err)), TT_OK);
+    drain(r, &log);
+    const tt_rdzv_event_t *ev = find_ev(&log, TT_RDZV_EV_JOIN_REFUSED, 0);
+    CU_ASSERT_STRING_EQUAL(ev->worker_id, "c");
+    CU_ASSERT_EQUAL(ev->status, TT_EDRAINED);
+    evlog_free(&log);
+    CU_ASSERT_EQUAL(tt_rdzv_waiter_count(r), 0);
+    CU_ASSERT_EQUAL(tt_rdzv_regroup_after_step(r), -1); /* nobody left to admit */
+    tt_rdzv_hb_reply_t rep;
+    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "c", 1, 0, -1, 0, 1200, &rep), TT_EDRAINED);
+    tt_rdzv_destroy(&r);
+}
+
 static const tt_cunit_test_t tests[] = {
     {"rdzv_late_joiner_admitted_at_boundary", rdzv_late_joiner_admitted_at_boundary},
     {"rdzv_regroup_step_moves_past_running_member", rdzv_regroup_step_moves_past_running_member},
@@ -426,6 +449,7 @@ static const tt_cunit_test_t tests[] = {
     {"rdzv_regroup_now_noop_unless_running", rdzv_regroup_now_noop_unless_running},
     {"rdzv_drain_at_boundary_and_now", rdzv_drain_at_boundary_and_now},
     {"rdzv_drain_cancelled_below_min", rdzv_drain_cancelled_below_min},
+    {"rdzv_drain_waiting_worker", rdzv_drain_waiting_worker},
     {NULL, NULL},
 };
 
