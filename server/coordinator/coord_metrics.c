@@ -48,95 +48,63 @@ static void daemon_metrics(const tt_coord_t *c, tt_http_reply_t *r, uint64_t now
     tt_http_printf(r, "tether_coordinator_shard_servers{state=\"dead\"} %zu\n", shards - live);
 }
 
-/* One gauge per job: name, help, and how to read it. */
-typedef struct {
-    const char *name, *text;
-    double (*get)(const coord_job_t *job, uint64_t now);
-} job_gauge_t;
-
-static double g_generation(const coord_job_t *j, uint64_t now) {
-    (void)now;
-    return (double)tt_rdzv_generation(j->rdzv);
-}
-static double g_members(const coord_job_t *j, uint64_t now) {
-    (void)now;
-    return (double)tt_rdzv_member_count(j->rdzv);
-}
-static double g_waiting(const coord_job_t *j, uint64_t now) {
-    (void)now;
-    return (double)tt_rdzv_waiter_count(j->rdzv);
-}
-static double g_min_workers(const coord_job_t *j, uint64_t now) {
-    (void)now;
-    return (double)tt_rdzv_settings(j->rdzv)->min_workers;
-}
-static double g_last_step(const coord_job_t *j, uint64_t now) {
-    (void)now;
-    return (double)tt_rdzv_last_committed_step(j->rdzv);
-}
-static double g_epoch(const coord_job_t *j, uint64_t now) {
-    (void)now;
-    return (double)j->epoch;
-}
-static double g_epoch_examples(const coord_job_t *j, uint64_t now) {
-    (void)now;
-    return (double)j->epoch_examples;
-}
-static double g_regroups(const coord_job_t *j, uint64_t now) {
-    return (double)tt_rdzv_regroups_last_hour(j->rdzv, now);
-}
-static double g_checkpoints(const coord_job_t *j, uint64_t now) {
-    (void)now;
-    return (double)j->ckpt.n;
-}
-static double g_ckpt_step(const coord_job_t *j, uint64_t now) {
-    (void)now;
-    const tt_ckpt_rec_t *k = tt_ckpt_book_newest(&j->ckpt);
-    return k != NULL ? (double)k->step : -1.0;
-}
-static double g_ckpt_bytes(const coord_job_t *j, uint64_t now) {
-    (void)now;
-    const tt_ckpt_rec_t *k = tt_ckpt_book_newest(&j->ckpt);
-    return k != NULL ? (double)k->bytes : 0.0;
-}
-static double g_ckpt_time(const coord_job_t *j, uint64_t now) {
-    (void)now;
-    const tt_ckpt_rec_t *k = tt_ckpt_book_newest(&j->ckpt);
-    return k != NULL ? (double)k->committed_unix_ms / 1e3 : 0.0;
-}
-
-static const job_gauge_t job_gauges[] = {
-    {"tether_job_generation", "latest generation formed (0: none yet)", g_generation},
-    {"tether_job_members", "members of the current generation", g_members},
-    {"tether_job_waiting_workers", "workers waiting for a generation", g_waiting},
-    {"tether_job_min_workers", "fewest members the job runs with", g_min_workers},
-    {"tether_job_last_step", "highest step every member of a generation completed (-1: none)",
-     g_last_step},
-    {"tether_job_epoch", "epoch the workers last reported", g_epoch},
-    {"tether_job_epoch_examples", "examples consumed in that epoch", g_epoch_examples},
-    {"tether_job_regroups_last_hour", "regroups within the last hour (the guard rail counts them)",
-     g_regroups},
-    {"tether_job_checkpoints", "committed checkpoints the coordinator records", g_checkpoints},
-    {"tether_job_last_checkpoint_step", "step of the newest one (-1: none)", g_ckpt_step},
-    {"tether_job_last_checkpoint_bytes", "its size", g_ckpt_bytes},
-    {"tether_job_last_checkpoint_timestamp_seconds", "when it was committed (Unix time)",
-     g_ckpt_time},
+/* The per-job gauges, in the order job_values fills them. */
+static const char *const job_gauges[][2] = {
+    {"tether_job_generation", "latest generation formed (0: none yet)"},
+    {"tether_job_members", "members of the current generation"},
+    {"tether_job_waiting_workers", "workers waiting for a generation"},
+    {"tether_job_min_workers", "fewest members the job runs with"},
+    {"tether_job_last_step", "highest step every member of a generation completed (-1: none)"},
+    {"tether_job_epoch", "epoch the workers last reported"},
+    {"tether_job_epoch_examples", "examples consumed in that epoch"},
+    {"tether_job_regroups_last_hour", "regroups within the last hour (the guard rail counts them)"},
+    {"tether_job_checkpoints", "committed checkpoints the coordinator records"},
+    {"tether_job_last_checkpoint_step", "step of the newest one (-1: none)"},
+    {"tether_job_last_checkpoint_bytes", "its size"},
+    {"tether_job_last_checkpoint_timestamp_seconds", "when it was committed (Unix time)"},
 };
+#define JOB_GAUGES (sizeof(job_gauges) / sizeof(job_gauges[0]))
+
+static void job_values(const coord_job_t *j, uint64_t now, double *v) {
+    const tt_rdzv_t *r = j->rdzv;
+    const tt_ckpt_rec_t *k = tt_ckpt_book_newest(&j->ckpt);
+    double vals[JOB_GAUGES] = {(double)tt_rdzv_generation(r),
+                               (double)tt_rdzv_member_count(r),
+                               (double)tt_rdzv_waiter_count(r),
+                               (double)tt_rdzv_settings(r)->min_workers,
+                               (double)tt_rdzv_last_committed_step(r),
+                               (double)j->epoch,
+                               (double)j->epoch_examples,
+                               (double)tt_rdzv_regroups_last_hour(r, now),
+                               (double)j->ckpt.n,
+                               k != NULL ? (double)k->step : -1.0,
+                               k != NULL ? (double)k->bytes : 0.0,
+                               k != NULL ? (double)k->committed_unix_ms / 1e3 : 0.0};
+    memcpy(v, vals, sizeof(vals));
+}
 
 static void job_metrics(const tt_coord_t *c, tt_http_reply_t *r, uint64_t now) {
     char id[2 * TT_RDZV_ID_MAX];
+    double *v = calloc(c->njobs * JOB_GAUGES + 1, sizeof(*v));
+    if (v == NULL) {
+        r->oom = 1;
+        return;
+    }
     help(r, "tether_job_state", "gauge", "1 for the job's current state");
-    for (size_t i = 0; i < c->njobs; i++)
+    for (size_t i = 0; i < c->njobs; i++) {
         tt_http_printf(r, "tether_job_state{job=\"%s\",state=\"%s\"} 1\n",
                        tt_http_label(tt_rdzv_job_id(c->jobs[i].rdzv), id, sizeof(id)),
                        job_state(c->jobs[i].rdzv));
-    for (size_t g = 0; g < sizeof(job_gauges) / sizeof(job_gauges[0]); g++) {
-        help(r, job_gauges[g].name, "gauge", job_gauges[g].text);
-        for (size_t i = 0; i < c->njobs; i++)
-            tt_http_printf(r, "%s{job=\"%s\"} %.17g\n", job_gauges[g].name,
-                           tt_http_label(tt_rdzv_job_id(c->jobs[i].rdzv), id, sizeof(id)),
-                           job_gauges[g].get(&c->jobs[i], now));
+        job_values(&c->jobs[i], now, v + i * JOB_GAUGES);
     }
+    for (size_t g = 0; g < JOB_GAUGES; g++) {
+        help(r, job_gauges[g][0], "gauge", job_gauges[g][1]);
+        for (size_t i = 0; i < c->njobs; i++)
+            tt_http_printf(r, "%s{job=\"%s\"} %.17g\n", job_gauges[g][0],
+                           tt_http_label(tt_rdzv_job_id(c->jobs[i].rdzv), id, sizeof(id)),
+                           v[i * JOB_GAUGES + g]);
+    }
+    free(v);
 }
 
 /* The per-member lines of one gauge; `which` picks the field. */
