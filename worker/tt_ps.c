@@ -236,8 +236,8 @@ static int send_item(tt_ps_t *p, ps_op_t *op, size_t s, size_t i) {
     if (rc == TT_OK && i == PS_SETUP_ITEM) {
         p->link[s].resetup = 0;
         p->link[s].setup_pending = 1;
-    } else if (rc == TT_OK && op->kind == PS_OP_WRITE && op->phase == 1) {
-        op->state[i - op->first] = PS_DONE; /* sent is done: tt_ps_checkpoint_begin */
+    } else if (rc == TT_OK && op->no_reply) {
+        op->state[i - op->first] = PS_DONE;
         op->remaining--;
     } else if (rc == TT_OK) {
         op->state[i - op->first] = PS_FLIGHT;

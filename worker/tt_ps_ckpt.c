@@ -80,6 +80,7 @@ static int write_op(tt_ps_t *p, const char *dir, const uint64_t *after_round, ui
                   .step = after_round != NULL ? *after_round : 0,
                   .check_step = after_round != NULL,
                   .phase = phase,
+                  .no_reply = phase == 1, /* tt_ps_checkpoint_begin: why, in tt_ps.h */
                   .written = out};
     return ps_run_op(p, &op);
 }

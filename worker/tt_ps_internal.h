@@ -51,6 +51,7 @@ typedef struct ps_op {
     const char *dir;          /* write: the checkpoint directory */
     int check_step;           /* write: the shards' last round must be `step` */
     uint32_t phase;           /* write: WriteChunks.phase (0 whole, 1 begin, 2 result) */
+    int no_reply;             /* an item is done once sent (its answer is not read) */
     tt_ps_written_t *written; /* write: one per shard */
 } ps_op_t;
 

@@ -167,8 +167,7 @@ static void push_simple(tt_coord_t *c, coord_job_t *job, const tt_rdzv_event_t *
         return;
     }
     Tether__Error e = TETHER__ERROR__INIT;
-    e.code = ev->kind == TT_RDZV_EV_MEMBER_EVICTED && ev->status != TT_EDRAINED ? TT_EFENCED
-                                                                                : ev->status;
+    e.code = ev->status; /* EFENCED for an eviction, EDRAINED for a drain (rdzv_group.c) */
     e.message = (char *)ev->message;
     env.body_case = TETHER__ENVELOPE__BODY_ERROR;
     env.error = &e;
