@@ -37,6 +37,7 @@
 #define NSLOT      64 /* device collectives in flight, one event each */
 #define DEFAULT_MS 60000
 #define INIT_MS    60000
+#define ABORT_MS   10000 /* ncclCommAbort joins NCCL's threads: not instant */
 
 typedef struct nccl_inst {
     int rank, world, device, deadline_ms;
@@ -227,9 +228,13 @@ static void wd_abort_hung(void *ctx, const char *why) {
     _exit(70);
 }
 
+static int abort_ms(const nccl_inst_t *ni) {
+    return ni->deadline_ms > ABORT_MS ? ni->deadline_ms : ABORT_MS;
+}
+
 static int start_watchdog(nccl_inst_t *ni) {
     tt_nccl_wd_opts_t o = {.deadline_ms = ni->deadline_ms,
-                           .abort_deadline_ms = ni->deadline_ms,
+                           .abort_deadline_ms = abort_ms(ni),
                            .poll_ms = 5,
                            .ctx = ni,
                            .probe = wd_probe,
@@ -333,7 +338,8 @@ static int comm_init(nccl_inst_t *ni, ncclUniqueId id) {
 static tt_wd_state_t settle_abort(nccl_inst_t *ni) {
     if (ni->wd == NULL)
         return TT_WD_RUNNING;
-    uint64_t end = tt_clock_mono_ms() + 2u * (uint64_t)ni->deadline_ms;
+    /* The monitor turns ABORTING into HUNG after the abort deadline. */
+    uint64_t end = tt_clock_mono_ms() + 2u * (uint64_t)abort_ms(ni);
     tt_wd_state_t st = tt_nccl_wd_state(ni->wd);
     while (st == TT_WD_ABORTING && tt_clock_mono_ms() < end) {
         tt_clock_sleep_us(1000);
@@ -456,8 +462,12 @@ static int usable(nccl_inst_t *ni) {
 static int wait_seq(nccl_inst_t *ni, uint64_t seq) {
     for (;;) {
         int r = tt_nccl_wd_result(ni->wd, seq);
-        if (r < 0)
-            return set_err(ni, r, "collective #%llu failed", (unsigned long long)seq);
+        if (r < 0) { /* the watchdog's sentence names the cause */
+            char why[512];
+            tt_nccl_wd_why(ni->wd, why, sizeof(why));
+            return set_err(ni, r, "collective #%llu: %s", (unsigned long long)seq,
+                           why[0] ? why : "failed");
+        }
         if (r == 1)
             return TT_OK;
         cudaError_t e = cudaEventQuery(ni->ev[seq % NSLOT]);

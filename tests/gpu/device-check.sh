@@ -3,12 +3,14 @@
 # with a GPU and CUDA but possibly none of the Debian libraries tether links
 # (ZeroMQ, protobuf-c, libuv, OpenBLAS, CUnit...). Give it a build made
 # elsewhere (--build) and a folder of those shared libraries (--libs, e.g.
-# made by shared/tools/pack-runtime-libs.sh DEST BUILD/tests/gpu/gpu_* ...);
+# made by tests/gpu/pack-device.sh BUILD DEST with the programs themselves);
 # without --build it configures and builds build-device/ here (needs the
 # -dev packages). NCCL, cuBLAS and the CUDA runtime come from the machine:
 # /usr/local/cuda and, when present, the pip "nvidia" wheels next to
 # PyTorch. Prints a table at the end; exit status 1 when anything failed
 # (skips are not failures, but the table shows them as SKIP).
+# TETHER_FMNIST names the data folder (default: Debian's package);
+# TETHER_CHECK_TIMEOUT bounds each check in seconds (default 600).
 # Usage: tests/gpu/device-check.sh [--build DIR] [--libs DIR] [--steps N]
 set -u
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -47,6 +49,7 @@ PY
 [ -n "$wheels" ] && paths=$paths:$wheels
 export LD_LIBRARY_PATH=${paths#:}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export TETHER_BUILD_DIR=$build
+echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total \
     --format=csv,noheader
 
@@ -57,31 +60,41 @@ record() { # name rc seconds log
     [ "$2" -eq 77 ] && st=SKIP
     [ "$st" = FAIL ] && fails=$((fails + 1))
     local note
-    note=$(grep -E '^(SKIPPED|FAILED|PASSED)|FAIL' "$4" | head -1 | cut -c1-70)
+    note=$(grep -E '^(SKIPPED|FAILED|PASSED|done:)|FAIL' "$4" | head -1 | cut -c1-70)
     rows+=("$(printf '| %-22s | %-4s | %6.1f | %s' "$1" "$st" "$3" "$note")")
 }
 run() { # name command...
     local name=$1; shift
     local log=$build/device-check-$name.log t0 rc
     t0=$(date +%s.%N)
-    timeout 600 "$@" >"$log" 2>&1
+    timeout "${TETHER_CHECK_TIMEOUT:-600}" "$@" >"$log" 2>&1
     rc=$?
     echo "== $name (exit $rc)"; tail -n 25 "$log"
     record "$name" $rc "$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{print b - a}')" "$log"
 }
 
-for t in gpu_cuda_smoke gpu_mlp_cuda gpu_nccl_one_rank gpu_watchdog; do
+for t in gpu_cuda_smoke gpu_mlp_cuda gpu_trainer_cuda gpu_nccl_one_rank gpu_watchdog; do
     run "$t" "$build/tests/gpu/$t"
 done
 run gpu_two_workers python3 -u "$top/tests/gpu/gpu_two_workers.py"
 run unit_nccl_watchdog "$build/tests/unit/test_nccl_watchdog"
 run bench_gpu_train "$build/bench/bench_gpu_train" --steps "$steps"
 run bench_gpu_torch python3 "$top/bench/bench_gpu_train.py" --steps "$steps"
+# The whole trainer (data, staging, evaluation) on the GPU and, beside it,
+# on this machine's CPUs: one worker, 3 epochs of whatever data is given.
+data=${TETHER_FMNIST:-/usr/share/datasets/fashion-mnist}
+if [ -f "$data/train-images-idx3-ubyte.gz" ] && "$build/tests/gpu/gpu_cuda_smoke" >/dev/null 2>&1; then
+    for dev in cuda cpu; do
+        run "train_$dev" "$build/worker/train/tether-train" --backend local --device "$dev" \
+            --data "$data" --epochs 3 --log-every 0
+    done
+fi
 
 echo
 echo "== benchmark (batch 256; ms per training step, examples/s)"
 grep -h '^|' "$build/device-check-bench_gpu_train.log" "$build/device-check-bench_gpu_torch.log" \
     2>/dev/null
+grep -h '^done:' "$build"/device-check-train_*.log 2>/dev/null
 echo
 echo "| check                  | st   |      s | note"
 echo "|------------------------|------|--------|-----"

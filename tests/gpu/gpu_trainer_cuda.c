@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NEX  600
+#define NEX  1800 /* 30 steps of 60: one epoch, so every step trains */
 #define SIDE 8
 
 static int failures;

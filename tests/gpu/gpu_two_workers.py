@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from tt_harness import BUILD, binary, read_params, rel_diff, run_tests  # noqa: E402
 
 DATA = os.environ.get("TETHER_FMNIST", "/usr/share/datasets/fashion-mnist")
-ARGS = ["--max-steps", "50", "--lr", "0.05", "--log-every", "0", "--seed", "7",
+ARGS = ["--lr", "0.05", "--log-every", "0", "--seed", "7",
         "--train-limit", "12800"]
 TOL = 1e-4
 
@@ -34,24 +34,34 @@ def skip_reason():
     return None if r.returncode == 0 else f"CUDA smoke test failed: {r.stdout.strip()}"
 
 
-def single(h, name, device, out):
+def single(h, name, device, out, steps=50):
     p = h.spawn(name, [binary("tether-train"), "--backend", "local", "--device", device,
-                       "--data", DATA, *ARGS, "--dump-params", out])
+                       "--data", DATA, *ARGS, "--max-steps", str(steps), "--dump-params", out])
     assert p.wait(240) == 0, f"{name} failed"
 
 
 def launch(h, name, backend, shards, out):
     argv = [binary("tether-launch"), "--workers", "2", "--shards", str(shards), "--",
             "tether-train", "--data", DATA, "--device", "cuda", "--backend", backend, *ARGS,
-            "--dump-params", out]
+            "--max-steps", "50", "--dump-params", out]
     p = h.spawn(name, argv)
     assert p.wait(300) == 0, f"{name}: tether-launch failed"
 
 
-def compare(h, name, ref):
-    d = rel_diff(read_params(os.path.join(h.dir, name + ".bin")), ref)
-    print(f"  {name}: relative difference to the CPU run after 50 steps: {d:.2e}")
-    assert d < TOL, f"{name}: parameters differ by {d:.2e} (limit {TOL})"
+def diff(h, name, ref):
+    return rel_diff(read_params(os.path.join(h.dir, name + ".bin")), ref)
+
+
+def drift(h):
+    """Where the single-process CUDA run parts from the CPU one: after how
+    many steps, and how fast the difference grows."""
+    for steps in (1, 5, 10, 25):
+        paths = {}
+        for dev in ("cpu", "cuda"):
+            paths[dev] = os.path.join(h.dir, f"{dev}-{steps}.bin")
+            single(h, f"{dev}-{steps}", dev, paths[dev], steps)
+        d = rel_diff(read_params(paths["cuda"]), read_params(paths["cpu"]))
+        print(f"  drift: after {steps:2d} steps the CUDA run differs from the CPU run by {d:.2e}")
 
 
 def test_two_workers_share_one_gpu(h):
@@ -59,16 +69,26 @@ def test_two_workers_share_one_gpu(h):
     single(h, "cpu", "cpu", ref_path)
     ref = read_params(ref_path)
     single(h, "cuda1", "cuda", os.path.join(h.dir, "cuda1.bin"))
-    compare(h, "cuda1", ref)
+    cuda1 = read_params(os.path.join(h.dir, "cuda1.bin"))
+    runs = ["cuda1"]
     launch(h, "ring2", "ring", 0, os.path.join(h.dir, "ring2.bin"))
-    compare(h, "ring2", ref)
+    runs.append("ring2")
     try:
         binary("tether-shard")
+        launch(h, "ps2", "ps", 2, os.path.join(h.dir, "ps2.bin"))
+        runs.append("ps2")
     except FileNotFoundError:
         print("  ps: this build has no tether-shard; ring only")
-        return
-    launch(h, "ps2", "ps", 2, os.path.join(h.dir, "ps2.bin"))
-    compare(h, "ps2", ref)
+    bad = []
+    for name in runs:
+        d, dc = diff(h, name, ref), diff(h, name, cuda1)
+        print(f"  {name}: relative difference after 50 steps: {d:.2e} to the CPU run, "
+              f"{dc:.2e} to the one-process CUDA run")
+        if d >= TOL:
+            bad.append(f"{name} differs from the CPU run by {d:.2e} (limit {TOL})")
+    if bad:
+        drift(h)
+    assert not bad, "; ".join(bad)
 
 
 if __name__ == "__main__":

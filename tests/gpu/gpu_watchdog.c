@@ -67,6 +67,10 @@ static void induce(const tt_coll_ops_t *ops, void *inst, gate_t *g) {
     uint64_t waited = tt_clock_mono_ms() - t0;
     printf("  wait returned %s after %llu ms\n", tt_status_name(rc), (unsigned long long)waited);
     check(rc == TT_ETIMEDOUT, "the waiter gets TT_ETIMEDOUT instead of hanging");
+    /* The waiter sees the verdict as soon as it is decided; the report
+     * follows on the watchdog thread, outside its lock. */
+    for (int i = 0; i < 2000 && atomic_load(&g->reports) == 0; i++)
+        tt_clock_sleep_us(1000);
     check(atomic_load(&g->reports) == 1 && atomic_load(&g->status) == TT_ETIMEDOUT,
           "reported once, as a timeout");
     uint64_t at = (uint64_t)atomic_load(&g->report_ms) - t0;
