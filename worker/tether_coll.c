@@ -373,16 +373,34 @@ TETHER_API int tether_grad_ready(tether_t *t, size_t id) {
     return t ? noted(t, tt_comm_grad_ready(t->comm, id)) : TETHER_EINVAL;
 }
 
+/* The coordinator shows who the others wait for. */
+static void note_step_times(tether_t *t) {
+    tt_comm_stats_t s;
+    tt_comm_step_stats(t->comm, &s);
+    tt_client_step_times(t->client, s.steps, (uint64_t)(s.total_step_s * 1e6),
+                         (uint64_t)(s.total_wait_s * 1e6));
+}
+
 TETHER_API int tether_step_finish(tether_t *t, int64_t local_count, int64_t *global_count) {
     if (t == NULL)
         return TETHER_EINVAL;
     int rc = tt_comm_step_finish(t->comm, local_count, global_count);
-    if (rc == TT_OK) { /* the coordinator shows who the others wait for */
-        tt_comm_stats_t s;
-        tt_comm_step_stats(t->comm, &s);
-        tt_client_step_times(t->client, s.steps, (uint64_t)(s.total_step_s * 1e6),
-                             (uint64_t)(s.total_wait_s * 1e6));
-    }
+    if (rc == TT_OK)
+        note_step_times(t);
+    return noted(t, rc);
+}
+
+TETHER_API int tether_step_finish_device(tether_t *t, float *dgrads, size_t count,
+                                         int64_t local_count, int64_t *global_count,
+                                         void *cuda_event) {
+    if (t == NULL)
+        return TETHER_EINVAL;
+    int rc =
+        tt_comm_step_finish_device(t->comm, dgrads, count, local_count, global_count, cuda_event);
+    if (rc == TT_ENODEV)
+        return rc; /* nothing was issued: not a failure of the step */
+    if (rc == TT_OK)
+        note_step_times(t);
     return noted(t, rc);
 }
 

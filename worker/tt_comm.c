@@ -27,6 +27,7 @@
 #include "tt_comm_internal.h"
 
 #include "tt_clock.h"
+#include "tt_coll_nccl.h"
 #include "tt_log.h"
 #include "tt_status.h"
 
@@ -235,6 +236,19 @@ static int run_state_io(tt_comm_t *c, tt_comm_job_t *j) {
     return c->ops->state_io(c->inst, j->root, (int)j->op, j->buf, j->count, j->optim_step);
 }
 
+/* Gradients and count reduced where they are, in one NCCL group; only the
+ * NCCL backend reads device memory. */
+static int run_device_step(tt_comm_t *c, tt_comm_job_t *j) {
+    if (c->ops == NULL || c->ops != tt_coll_nccl_ops())
+        return TT_ENODEV;
+    double global = 0.0;
+    int rc = tt_coll_nccl_reduce_step_device(c->inst, j->buf, j->count, (double)*j->io_count,
+                                             &global, j->after);
+    if (rc == TT_OK)
+        *j->io_count = (int64_t)(global + 0.5);
+    return rc;
+}
+
 static int run_op(tt_comm_t *c, tt_comm_job_t *j) {
     c->ops->set_step(c->inst, j->step);
     if (j->role == TT_COMM_JOB_STATE)
@@ -245,6 +259,8 @@ static int run_op(tt_comm_t *c, tt_comm_job_t *j) {
         return c->ops->write_ckpt != NULL ? c->ops->write_ckpt(c->inst, j->buf, j->phase,
                                                                j->step - 1, j->written, j->nwritten)
                                           : TT_ENODEV;
+    if (j->role == TT_COMM_JOB_DEVICE)
+        return run_device_step(c, j);
     if (c->ops->reduce_step != NULL && j->role != TT_COMM_JOB_PLAIN &&
         (c->ops->whole_step == NULL || c->ops->whole_step(c->inst, j->step)))
         return run_step_reduce(c, j);
@@ -266,6 +282,11 @@ static void describe_job(const tt_comm_job_t *j, char *buf, size_t n) {
     }
     if (j->role == TT_COMM_JOB_CKPT) {
         snprintf(buf, n, "checkpoint #%" PRIu64 " (the shard servers write their parts)", j->seq);
+        return;
+    }
+    if (j->role == TT_COMM_JOB_DEVICE) {
+        snprintf(buf, n, "step #%" PRIu64 " (float32 x %zu and the count, on the device)", j->seq,
+                 j->count);
         return;
     }
     tt_coll_fp_t fp = {(uint8_t)j->kind, (uint8_t)(j->kind == TT_COLL_BARRIER ? 0 : j->dt),

@@ -19,7 +19,8 @@ enum {
     TT_COMM_JOB_BUCKET = 1,
     TT_COMM_JOB_COUNT = 2,
     TT_COMM_JOB_STATE = 3,
-    TT_COMM_JOB_CKPT = 4 /* the shards write a checkpoint (buf: the directory) */
+    TT_COMM_JOB_CKPT = 4,  /* the shards write a checkpoint (buf: the directory) */
+    TT_COMM_JOB_DEVICE = 5 /* the whole step on device memory (buf), count in io_count */
 };
 
 /* One queued collective. Owned by whoever waits for it (a stack frame or
@@ -35,6 +36,8 @@ typedef struct tt_comm_job {
     struct tt_ps_written **written; /* CKPT: the parts written */
     int phase;                      /* CKPT: tt_coll_ops_t.write_ckpt's */
     size_t *nwritten;
+    void *after;       /* DEVICE: CUDA event the reduction waits for (NULL: none) */
+    int64_t *io_count; /* DEVICE: local example count in, global out */
     void *buf;
     size_t count;
     tt_dtype_t dt;
@@ -78,6 +81,7 @@ struct tt_comm {
     uint64_t reported_gen;
     int reported_rank;
     tt_flight_t *flight;
+    uint64_t device_steps; /* step thread: tt_comm_step_finish_device successes */
     /* step state: the thread that drives the step */
     tt_comm_tensor_t *tensors;
     size_t ntensors, tcap;

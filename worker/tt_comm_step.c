@@ -327,6 +327,17 @@ static void launch_rest(tt_comm_t *c, int64_t local_count) {
     tt_comm_enqueue(c, &c->count_job);
 }
 
+static int audit_if_due(tt_comm_t *c, int64_t step) {
+    if (c->audit_params == NULL || !tt_comm_audit_due(c->opts.audit_every, step))
+        return TT_OK;
+    int rc = tt_comm_audit(c, c->audit_params, c->audit_count, step);
+    if (rc == TT_ENODEV) { /* a backend without plain collectives (ps) */
+        TT_DEBUG(SUBSYS, "audit of step %lld skipped: backend has no all-reduce", (long long)step);
+        rc = TT_OK;
+    }
+    return rc;
+}
+
 int tt_comm_step_finish(tt_comm_t *c, int64_t local_count, int64_t *global_count) {
     if (c == NULL || local_count < 0)
         return TT_EINVAL;
@@ -347,15 +358,53 @@ int tt_comm_step_finish(tt_comm_t *c, int64_t local_count, int64_t *global_count
         note_stats(c, t0, comm_ns);
     }
     reset_step(c);
-    if (rc == TT_OK && c->audit_params != NULL && tt_comm_audit_due(c->opts.audit_every, step)) {
-        rc = tt_comm_audit(c, c->audit_params, c->audit_count, step);
-        if (rc == TT_ENODEV) { /* a backend without plain collectives (ps) */
-            TT_DEBUG(SUBSYS, "audit of step %lld skipped: backend has no all-reduce",
-                     (long long)step);
-            rc = TT_OK;
-        }
+    return rc == TT_OK ? audit_if_due(c, step) : rc;
+}
+
+/* The whole step on device memory: one job, no buckets, no host copy. It
+ * is offered only where the configured backend reads device memory
+ * (NCCL); elsewhere TT_ENODEV before anything is issued, and the caller
+ * stages through the host as before. No averaging: the caller scales by
+ * the global count in its optimizer. */
+int tt_comm_step_finish_device(tt_comm_t *c, float *dgrads, size_t count, int64_t local_count,
+                               int64_t *global_count, void *after) {
+    if (c == NULL || dgrads == NULL || count == 0 || local_count < 0)
+        return TT_EINVAL;
+    if (c->opts.backend != TT_COLL_NCCL || c->opts.shard_update)
+        return TT_ENODEV;
+    if (c->step_open) {
+        tt_comm_set_error(c, "this step already started with grad_ready: finish it on the host");
+        return TT_EBUSY;
     }
-    return rc;
+    uint64_t t0 = tt_clock_mono_ns();
+    int rc = open_step(c);
+    if (rc != TT_OK)
+        return rc;
+    int64_t n = local_count, step = c->step_index;
+    tt_comm_job_t j = {.kind = TT_COLL_ALLREDUCE,
+                       .role = TT_COMM_JOB_DEVICE,
+                       .buf = dgrads,
+                       .count = count,
+                       .dt = TT_DT_FLOAT32,
+                       .op = TT_RED_SUM,
+                       .root = -1,
+                       .after = after,
+                       .io_count = &n,
+                       .gen = c->step_gen,
+                       .step = c->step_index};
+    tt_comm_enqueue(c, &j);
+    rc = tt_comm_wait(c, &j);
+    if (rc == TT_OK) {
+        if (global_count != NULL)
+            *global_count = n;
+        c->step_index++;
+        note_stats(c, t0, j.run_ns);
+        if (c->device_steps++ == 0)
+            TT_INFO(SUBSYS, "step %lld: gradients reduced in device memory (NCCL), no host copy",
+                    (long long)step);
+    }
+    c->step_open = 0;
+    return rc == TT_OK ? audit_if_due(c, step) : rc;
 }
 
 void tt_comm_step_stats(tt_comm_t *c, tt_comm_stats_t *s) {

@@ -539,6 +539,20 @@ TETHER_API int tether_grad_ready(tether_t *t, size_t id);
  * Zero the gradients yourself before the next step. */
 TETHER_API int tether_step_finish(tether_t *t, int64_t local_count, int64_t *global_count);
 
+/* GPU workers on the NCCL backend: the step's gradient SUMS, already in one
+ * device buffer of `count` floats (CUDA memory), are summed over the ranks
+ * in place, together with the example count (*global_count), after the
+ * CUDA event `cuda_event` (a cudaEvent_t recorded when the sums are
+ * complete; NULL: none). Use it instead of tether_grad_ready and
+ * tether_step_finish for that step; nothing is divided (scale the update
+ * by 1 / *global_count) and nothing is copied to the host. The audit runs
+ * as in tether_step_finish. TETHER_ENODEV, with nothing issued, when the
+ * backend is not NCCL (or the update runs on the shards): stage the
+ * gradients through the host as usual. Otherwise as tether_step_finish. */
+TETHER_API int tether_step_finish_device(tether_t *t, float *dgrads, size_t count,
+                                         int64_t local_count, int64_t *global_count,
+                                         void *cuda_event);
+
 /* TETHER_UPDATE_SHARDS: the learning rate the shards apply in the steps
  * that follow (every rank sets the same one for the same step). TETHER_OK,
  * TETHER_EINVAL (not finite or negative, or the update is local). */

@@ -4,7 +4,11 @@
  * with micro-batches, for SGD-Nesterov and AdamW; handing out the optimizer
  * state mid-run (as checkpoints do) and writing the host parameters (as a
  * failover broadcast does) are seen by the device on the next step; the
- * evaluation agrees. Exits 77 (skipped) without CUDA support or a GPU. */
+ * evaluation agrees. With a collective that reduces device memory (as
+ * NCCL does) the gradients never leave the device, and one that refuses
+ * (TT_ENODEV) makes the trainer stage them through the host from then on;
+ * both still match the CPU. Exits 77 (skipped) without CUDA support or a
+ * GPU. */
 #include "tt_cuda.h"
 #include "tt_mlp_cuda.h"
 #include "tt_rng.h"
@@ -110,6 +114,82 @@ static void run_pair(tt_opt_kind_t kind, const tt_idx_set_t *tr, const tt_idx_se
     tt_trainer_destroy(&t[1]);
 }
 
+/* A one-rank collective that offers the device step (as NCCL does: the
+ * sums are already the sum over one rank), or refuses it (TT_ENODEV, as
+ * ring and ps do). */
+typedef struct {
+    int refuse, device_calls, host_calls;
+} fake_dev_t;
+
+static int fake_membership(void *ctx, int *rank, int *world, uint64_t *gen) {
+    (void)ctx;
+    *rank = 0, *world = 1, *gen = 0;
+    return 0;
+}
+
+static int fake_finish(void *ctx, float *grads, size_t n, double local, double *global) {
+    (void)grads, (void)n;
+    ((fake_dev_t *)ctx)->host_calls++;
+    *global = local;
+    return 0;
+}
+
+static int fake_finish_device(void *ctx, float *dgrads, size_t n, double local, double *global,
+                              void *event) {
+    fake_dev_t *f = ctx;
+    (void)dgrads, (void)n, (void)event;
+    f->device_calls++;
+    if (f->refuse)
+        return TT_ENODEV;
+    *global = local;
+    return 0;
+}
+
+static int fake_reduce(void *ctx, double *vals, size_t n) {
+    (void)ctx, (void)vals, (void)n;
+    return 0;
+}
+
+/* The gradients stay on the device when the collective can reduce them
+ * there, and go through the host from the first refusal on; either way
+ * the parameters follow the CPU trainer's. */
+static void run_resident(int refuse, const tt_idx_set_t *tr, const tt_idx_set_t *te) {
+    fake_dev_t f = {.refuse = refuse};
+    tt_train_coll_t local, dev = {.ctx = &f,
+                                  .name = "fake",
+                                  .membership = fake_membership,
+                                  .finish = fake_finish,
+                                  .reduce_sum = fake_reduce,
+                                  .finish_device = fake_finish_device};
+    tt_train_coll_local(&local);
+    tt_trainer_t *t[2] = {NULL, NULL};
+    char err[256] = "";
+    tt_trainer_opts_t o0 = opts(TT_OPT_SGD, 0), o1 = opts(TT_OPT_SGD, 1);
+    if (tt_trainer_create(&t[0], &o0, tr, te, &local, err, sizeof(err)) != 0 ||
+        tt_trainer_create(&t[1], &o1, tr, te, &dev, err, sizeof(err)) != 0)
+        printf("  create: %s\n", err);
+    check(t[0] && t[1], "trainers on the CPU and on the GPU (device step)");
+    if (!t[0] || !t[1])
+        return;
+    int bad = 0;
+    for (int s = 0; s < 30; s++) {
+        for (int d = 0; d < 2; d++)
+            bad += tt_trainer_step(t[d], NULL) != 0;
+    }
+    check(bad == 0, "60 steps succeed");
+    if (refuse)
+        check(f.device_calls == 1 && f.host_calls == 30, "refused once, then through the host");
+    else
+        check(f.device_calls == 30 && f.host_calls == 0, "every step reduced on the device");
+    double e = rel_err(tt_mlp_params(tt_trainer_model(t[1])), tt_mlp_params(tt_trainer_model(t[0])),
+                       tt_mlp_param_count(tt_trainer_model(t[0])));
+    printf("  device step %s: parameter relative error after 30 steps %.3g\n",
+           refuse ? "refused" : "taken", e);
+    check(e < 1e-4, "GPU trainer matches the CPU trainer");
+    tt_trainer_destroy(&t[0]);
+    tt_trainer_destroy(&t[1]);
+}
+
 int main(void) {
     char err[256] = "";
     int n = 0;
@@ -120,6 +200,8 @@ int main(void) {
     tt_idx_set_t tr = make_set(1), te = make_set(2);
     run_pair(TT_OPT_SGD, &tr, &te);
     run_pair(TT_OPT_ADAMW, &tr, &te);
+    run_resident(0, &tr, &te);
+    run_resident(1, &tr, &te);
     free(tr.images), free(tr.labels), free(te.images), free(te.labels);
     printf("%s: %d failure(s)\n", failures ? "FAILED" : "PASSED", failures);
     return failures ? 1 : 0;

@@ -3,7 +3,8 @@
 
 NCCL refuses two ranks on one device, so these use the ring and PS
 backends with device staging (gradient sums go device -> host, the
-collective runs on the host, the update runs on the device). With the same
+collective runs on the host, the update runs on the device); one worker
+on the NCCL backend keeps its gradients on the device. With the same
 seed, the parameters after 50 steps match the single-process CPU run within
 1e-4 relative (float32, different summation orders on the two devices), and
 the single-process CUDA run matches it too. Exits 77 (skipped) without a
@@ -40,8 +41,8 @@ def single(h, name, device, out, steps=50):
     assert p.wait(240) == 0, f"{name} failed"
 
 
-def launch(h, name, backend, shards, out):
-    argv = [binary("tether-launch"), "--workers", "2", "--shards", str(shards), "--",
+def launch(h, name, backend, shards, out, workers=2):
+    argv = [binary("tether-launch"), "--workers", str(workers), "--shards", str(shards), "--",
             "tether-train", "--data", DATA, "--device", "cuda", "--backend", backend, *ARGS,
             "--max-steps", "50", "--dump-params", out]
     p = h.spawn(name, argv)
@@ -79,7 +80,17 @@ def test_two_workers_share_one_gpu(h):
         runs.append("ps2")
     except FileNotFoundError:
         print("  ps: this build has no tether-shard; ring only")
+    # One rank on NCCL: the gradients stay on the device (NCCL refuses a
+    # second rank on the same GPU).
+    launch(h, "nccl1", "nccl", 0, os.path.join(h.dir, "nccl1.bin"), workers=1)
+    runs.append("nccl1")
     bad = []
+    logs = ""
+    for ext in (".log", ".out"):
+        with open(os.path.join(h.dir, "nccl1" + ext), errors="replace") as f:
+            logs += f.read()
+    if "gradients reduced in device memory" not in logs:
+        bad.append("nccl1 did not keep the gradients on the device")
     for name in runs:
         d, dc = diff(h, name, ref), diff(h, name, cuda1)
         print(f"  {name}: relative difference after 50 steps: {d:.2e} to the CPU run, "

@@ -237,6 +237,30 @@ static void comm_step_zero_copy_and_exact_count(void) {
     tt_comm_destroy(&c);
 }
 
+/* The device step is offered only on the NCCL backend: elsewhere it says
+ * TT_ENODEV before issuing anything, and the host step works as before. */
+static void comm_device_step_needs_nccl(void) {
+    fake_t f;
+    tt_comm_t *c = make_comm(&f, 0);
+    float grads[4] = {2, 2, 2, 2};
+    size_t id;
+    int64_t global = -1;
+    CU_ASSERT_EQUAL(tt_comm_grad_register(c, grads, 4, &id), TT_OK);
+    CU_ASSERT_EQUAL(tt_comm_step_finish_device(c, NULL, 4, 2, &global, NULL), TT_EINVAL);
+    CU_ASSERT_EQUAL(tt_comm_step_finish_device(c, grads, 4, -1, &global, NULL), TT_EINVAL);
+    CU_ASSERT_EQUAL(tt_comm_step_finish_device(c, grads, 4, 2, &global, NULL), TT_ENODEV);
+    CU_ASSERT_EQUAL(global, -1);
+    tt_comm_stats_t s;
+    tt_comm_step_stats(c, &s);
+    CU_ASSERT_EQUAL(s.steps, 0);
+    CU_ASSERT_EQUAL(tt_comm_step_finish(c, 2, &global), TT_OK);
+    CU_ASSERT_EQUAL(global, 2);
+    CU_ASSERT_DOUBLE_EQUAL(grads[3], 1.0, 0.0);
+    tt_comm_step_stats(c, &s);
+    CU_ASSERT_EQUAL(s.steps, 1);
+    tt_comm_destroy(&c);
+}
+
 static void comm_new_generation_fails_once_acknowledged(void) {
     fake_t f;
     tt_comm_t *c = make_comm(&f, 0);
@@ -301,6 +325,7 @@ static const tt_cunit_test_t tests[] = {
     {"comm_audit_verdict", comm_audit_verdict},
     {"comm_step_copy_path_averages", comm_step_copy_path_averages},
     {"comm_step_zero_copy_and_exact_count", comm_step_zero_copy_and_exact_count},
+    {"comm_device_step_needs_nccl", comm_device_step_needs_nccl},
     {"comm_new_generation_fails_once_acknowledged", comm_new_generation_fails_once_acknowledged},
     {"comm_audit_single_rank_passes", comm_audit_single_rank_passes},
     {"comm_bad_arguments_are_refused", comm_bad_arguments_are_refused},

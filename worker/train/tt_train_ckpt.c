@@ -651,6 +651,15 @@ static int gate_finish(void *ctx, float *grads, size_t n, double local, double *
     return rc;
 }
 
+static int gate_finish_device(void *ctx, float *dgrads, size_t n, double local, double *global,
+                              void *event) {
+    tt_train_ckpt_gate_t *g = ctx;
+    int rc = g->inner.finish_device(g->inner.ctx, dgrads, n, local, global, event);
+    if (g->ck != NULL && rc != TT_ENODEV) /* else finish() follows and waits */
+        wait_snapshot(g->ck);
+    return rc;
+}
+
 static int gate_reduce(void *ctx, double *vals, size_t n) {
     tt_train_ckpt_gate_t *g = ctx;
     return g->inner.reduce_sum(g->inner.ctx, vals, n);
@@ -671,7 +680,8 @@ void tt_train_ckpt_gate_init(tt_train_ckpt_gate_t *g, const tt_train_coll_t *inn
                                 gate_finish,
                                 gate_reduce,
                                 inner->updates_params,
-                                inner->set_lr != NULL ? gate_set_lr : NULL};
+                                inner->set_lr != NULL ? gate_set_lr : NULL,
+                                inner->finish_device != NULL ? gate_finish_device : NULL};
 }
 
 void tt_train_ckpt_gate_attach(tt_train_ckpt_gate_t *g, tt_train_ckpt_t *ck) {

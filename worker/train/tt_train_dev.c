@@ -82,9 +82,13 @@ int tt_train_dev_grads_out(tt_train_dev_t *d, int (*ready)(void *ctx, int tensor
     return rc < 0 ? rc : TT_OK;
 }
 
-int tt_train_dev_update(tt_train_dev_t *d, int adamw, float lr, float scale, uint64_t t,
-                        const tt_optim_sgd_hp_t *sgd, const tt_optim_adamw_hp_t *aw) {
-    int rc = tt_mlp_cuda_set_grads(d->gpu, tt_mlp_grads(d->host), d->n);
+float *tt_train_dev_grads(tt_train_dev_t *d) {
+    return tt_mlp_cuda_dev_grads(d->gpu);
+}
+
+int tt_train_dev_update(tt_train_dev_t *d, int on_device, int adamw, float lr, float scale,
+                        uint64_t t, const tt_optim_sgd_hp_t *sgd, const tt_optim_adamw_hp_t *aw) {
+    int rc = on_device ? TT_OK : tt_mlp_cuda_set_grads(d->gpu, tt_mlp_grads(d->host), d->n);
     if (rc == TT_OK)
         rc = adamw ? tt_mlp_cuda_adamw_step(d->gpu, lr, scale, t, aw)
                    : tt_mlp_cuda_sgd_step(d->gpu, lr, scale, sgd);

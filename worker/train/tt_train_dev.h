@@ -50,11 +50,16 @@ int tt_train_dev_batch(tt_train_dev_t *d, const float *x, const uint8_t *y, size
  * CPU model's hook would. 0, TT_ECUDA or ready's negative status. */
 int tt_train_dev_grads_out(tt_train_dev_t *d, int (*ready)(void *ctx, int tensor), void *ctx);
 
-/* Uploads the (reduced) host gradients, runs the optimizer on the device
- * and copies the parameters back into the host model. adamw selects the
- * rule; t is AdamW's 1-based step. 0 or TT_ECUDA. */
-int tt_train_dev_update(tt_train_dev_t *d, int adamw, float lr, float scale, uint64_t t,
-                        const tt_optim_sgd_hp_t *sgd, const tt_optim_adamw_hp_t *aw);
+/* The device gradient buffer (tt_mlp layout): where a collective that
+ * reads device memory reduces the step's sums in place. */
+float *tt_train_dev_grads(tt_train_dev_t *d);
+
+/* Runs the optimizer on the device and copies the parameters back into the
+ * host model. The reduced gradients are the host model's (uploaded first)
+ * unless `on_device` (a collective reduced them in tt_train_dev_grads).
+ * adamw selects the rule; t is AdamW's 1-based step. 0 or TT_ECUDA. */
+int tt_train_dev_update(tt_train_dev_t *d, int on_device, int adamw, float lr, float scale,
+                        uint64_t t, const tt_optim_sgd_hp_t *sgd, const tt_optim_adamw_hp_t *aw);
 
 /* Copies the device optimizer state into s1 / s2 (may be NULL). */
 int tt_train_dev_pull_opt_state(tt_train_dev_t *d, float *s1, float *s2);

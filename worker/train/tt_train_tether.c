@@ -172,6 +172,21 @@ static int coll_finish(void *ctx, float *grads, size_t n, double local_count,
     return TT_OK;
 }
 
+static int coll_finish_device(void *ctx, float *dgrads, size_t n, double local_count,
+                              double *global_count, void *event) {
+    tt_train_tether_t *tt = ctx;
+    int64_t total = 0;
+    int rc = tether_step_finish_device(tt->t, dgrads, n, (int64_t)local_count, &total, event);
+    if (rc == TETHER_ENODEV)
+        return TT_ENODEV; /* not this backend; nothing was issued */
+    if (rc != TETHER_OK)
+        return failed(tt, rc == TETHER_EDIVERGED ? "divergence audit" : "step", rc);
+    *global_count = (double)total;
+    tt->steps_done++;
+    tt->stepped = 1;
+    return TT_OK;
+}
+
 static int coll_set_lr(void *ctx, float lr) {
     tt_train_tether_t *tt = ctx;
     int rc = tether_set_lr(tt->t, lr);
@@ -191,6 +206,7 @@ void tt_train_tether_coll(tt_train_tether_t *tt, tt_train_coll_t *coll) {
     coll->membership = coll_membership;
     coll->grad_ready = coll_grad_ready;
     coll->finish = coll_finish;
+    coll->finish_device = tt->on_shards ? NULL : coll_finish_device;
     coll->reduce_sum = coll_reduce_sum;
     coll->updates_params = tt->on_shards;
     coll->set_lr = tt->on_shards ? coll_set_lr : NULL;

@@ -21,6 +21,8 @@ struct tt_trainer {
     tt_train_coll_t coll;
     tt_mlp_t *mlp;
     tt_train_dev_t *dev; /* CUDA twin of mlp (--device cuda), else NULL */
+    int resident;        /* dev's gradients are reduced where they are (NCCL) */
+    int reduced_on_dev;  /* this step's were */
     tt_sampler_t *sampler;
     size_t n_train, in_dim, micro;
     float *xbuf;    /* micro x in_dim gathered rows */
@@ -144,6 +146,7 @@ int tt_trainer_create(tt_trainer_t **out, const tt_trainer_opts_t *opts, const t
             tt_trainer_destroy(&t);
             return rc;
         }
+        t->resident = coll->finish_device != NULL;
     }
     *out = t;
     return TT_OK;
@@ -183,8 +186,8 @@ static int trainer_update(tt_trainer_t *t, double global_count) {
     float lr = (float)tt_lr_at(&t->o.sched, t->global_step);
     float scale = (float)(1.0 / global_count);
     if (t->dev != NULL)
-        return tt_train_dev_update(t->dev, t->o.opt == TT_OPT_ADAMW, lr, scale, t->global_step + 1,
-                                   &t->o.sgd, &t->o.adamw);
+        return tt_train_dev_update(t->dev, t->reduced_on_dev, t->o.opt == TT_OPT_ADAMW, lr, scale,
+                                   t->global_step + 1, &t->o.sgd, &t->o.adamw);
     if (t->o.opt == TT_OPT_ADAMW)
         tt_optim_adamw_step(p, g, t->s1, t->s2, n, lr, scale, t->global_step + 1, &t->o.adamw);
     else
@@ -212,10 +215,35 @@ static int trainer_compute(tt_trainer_t *t, tt_range_t slice, double *loss) {
                                     last ? t->coll.grad_ready : NULL, t->coll.ctx, &ls, NULL);
         *loss += ls;
     }
-    /* The device's sums leave through the host buffer (device staging). */
-    if (rc == TT_OK && t->dev != NULL)
+    /* Unless the collective reads device memory, the device's sums leave
+     * through the host buffer (device staging). */
+    if (rc == TT_OK && t->dev != NULL && !t->resident)
         rc = tt_train_dev_grads_out(t->dev, t->coll.grad_ready, t->coll.ctx);
     return rc;
+}
+
+/* The step's reduction: on the device where the collective can (the
+ * first TT_ENODEV turns that off for good, and this step stages through
+ * the host like every later one), else through the host buffer. */
+static int trainer_finish(tt_trainer_t *t, double local, double *global) {
+    size_t n = tt_mlp_param_count(t->mlp);
+    t->reduced_on_dev = 0;
+    if (t->resident) {
+        int rc = t->coll.finish_device(t->coll.ctx, tt_train_dev_grads(t->dev), n, local, global,
+                                       NULL); /* train_batch returns with the stream idle */
+        if (rc != TT_ENODEV) {
+            t->reduced_on_dev = rc == TT_OK;
+            return rc;
+        }
+        t->resident = 0;
+        TT_INFO("train",
+                "the %s collective cannot read device memory: gradients go through "
+                "the host",
+                t->coll.name);
+        if ((rc = tt_train_dev_grads_out(t->dev, t->coll.grad_ready, t->coll.ctx)) < 0)
+            return rc;
+    }
+    return t->coll.finish(t->coll.ctx, tt_mlp_grads(t->mlp), n, local, global);
 }
 
 int tt_trainer_step(tt_trainer_t *t, double *loss) {
@@ -232,14 +260,16 @@ int tt_trainer_step(tt_trainer_t *t, double *loss) {
     uint64_t t0 = tt_clock_mono_ns();
     if (local > 0 && (rc = trainer_compute(t, slice, &ls)) < 0)
         return rc;
-    if (local == 0)
+    if (local == 0) { /* no rows this step: contribute zeros */
         memset(tt_mlp_grads(t->mlp), 0, tt_mlp_param_count(t->mlp) * sizeof(float));
+        if (t->resident && (rc = tt_train_dev_begin(t->dev, t->s1, t->s2)) < 0)
+            return rc;
+    }
     uint64_t t1 = tt_clock_mono_ns();
     if (t->coll.updates_params &&
         (rc = t->coll.set_lr(t->coll.ctx, (float)tt_lr_at(&t->o.sched, t->global_step))) < 0)
         return rc;
-    rc = t->coll.finish(t->coll.ctx, tt_mlp_grads(t->mlp), tt_mlp_param_count(t->mlp), local,
-                        &global);
+    rc = trainer_finish(t, local, &global);
     uint64_t t2 = tt_clock_mono_ns();
     if (rc < 0)
         return rc;

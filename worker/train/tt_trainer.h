@@ -42,6 +42,14 @@ typedef struct {
      * finish() with the step's learning rate) must be set. */
     int updates_params;
     int (*set_lr)(void *ctx, float lr);
+    /* May be NULL. GPU workers: the step's gradient sums stay in device
+     * memory (dgrads, n floats, complete when `event` has fired; NULL: now)
+     * and are summed over ranks there, with the count, instead of
+     * grad_ready + finish. TT_ENODEV, with nothing issued, where the
+     * collective cannot read device memory: the trainer then stages the
+     * gradients through the host for the rest of the run. */
+    int (*finish_device)(void *ctx, float *dgrads, size_t n, double local_count,
+                         double *global_count, void *event);
 } tt_train_coll_t;
 
 /* Fills *coll with the single-process backend (rank 0 of 1, generation 0,
