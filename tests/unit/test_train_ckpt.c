@@ -104,7 +104,12 @@ static void rm_root(const char *root) {
 }
 
 static void train_ckpt_state_codec_round_trip(void) {
-    tt_trainer_state_t s = {4, 7, 4 * 12 + 7, 1, 12.5, 56.0, 56.0}, back;
+    /* Zeroed whole, padding included, so memcmp compares only the fields. */
+    tt_trainer_state_t s, back;
+    memset(&s, 0, sizeof(s));
+    memset(&back, 0, sizeof(back));
+    s.epoch = 4, s.step_in_epoch = 7, s.global_step = 4 * 12 + 7, s.in_epoch = 1;
+    s.loss_sum = 12.5, s.count = 56.0, s.examples = 56.0;
     uint64_t cfg[5] = {8, 3, 1234, 1, 12}, cfg2[5];
     uint8_t buf[TT_TRAIN_CKPT_STATE_BYTES];
     tt_train_ckpt_state_encode(&s, cfg, buf);
