@@ -145,7 +145,9 @@ def test_fenced_rank0_commit_refused(h):
     root = os.path.join(h.dir, "ckpt")
     job = "fence"
     env = {"TETHER_MIN_WORKERS": "1", "TETHER_TRAIN_TEST_COMMIT_HOLD_MS": "3000"}
-    args = ["--max-steps", "300", "--pace-ms", "25", "--checkpoint-dir", root]
+    # 6 epochs of 32 steps: the survivor must still be training when the
+    # second request comes (2 epochs ran out first under TSan on a slow VM)
+    args = ["--max-steps", "300", "--epochs", "6", "--pace-ms", "25", "--checkpoint-dir", root]
     ps = workers(h, coord, job, args, tag="a", n=1, extra_env=env)
     ps += workers(h, coord, job, args, tag="b", n=1, extra_env=env)
     wait_for(lambda: len(members(h, coord, job)["members"]) == 2 and
