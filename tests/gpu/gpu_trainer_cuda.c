@@ -71,24 +71,39 @@ static tt_trainer_opts_t opts(tt_opt_kind_t kind, int device) {
     return o;
 }
 
-static void run_pair(tt_opt_kind_t kind, const tt_idx_set_t *tr, const tt_idx_set_t *te) {
-    tt_train_coll_t coll;
-    tt_train_coll_local(&coll);
-    tt_trainer_t *t[2] = {NULL, NULL};
+/* The CPU trainer t[0] on coll[0] and the GPU one t[1] on coll[1]; 1 when
+ * both exist. */
+static int make_pair(tt_trainer_t *t[2], tt_opt_kind_t kind, const tt_train_coll_t coll[2],
+                     const tt_idx_set_t *tr, const tt_idx_set_t *te, const char *what) {
     char err[256] = "";
     for (int d = 0; d < 2; d++) {
         tt_trainer_opts_t o = opts(kind, d);
-        if (tt_trainer_create(&t[d], &o, tr, te, &coll, err, sizeof(err)) != 0)
+        t[d] = NULL;
+        if (tt_trainer_create(&t[d], &o, tr, te, &coll[d], err, sizeof(err)) != 0)
             printf("  create: %s\n", err);
     }
-    check(t[0] && t[1], "trainers on the CPU and on the GPU");
-    if (!t[0] || !t[1])
-        return;
+    check(t[0] && t[1], what);
+    return t[0] && t[1];
+}
+
+/* `steps` steps of each trainer; the number that failed. */
+static int step_both(tt_trainer_t *t[2], int steps) {
     int bad = 0;
-    for (int s = 0; s < 10; s++) {
+    for (int s = 0; s < steps; s++) {
         for (int d = 0; d < 2; d++)
             bad += tt_trainer_step(t[d], NULL) != 0;
     }
+    return bad;
+}
+
+static void run_pair(tt_opt_kind_t kind, const tt_idx_set_t *tr, const tt_idx_set_t *te) {
+    tt_train_coll_t coll[2];
+    tt_train_coll_local(&coll[0]);
+    coll[1] = coll[0];
+    tt_trainer_t *t[2];
+    if (!make_pair(t, kind, coll, tr, te, "trainers on the CPU and on the GPU"))
+        return;
+    int bad = step_both(t, 10);
     size_t n;
     float *s1 = tt_trainer_opt_state(t[1], 0, &n); /* pulls the device state */
     check(rel_err(s1, tt_trainer_opt_state(t[0], 0, &n), n) < 1e-4, "optimizer state pulled");
@@ -97,10 +112,7 @@ static void run_pair(tt_opt_kind_t kind, const tt_idx_set_t *tr, const tt_idx_se
     tt_mlp_t *m0 = tt_trainer_model(t[0]), *m1 = tt_trainer_model(t[1]);
     for (size_t i = 0; i < tt_mlp_param_count(m0); i += 7)
         tt_mlp_params(m0)[i] = tt_mlp_params(m1)[i] = 0.01f * (float)(i % 5);
-    for (int s = 0; s < 20; s++) {
-        for (int d = 0; d < 2; d++)
-            bad += tt_trainer_step(t[d], NULL) != 0;
-    }
+    bad += step_both(t, 20);
     check(bad == 0, "60 steps succeed");
     double e = rel_err(tt_mlp_params(m1), tt_mlp_params(m0), tt_mlp_param_count(m0));
     printf("  %s: parameter relative error after 30 steps %.3g\n",
@@ -121,12 +133,6 @@ typedef struct {
     int refuse, device_calls, host_calls;
 } fake_dev_t;
 
-static int fake_membership(void *ctx, int *rank, int *world, uint64_t *gen) {
-    (void)ctx;
-    *rank = 0, *world = 1, *gen = 0;
-    return 0;
-}
-
 static int fake_finish(void *ctx, float *grads, size_t n, double local, double *global) {
     (void)grads, (void)n;
     ((fake_dev_t *)ctx)->host_calls++;
@@ -145,38 +151,21 @@ static int fake_finish_device(void *ctx, float *dgrads, size_t n, double local, 
     return 0;
 }
 
-static int fake_reduce(void *ctx, double *vals, size_t n) {
-    (void)ctx, (void)vals, (void)n;
-    return 0;
-}
-
 /* The gradients stay on the device when the collective can reduce them
  * there, and go through the host from the first refusal on; either way
  * the parameters follow the CPU trainer's. */
 static void run_resident(int refuse, const tt_idx_set_t *tr, const tt_idx_set_t *te) {
     fake_dev_t f = {.refuse = refuse};
-    tt_train_coll_t local, dev = {.ctx = &f,
-                                  .name = "fake",
-                                  .membership = fake_membership,
-                                  .finish = fake_finish,
-                                  .reduce_sum = fake_reduce,
-                                  .finish_device = fake_finish_device};
-    tt_train_coll_local(&local);
-    tt_trainer_t *t[2] = {NULL, NULL};
-    char err[256] = "";
-    tt_trainer_opts_t o0 = opts(TT_OPT_SGD, 0), o1 = opts(TT_OPT_SGD, 1);
-    if (tt_trainer_create(&t[0], &o0, tr, te, &local, err, sizeof(err)) != 0 ||
-        tt_trainer_create(&t[1], &o1, tr, te, &dev, err, sizeof(err)) != 0)
-        printf("  create: %s\n", err);
-    check(t[0] && t[1], "trainers on the CPU and on the GPU (device step)");
-    if (!t[0] || !t[1])
+    tt_train_coll_t coll[2];
+    tt_train_coll_local(&coll[0]); /* the local collective ignores its ctx */
+    coll[1] = coll[0];
+    coll[1].ctx = &f;
+    coll[1].finish = fake_finish;
+    coll[1].finish_device = fake_finish_device;
+    tt_trainer_t *t[2];
+    if (!make_pair(t, TT_OPT_SGD, coll, tr, te, "trainers on the CPU and on the GPU (device step)"))
         return;
-    int bad = 0;
-    for (int s = 0; s < 30; s++) {
-        for (int d = 0; d < 2; d++)
-            bad += tt_trainer_step(t[d], NULL) != 0;
-    }
-    check(bad == 0, "60 steps succeed");
+    check(step_both(t, 30) == 0, "60 steps succeed");
     if (refuse)
         check(f.device_calls == 1 && f.host_calls == 30, "refused once, then through the host");
     else

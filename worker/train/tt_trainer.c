@@ -21,8 +21,8 @@ struct tt_trainer {
     tt_train_coll_t coll;
     tt_mlp_t *mlp;
     tt_train_dev_t *dev; /* CUDA twin of mlp (--device cuda), else NULL */
-    int resident;        /* dev's gradients are reduced where they are (NCCL) */
-    int reduced_on_dev;  /* this step's were */
+    int resident;        /* dev's gradients are reduced where they are (NCCL); after a
+                          * successful finish: this step's were */
     tt_sampler_t *sampler;
     size_t n_train, in_dim, micro;
     float *xbuf;    /* micro x in_dim gathered rows */
@@ -186,7 +186,7 @@ static int trainer_update(tt_trainer_t *t, double global_count) {
     float lr = (float)tt_lr_at(&t->o.sched, t->global_step);
     float scale = (float)(1.0 / global_count);
     if (t->dev != NULL)
-        return tt_train_dev_update(t->dev, t->reduced_on_dev, t->o.opt == TT_OPT_ADAMW, lr, scale,
+        return tt_train_dev_update(t->dev, t->resident, t->o.opt == TT_OPT_ADAMW, lr, scale,
                                    t->global_step + 1, &t->o.sgd, &t->o.adamw);
     if (t->o.opt == TT_OPT_ADAMW)
         tt_optim_adamw_step(p, g, t->s1, t->s2, n, lr, scale, t->global_step + 1, &t->o.adamw);
@@ -227,14 +227,11 @@ static int trainer_compute(tt_trainer_t *t, tt_range_t slice, double *loss) {
  * the host like every later one), else through the host buffer. */
 static int trainer_finish(tt_trainer_t *t, double local, double *global) {
     size_t n = tt_mlp_param_count(t->mlp);
-    t->reduced_on_dev = 0;
     if (t->resident) {
         int rc = t->coll.finish_device(t->coll.ctx, tt_train_dev_grads(t->dev), n, local, global,
                                        NULL); /* train_batch returns with the stream idle */
-        if (rc != TT_ENODEV) {
-            t->reduced_on_dev = rc == TT_OK;
+        if (rc != TT_ENODEV)
             return rc;
-        }
         t->resident = 0;
         TT_INFO("train",
                 "the %s collective cannot read device memory: gradients go through "
