@@ -346,6 +346,10 @@ TETHER_API int tether_set_lr(tether_t *t, float lr) {
     return t ? noted(t, tt_comm_set_lr(t->comm, lr)) : TETHER_EINVAL;
 }
 
+TETHER_API int tether_resume_at(tether_t *t, int64_t step) {
+    return t ? noted(t, tt_comm_resume_at(t->comm, step)) : TETHER_EINVAL;
+}
+
 TETHER_API long tether_flight_dump(tether_t *t, char *buf, size_t len) {
     if (t == NULL || (buf == NULL && len > 0))
         return TETHER_EINVAL;

@@ -216,6 +216,11 @@ int tt_comm_write_ckpt(tt_comm_t *c, const char *dir, int phase, struct tt_ps_wr
  * TT_EINVAL (not finite, negative, or the update is local). Step thread. */
 int tt_comm_set_lr(tt_comm_t *c, float lr);
 
+/* The ranks of the current generation agreed to resume at `step` (see
+ * tether_resume_at). TT_OK, TT_EINVAL (negative, or no generation), TT_EBUSY
+ * (a step is open). Step thread. */
+int tt_comm_resume_at(tt_comm_t *c, int64_t step);
+
 /* Step API; see tether_grad_register & co. in tether.h. */
 int tt_comm_grad_register(tt_comm_t *c, float *ptr, size_t count, size_t *id);
 float *tt_comm_grad_buffer(tt_comm_t *c, size_t id);

@@ -185,6 +185,25 @@ static int open_step(tt_comm_t *c) {
     return TT_OK;
 }
 
+int tt_comm_resume_at(tt_comm_t *c, int64_t step) {
+    if (c == NULL || step < 0)
+        return TT_EINVAL;
+    if (c->step_open) {
+        tt_comm_set_error(c, "resume_at(%" PRId64 ") while step %" PRId64 " is open", step,
+                          c->step_index);
+        return TT_EBUSY;
+    }
+    tt_comm_view_t v;
+    c->hooks.view(c->hooks.ctx, &v);
+    if (v.generation == 0) {
+        tt_comm_set_error(c, "resume_at(%" PRId64 ") before the first generation", step);
+        return TT_EINVAL;
+    }
+    c->step_gen = v.generation;
+    c->step_index = step;
+    return TT_OK;
+}
+
 static void launch_bucket(tt_comm_t *c, size_t b) {
     size_t off, n;
     tt_buckets_bucket_span(c->buckets, b, &off, &n);

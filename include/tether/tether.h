@@ -558,6 +558,18 @@ TETHER_API int tether_step_finish_device(tether_t *t, float *dgrads, size_t coun
  * TETHER_EINVAL (not finite or negative, or the update is local). */
 TETHER_API int tether_set_lr(tether_t *t, float lr);
 
+/* The step index the current generation's next step carries, when the
+ * ranks agreed on a state other than tether_resume_step()'s: the
+ * coordinator learns of completed steps from tether_step_done, so a member
+ * lost after a step completed and before the next tether_step_done (an
+ * evaluation, a checkpoint) leaves it one behind. The index keys the
+ * redo of a step on the shard servers: with TETHER_UPDATE_SHARDS a step
+ * that carries the number of one already applied gets its stored result,
+ * not the new gradients. Every rank calls it with the same step, between
+ * steps. TETHER_OK, TETHER_EINVAL (negative, or not joined), TETHER_EBUSY
+ * (inside a step). */
+TETHER_API int tether_resume_at(tether_t *t, int64_t step);
+
 typedef struct tether_step_stats {
     uint64_t steps;          /* tether_step_finish calls that succeeded */
     double last_wait_s;      /* time the last tether_step_finish blocked */

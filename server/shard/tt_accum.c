@@ -156,12 +156,24 @@ static int open_round(tt_accum_t *a, const tt_accum_push_t *p, uint64_t now_ms) 
 /* Optimizer mode, a step at or before the last final one: the generation
  * that finished it may not push it again, a newer one gets a replay of
  * that step (TT_OK, *replay) and nothing earlier, which would roll the
- * state back. TT_EAGAIN: not such a step, go on checking. */
+ * state back. A step past the next one is refused too: the state follows
+ * from every step in turn, and a gap means the ranks number their steps
+ * differently from the chunk (a skipped update, never silently). TT_EAGAIN:
+ * not such a step, go on checking. */
 static int check_redo(const tt_accum_t *a, const tt_accum_push_t *p, int *replay, char *err,
                       size_t errlen) {
-    if (a->o.mode != TT_ACCUM_OPTIMIZER || !a->have_done || p->step > a->done_step ||
+    if (a->o.mode != TT_ACCUM_OPTIMIZER || !a->have_done ||
         (a->active && p->generation == a->gen && p->step == a->step))
         return TT_EAGAIN;
+    if (p->step == a->done_step + 1)
+        return TT_EAGAIN;
+    if (p->step > a->done_step) {
+        ASET_ERR(err, errlen,
+                 "step %llu would skip step %llu: this chunk's state is after step %llu",
+                 (unsigned long long)p->step, (unsigned long long)a->done_step + 1,
+                 (unsigned long long)a->done_step);
+        return TT_ESTALE;
+    }
     if (p->step == a->done_step && p->generation > a->done_gen) {
         *replay = 1;
         return TT_OK;

@@ -111,10 +111,12 @@ def worker_pid(p, index):
 
 
 def run_with_kill(h, name, seed, restarts, shards=2, spe=STEPS_PER_EPOCH, epochs=EPOCHS,
-                  pace_ms=0, backend="ring", extra=()):
+                  pace_ms=0, backend="ring", extra=(), victim=None, at=None):
     rng = random.Random(seed)
-    victim = rng.randrange(4)
-    at = rng.randrange(2, spe * epochs // 5 if restarts else spe * epochs // 2)
+    pick = rng.randrange(4)
+    victim = pick if victim is None else victim
+    pick = rng.randrange(2, spe * epochs // 5 if restarts else spe * epochs // 2)
+    at = pick if at is None else at
     out = os.path.join(h.dir, f"{name}.bin")
     metrics = os.path.join(h.dir, f"{name}.json")
     argv = [binary("tether-launch"), "--workers", "4", "--shards", str(shards),
@@ -253,6 +255,25 @@ def test_update_on_shards_kill_and_restart(h):
     moved = [l for l in text.splitlines() if "with 4 ranks resumes" in l]
     print("  " + (moved[-1].split("failover ")[-1] if moved else "no 4-rank resume line"))
     assert any("state broadcast" in l for l in moved), "\n".join(moved)
+
+
+def test_update_on_shards_kill_after_a_step(h):
+    """The update on the shards, rank 0 killed after the last step of
+    epoch 1 and before the first of epoch 2 (while every rank is paced
+    after the step, so the others fail in the evaluation's all-reduce).
+    No rank has told the coordinator of that step yet (a step is reported
+    when the next one starts), so the new generation's resume step is one
+    behind the state the survivors agree on; the next step must carry the
+    agreed number, or the shards take it for a redo of the last one and
+    answer with its result, dropping that step's gradients."""
+    rows, text = run_with_kill(h, "shards-kill-after-step", SEEDS[0], restarts=0, backend="ps",
+                               extra=["--update", "shards"], pace_ms=250, victim=0,
+                               at=STEPS_PER_EPOCH)
+    assert "metric all-reduce failed" in text, text[-3000:]
+    resumed = [l for l in text.splitlines() if "resumes at step" in l]
+    print("  " + resumed[-1].split("failover ")[-1])
+    assert f"resumes at step {STEPS_PER_EPOCH}:" in resumed[-1], resumed[-1]
+    assert rows[-1]["world_size"] == 3, rows[-1]
 
 
 def test_sigstop_fenced_and_rejoins(h):
@@ -617,7 +638,7 @@ if __name__ == "__main__":
                test_drain_at_a_step_boundary,
                test_worker_dies_before_first_agreement, test_kill_and_restart,
                test_restarted_worker_pulls_state_from_shards, test_update_on_shards_kill_and_restart,
-               test_sigstop_fenced_and_rejoins,
+               test_update_on_shards_kill_after_a_step, test_sigstop_fenced_and_rejoins,
                test_below_min_workers, test_members_show_the_straggler,
                test_finished_job_refuses_late_worker,
                test_flapping_worker_guard_rails, test_guard_rails_survive_coordinator_restart])

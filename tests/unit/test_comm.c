@@ -300,6 +300,36 @@ static void comm_audit_single_rank_passes(void) {
     tt_comm_destroy(&c);
 }
 
+/* After an agreement the generation's steps are numbered from the agreed
+ * step, not the coordinator's resume step (here the audits show the
+ * number: every 100th step is audited). */
+static void comm_resume_at_numbers_the_next_step(void) {
+    fake_t f;
+    tt_comm_t *c = make_comm(&f, 0);
+    f.v.resume_step = 5;
+    float params[3] = {1, 2, 3}, g[2] = {0, 0};
+    size_t id;
+    tt_comm_stats_t s;
+    CU_ASSERT_EQUAL(tt_comm_grad_register(c, g, 2, &id), TT_OK);
+    CU_ASSERT_EQUAL(tt_comm_audit_params(c, params, 3), TT_OK);
+    CU_ASSERT_EQUAL(tt_comm_resume_at(c, -1), TT_EINVAL);
+    CU_ASSERT_EQUAL(tt_comm_step_finish(c, 1, NULL), TT_OK); /* step 5 */
+    tt_comm_step_stats(c, &s);
+    CU_ASSERT_EQUAL(s.audits, 0);
+    CU_ASSERT_EQUAL(tt_comm_resume_at(c, 100), TT_OK);
+    CU_ASSERT_EQUAL(tt_comm_step_finish(c, 1, NULL), TT_OK); /* step 100 */
+    tt_comm_step_stats(c, &s);
+    CU_ASSERT_EQUAL(s.audits, 1);
+    CU_ASSERT_EQUAL(tt_comm_grad_ready(c, 0), TT_OK); /* step 101 is open */
+    CU_ASSERT_EQUAL(tt_comm_resume_at(c, 200), TT_EBUSY);
+    CU_ASSERT_EQUAL(tt_comm_step_finish(c, 1, NULL), TT_OK);
+    tt_comm_step_stats(c, &s);
+    CU_ASSERT_EQUAL(s.audits, 1);
+    fake_set_gen(&f, 0, 0);
+    CU_ASSERT_EQUAL(tt_comm_resume_at(c, 200), TT_EINVAL); /* no generation */
+    tt_comm_destroy(&c);
+}
+
 static void comm_bad_arguments_are_refused(void) {
     fake_t f;
     tt_comm_t *c = make_comm(&f, 0);
@@ -328,6 +358,7 @@ static const tt_cunit_test_t tests[] = {
     {"comm_device_step_needs_nccl", comm_device_step_needs_nccl},
     {"comm_new_generation_fails_once_acknowledged", comm_new_generation_fails_once_acknowledged},
     {"comm_audit_single_rank_passes", comm_audit_single_rank_passes},
+    {"comm_resume_at_numbers_the_next_step", comm_resume_at_numbers_the_next_step},
     {"comm_bad_arguments_are_refused", comm_bad_arguments_are_refused},
     {NULL, NULL},
 };

@@ -243,6 +243,10 @@ static void shard_optim_redone_step_replays_not_reapplies(void) {
     CU_ASSERT_EQUAL(push_one(a, 1, 2, 0, 2, &t), TT_ESTALE); /* the old generation */
     /* the generation that finished step 2 may not push it again */
     CU_ASSERT_EQUAL(push_one(b, 1, 2, 0, RANKS, &t), TT_ESTALE);
+    /* nor may a rank skip a step: its numbering is not the chunk's */
+    CU_ASSERT_EQUAL(push_one(a, 2, 4, 0, 2, &t), TT_ESTALE);
+    CU_ASSERT_EQUAL(push_one(b, 1, 4, 0, RANKS, &t), TT_ESTALE);
+    CU_ASSERT(!tt_accum_active(a) && !tt_accum_active(b));
     push_round(a, 2, 3, 2, 0.01f, out_a);
     push_round(b, 1, 3, 2, 0.01f, out_b); /* b: the same step, no regroup */
     CU_ASSERT(memcmp(out_a, out_b, sizeof(out_a)) == 0);

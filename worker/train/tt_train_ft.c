@@ -363,9 +363,10 @@ int tt_train_ft_agree(tt_train_ft_t *ft) {
     }
     if (rc == TETHER_OK && tt_train_tether_on_shards(ft->tt, NULL) && !sv.any_stepped)
         rc = put_on_shards(ft, root >= 0 ? root : 0);
+    if (rc == TETHER_OK)
+        rc = tt_train_tether_resync(ft->tt, sv.c);
 out:
     if (rc == TETHER_OK) {
-        tt_train_tether_resync(ft->tt, sv.c);
         ft->st.generation = tether_generation(h);
         ft->st.world = (int)tether_world_size(h);
         ft->st.resume_step = sv.c;

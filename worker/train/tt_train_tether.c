@@ -258,9 +258,11 @@ int64_t tt_train_tether_steps_done(const tt_train_tether_t *tt) {
     return tt->steps_done;
 }
 
-void tt_train_tether_resync(tt_train_tether_t *tt, int64_t steps_done) {
+int tt_train_tether_resync(tt_train_tether_t *tt, int64_t steps_done) {
     tt->steps_done = tt->steps_reported = steps_done;
     tt->regrouped = 0;
+    int rc = tether_resume_at(tt->t, steps_done);
+    return rc == TETHER_OK ? TT_OK : failed(tt, "setting the resume step", rc);
 }
 
 int tt_train_tether_rank(tt_train_tether_t *tt) {

@@ -72,9 +72,10 @@ int tt_train_tether_take_regrouped(tt_train_tether_t *tt);
 /* Global steps whose update this rank applied, as counted here. */
 int64_t tt_train_tether_steps_done(const tt_train_tether_t *tt);
 
-/* After a state transfer: this rank has now applied `steps_done` steps and
- * the coordinator knows it (nothing is left to report). */
-void tt_train_tether_resync(tt_train_tether_t *tt, int64_t steps_done);
+/* After the agreement: this rank has now applied `steps_done` steps, the
+ * coordinator knows it (nothing is left to report), and the generation's
+ * next step carries that index (tether_resume_at). TT_OK or its error. */
+int tt_train_tether_resync(tt_train_tether_t *tt, int64_t steps_done);
 
 /* Share of step time spent waiting on communication, from the library. */
 double tt_train_tether_comm_share(tt_train_tether_t *tt);
