@@ -213,6 +213,47 @@ static void idx_truncated_gzip_stream_is_corrupt(void) {
     cleanup(dir);
 }
 
+/* Reads `path` whole and checks it holds `n` bytes of pattern(i). */
+static void check_pattern(const char *path, size_t n) {
+    uint8_t *buf = NULL;
+    size_t len = 0, bad = 0;
+    char err[256];
+    CU_ASSERT_EQUAL_FATAL(tt_idx_read_gz(path, &buf, &len, err, sizeof(err)), TT_OK);
+    CU_ASSERT_EQUAL(len, n);
+    for (size_t i = 0; i < len && i < n; i++)
+        bad += buf[i] != (uint8_t)(i * 7 + i / 4096);
+    CU_ASSERT_EQUAL(bad, 0);
+    free(buf);
+}
+
+/* The buffer is sized from the gzip trailer (ISIZE): right for one member;
+ * for two members the trailer gives only the last one's size, and the
+ * reader must grow past it and still return every byte. */
+static void idx_gzip_size_hint_is_only_a_hint(void) {
+    size_t n1 = 3u << 20, n2 = (3u << 19) + 5;
+    uint8_t *b = malloc(n1 + n2);
+    CU_ASSERT_FATAL(b != NULL);
+    for (size_t i = 0; i < n1 + n2; i++)
+        b[i] = (uint8_t)(i * 7 + i / 4096);
+    char dir[64] = "/tmp/tt_idx_XXXXXX", path[512];
+    CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof(path), "%s/one.gz", dir);
+    write_file(dir, "one.gz", b, n1 + n2, 1);
+    check_pattern(path, n1 + n2);
+    unlink(path);
+    snprintf(path, sizeof(path), "%s/two.gz", dir);
+    for (int m = 0; m < 2; m++) { /* two gzip members, one after the other */
+        gzFile f = gzopen(path, m == 0 ? "wb" : "ab");
+        CU_ASSERT_FATAL(f != NULL);
+        CU_ASSERT(gzwrite(f, b + (m ? n1 : 0), (unsigned)(m ? n2 : n1)) == (int)(m ? n2 : n1));
+        gzclose(f);
+    }
+    check_pattern(path, n1 + n2);
+    unlink(path);
+    rmdir(dir);
+    free(b);
+}
+
 static void idx_parse_header_pure(void) {
     uint8_t b[32];
     uint32_t d[2] = {7, 9};
@@ -237,6 +278,7 @@ static const tt_cunit_test_t tests[] = {
     {"idx_loads_valid_files", idx_loads_valid_files},
     {"idx_keeps_the_first_examples", idx_keeps_the_first_examples},
     {"idx_missing_file_is_notfound", idx_missing_file_is_notfound},
+    {"idx_gzip_size_hint_is_only_a_hint", idx_gzip_size_hint_is_only_a_hint},
     {"idx_truncated_header_and_data", idx_truncated_header_and_data},
     {"idx_bad_magic_and_dims", idx_bad_magic_and_dims},
     {"idx_count_mismatch_trailing_and_bad_label", idx_count_mismatch_trailing_and_bad_label},
