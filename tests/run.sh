@@ -15,7 +15,7 @@
 # instead of 5 (TETHER_FAILOVER_SEEDS; the normal gate runs all 5): the
 # seeds differ in which worker dies when, which the sanitizers do not need
 # five times over, and on a slow 2-core machine each costs 20 s under TSan.
-# Environment: TETHER_FUZZ_SECONDS (per target; default min(60, 200/targets)),
+# Environment: TETHER_FUZZ_SECONDS (per target; default min(60, 150/targets)),
 #   TETHER_TSAN_TESTS ("all", the default, or a ctest label such as threads),
 #   JOBS (parallel build and test jobs; default nproc).
 set -uo pipefail
@@ -131,7 +131,7 @@ gate_fuzz() {
     [ ${#targets[@]} -gt 0 ] || { echo "run.sh: no fuzz targets"; return 1; }
     local secs=${TETHER_FUZZ_SECONDS:-}
     if [ -z "$secs" ]; then
-        secs=$((200 / ${#targets[@]}))
+        secs=$((150 / ${#targets[@]}))
         [ "$secs" -gt 60 ] && secs=60
     fi
     for t in "${targets[@]}"; do
