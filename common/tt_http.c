@@ -88,6 +88,18 @@ const char *tt_http_label(const char *s, char *buf, size_t len) {
     return buf;
 }
 
+void tt_http_job_gauges(tt_http_reply_t *r, const char *const (*gauges)[2], size_t ngauges,
+                        const char *const *jobs, size_t njobs, const double *v) {
+    char id[512];
+    for (size_t g = 0; g < ngauges; g++) {
+        tt_http_printf(r, "# HELP %s %s\n# TYPE %s gauge\n", gauges[g][0], gauges[g][1],
+                       gauges[g][0]);
+        for (size_t j = 0; j < njobs; j++)
+            tt_http_printf(r, "%s{job=\"%s\"} %.17g\n", gauges[g][0],
+                           tt_http_label(jobs[j], id, sizeof(id)), v[j * ngauges + g]);
+    }
+}
+
 int tt_http_common(const char *path, int ready, tt_http_reply_t *r) {
     if (strcmp(path, "/metrics") == 0) {
         r->content_type = "text/plain; version=0.0.4; charset=utf-8";

@@ -38,6 +38,12 @@ void tt_http_printf(tt_http_reply_t *r, const char *fmt, ...) __attribute__((for
  * escaped) in buf, cut to fit; returns buf. */
 const char *tt_http_label(const char *s, char *buf, size_t len);
 
+/* Per-job gauges in the Prometheus text format: for each gauge g (its name
+ * gauges[g][0], help gauges[g][1]) the HELP/TYPE lines, then one line per
+ * job labelled job="jobs[j]" with the value v[j * ngauges + g]. */
+void tt_http_job_gauges(tt_http_reply_t *r, const char *const (*gauges)[2], size_t ngauges,
+                        const char *const *jobs, size_t njobs, const double *v);
+
 /* The paths every daemon answers alike: /healthz (200 "ok": the loop
  * runs), /readyz (200 "ready", or 503 "stopping" when !ready) and any path
  * but /metrics (404). Returns 1 when it answered; 0 for /metrics, the

@@ -86,24 +86,22 @@ static void job_values(const coord_job_t *j, uint64_t now, double *v) {
 static void job_metrics(const tt_coord_t *c, tt_http_reply_t *r, uint64_t now) {
     char id[2 * TT_RDZV_ID_MAX];
     double *v = calloc(c->njobs * JOB_GAUGES + 1, sizeof(*v));
-    if (v == NULL) {
+    const char **ids = calloc(c->njobs + 1, sizeof(*ids));
+    if (v == NULL || ids == NULL) {
         r->oom = 1;
+        free(ids);
+        free(v);
         return;
     }
     help(r, "tether_job_state", "gauge", "1 for the job's current state");
     for (size_t i = 0; i < c->njobs; i++) {
+        ids[i] = tt_rdzv_job_id(c->jobs[i].rdzv);
         tt_http_printf(r, "tether_job_state{job=\"%s\",state=\"%s\"} 1\n",
-                       tt_http_label(tt_rdzv_job_id(c->jobs[i].rdzv), id, sizeof(id)),
-                       job_state(c->jobs[i].rdzv));
+                       tt_http_label(ids[i], id, sizeof(id)), job_state(c->jobs[i].rdzv));
         job_values(&c->jobs[i], now, v + i * JOB_GAUGES);
     }
-    for (size_t g = 0; g < JOB_GAUGES; g++) {
-        help(r, job_gauges[g][0], "gauge", job_gauges[g][1]);
-        for (size_t i = 0; i < c->njobs; i++)
-            tt_http_printf(r, "%s{job=\"%s\"} %.17g\n", job_gauges[g][0],
-                           tt_http_label(tt_rdzv_job_id(c->jobs[i].rdzv), id, sizeof(id)),
-                           v[i * JOB_GAUGES + g]);
-    }
+    tt_http_job_gauges(r, job_gauges, JOB_GAUGES, ids, c->njobs, v);
+    free(ids);
     free(v);
 }
 

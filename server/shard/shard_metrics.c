@@ -55,18 +55,17 @@ static void metrics(const tt_shard_t *s, tt_http_reply_t *r) {
     help(r, "tether_shard_bytes", "memory of the chunks: state, sums and results");
     tt_http_printf(r, "tether_shard_bytes %llu\n", (unsigned long long)bytes);
     double *v = calloc(s->njobs * JOB_GAUGES + 1, sizeof(*v));
-    if (v == NULL) {
+    const char **ids = calloc(s->njobs + 1, sizeof(*ids));
+    if (v == NULL || ids == NULL) {
         r->oom = 1;
-        return;
+    } else {
+        for (size_t j = 0; j < s->njobs; j++) {
+            job_values(s->jobs[j], v + j * JOB_GAUGES);
+            ids[j] = s->jobs[j]->id;
+        }
+        tt_http_job_gauges(r, job_gauges, JOB_GAUGES, ids, s->njobs, v);
     }
-    for (size_t j = 0; j < s->njobs; j++)
-        job_values(s->jobs[j], v + j * JOB_GAUGES);
-    for (int g = 0; g < JOB_GAUGES; g++) {
-        help(r, job_gauges[g][0], job_gauges[g][1]);
-        for (size_t j = 0; j < s->njobs; j++)
-            tt_http_printf(r, "%s{job=\"%s\"} %.17g\n", job_gauges[g][0],
-                           tt_http_label(s->jobs[j]->id, id, sizeof(id)), v[j * JOB_GAUGES + g]);
-    }
+    free(ids);
     free(v);
 }
 

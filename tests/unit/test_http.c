@@ -89,6 +89,24 @@ static void http_label_escapes(void) {
     CU_ASSERT_STRING_EQUAL(tt_http_label(NULL, buf, sizeof(buf)), "");
 }
 
+static void http_job_gauges_table(void) {
+    static const char *const gauges[][2] = {{"g_a", "first"}, {"g_b", "second"}};
+    const char *jobs[] = {"j1", "q\"x"};
+    double v[] = {1, 2, 3.5, -1}; /* job-major: j1 {1, 2}, q"x {3.5, -1} */
+    tt_http_reply_t r = {0};
+    tt_http_job_gauges(&r, gauges, 2, jobs, 2, v);
+    CU_ASSERT_FATAL(!r.oom && r.body != NULL);
+    CU_ASSERT_STRING_EQUAL(r.body, "# HELP g_a first\n# TYPE g_a gauge\n"
+                                   "g_a{job=\"j1\"} 1\ng_a{job=\"q\\\"x\"} 3.5\n"
+                                   "# HELP g_b second\n# TYPE g_b gauge\n"
+                                   "g_b{job=\"j1\"} 2\ng_b{job=\"q\\\"x\"} -1\n");
+    free(r.body);
+    tt_http_reply_t e = {0}; /* no jobs: the HELP/TYPE lines only */
+    tt_http_job_gauges(&e, gauges, 1, jobs, 0, v);
+    CU_ASSERT_STRING_EQUAL(e.body, "# HELP g_a first\n# TYPE g_a gauge\n");
+    free(e.body);
+}
+
 static void http_common_paths(void) {
     tt_http_reply_t r = {.status = 200};
     CU_ASSERT_EQUAL(tt_http_common("/healthz", 0, &r), 1);
@@ -118,6 +136,7 @@ static const tt_cunit_test_t tests[] = {
     {"http_parse_limits", http_parse_limits},
     {"http_reply_grows", http_reply_grows},
     {"http_label_escapes", http_label_escapes},
+    {"http_job_gauges_table", http_job_gauges_table},
     {"http_common_paths", http_common_paths},
     {NULL, NULL},
 };
