@@ -11,11 +11,11 @@
 # and the exit status is non-zero when any gate failed.
 # Usage: tests/run.sh [--quick] [--only gate[,gate...]]
 #   --quick  the normal gate only
-# The sanitizer gates run the failover suite's random kills with 3 seeds
+# The sanitizer gates run the failover suite's random kills with 2 seeds
 # instead of 5 (TETHER_FAILOVER_SEEDS; the normal gate runs all 5): the
 # seeds differ in which worker dies when, which the sanitizers do not need
 # five times over, and on a slow 2-core machine each costs 20 s under TSan.
-# Environment: TETHER_FUZZ_SECONDS (per target; default min(60, 150/targets)),
+# Environment: TETHER_FUZZ_SECONDS (per target; default min(60, 100/targets)),
 #   TETHER_TSAN_TESTS ("all", the default, or a ctest label such as threads),
 #   JOBS (parallel build and test jobs; default nproc).
 set -uo pipefail
@@ -75,7 +75,7 @@ gate_asan() {
         -DTETHER_WITH_CUDA=OFF || return 1
     rm -rf "$logs" && mkdir -p "$logs"
     local rc=0
-    TETHER_FAILOVER_SEEDS=${TETHER_FAILOVER_SEEDS:-1,2,3} \
+    TETHER_FAILOVER_SEEDS=${TETHER_FAILOVER_SEEDS:-1,2} \
         ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1:strict_string_checks=1:log_path=$logs/report" \
         UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:abort_on_error=1:log_path=$logs/report" \
         ctest --test-dir "$dir" --output-on-failure -j "$jobs" || rc=1
@@ -90,7 +90,7 @@ gate_tsan() {
     rm -rf "$logs" && mkdir -p "$logs"
     [ "${TETHER_TSAN_TESTS:-all}" != all ] && sel=(-L "$TETHER_TSAN_TESTS")
     local rc=0
-    TETHER_FAILOVER_SEEDS=${TETHER_FAILOVER_SEEDS:-1,2,3} \
+    TETHER_FAILOVER_SEEDS=${TETHER_FAILOVER_SEEDS:-1,2} \
         TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$top/tests/sanitizers/tsan.supp:log_path=$logs/tsan" \
         ctest --test-dir "$dir" --output-on-failure -j "$jobs" "${sel[@]}" || rc=1
     check_reports "$logs" || rc=1
@@ -131,7 +131,7 @@ gate_fuzz() {
     [ ${#targets[@]} -gt 0 ] || { echo "run.sh: no fuzz targets"; return 1; }
     local secs=${TETHER_FUZZ_SECONDS:-}
     if [ -z "$secs" ]; then
-        secs=$((150 / ${#targets[@]}))
+        secs=$((100 / ${#targets[@]}))
         [ "$secs" -gt 60 ] && secs=60
     fi
     for t in "${targets[@]}"; do
