@@ -34,9 +34,11 @@ def label(backend, extra):
     return backend + ("-shards" if extra else "")
 
 
-def kill(name, seed, backend, extra, **kw):
+def kill(name, seed, backend, extra, ckpt_every=0, **kw):
     def run(h):
-        rows, _ = tf.run_with_kill(h, name, seed, backend=backend, extra=extra, **kw)
+        ck = ["--checkpoint-dir", os.path.join(h.dir, "ck"),
+              "--checkpoint-every-steps", str(ckpt_every)] if ckpt_every else []
+        rows, _ = tf.run_with_kill(h, name, seed, backend=backend, extra=[*extra, *ck], **kw)
         if kw.get("restarts"):
             assert rows[-1]["world_size"] == 4, [r["world_size"] for r in rows]
     return name, run
@@ -59,13 +61,8 @@ def checkpoint_cases():
     for backend, extra in BACKENDS:
         for victim in (0, 1):
             for at in (5, 6, 10, 11, 15):
-                name = f"checkpoint-{label(backend, extra)}-v{victim}-at{at}"
-                yield name, (lambda h, name=name, backend=backend, extra=extra, victim=victim,
-                             at=at: tf.run_with_kill(
-                                 h, name, 1, restarts=0, backend=backend, pace_ms=100,
-                                 victim=victim, at=at,
-                                 extra=[*extra, "--checkpoint-dir", os.path.join(h.dir, "ck"),
-                                        "--checkpoint-every-steps", "5"]))
+                yield kill(f"checkpoint-{label(backend, extra)}-v{victim}-at{at}", 1, backend,
+                           extra, ckpt_every=5, restarts=0, pace_ms=100, victim=victim, at=at)
 
 
 def restart_cases():
