@@ -4,7 +4,15 @@
  * element-wise parts through the small kernels below. Scratch is sized for
  * max_batch at create time so steps never allocate. Per-row losses are
  * computed in double like tt_mlp_xent_row so both models agree to float
- * rounding. It does not own optimizer schedules, data or communication. */
+ * rounding. It does not own optimizer schedules, data or communication.
+ *
+ * cuBLAS is opened (dlopen) when a model is created, not linked: its
+ * libraries' initialisers cost every process that links them about 0.35 s
+ * and 210 MB of resident memory at start, which each CPU-only tether-train
+ * (and each worker restarted after a failure) paid for nothing, and a node
+ * without the CUDA libraries could not start the binary at all. The entry
+ * points live in the model (no process-wide table); the library is opened
+ * with RTLD_NODELETE because its teardown is not meant to run twice. */
 #define restrict __restrict__
 extern "C" {
 #include "tt_mlp_cuda.h"
@@ -15,6 +23,7 @@ extern "C" {
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -22,6 +31,23 @@ extern "C" {
 #include <string.h>
 
 #define TB 256
+
+#define TT_STR_(x)    #x
+#define TT_STR(x)     TT_STR_(x)
+#define CUBLAS_SONAME "libcublas.so." TT_STR(CUBLAS_VER_MAJOR)
+
+/* The cuBLAS entry points the model calls, resolved from the library
+ * opened at create time (the _v2 names are what cublas_v2.h maps to). */
+typedef struct blas_api {
+    void *lib;
+    decltype(&cublasCreate_v2) create;
+    decltype(&cublasDestroy_v2) destroy;
+    decltype(&cublasSetStream_v2) set_stream;
+    decltype(&cublasSetMathMode) set_math_mode;
+    decltype(&cublasSgemm_v2) sgemm;
+    decltype(&cublasSgemv_v2) sgemv;
+    decltype(&cublasGetStatusString) status_string;
+} blas_api_t;
 
 struct tt_mlp_cuda {
     int nl, device;
@@ -40,6 +66,7 @@ struct tt_mlp_cuda {
     int *hok;         /* pinned */
     cudaStream_t stream;
     cublasHandle_t blas;
+    blas_api_t api;
     cudaEvent_t ev[2 * TT_MLP_MAX_LAYERS];
     char err[256];
 };
@@ -148,7 +175,7 @@ static int cb(tt_mlp_cuda_t *m, cublasStatus_t s, const char *what) {
     if (s == CUBLAS_STATUS_SUCCESS)
         return TT_OK;
     return fail(m, s == CUBLAS_STATUS_ALLOC_FAILED ? TT_ENOMEM : TT_ECUDA, "cublas: %s: %s", what,
-                cublasGetStatusString(s));
+                m->api.status_string(s));
 }
 
 /* A launch's configuration errors surface here, its faults at the next sync. */
@@ -162,6 +189,58 @@ static int launched(tt_mlp_cuda_t *m, const char *what) {
         if (rc_ < 0)                                                                               \
             return rc_;                                                                            \
     } while (0)
+
+/* ---- cuBLAS, opened on demand ---- */
+
+/* Resolves one entry point; 1 (and *missing = name) when absent, so the
+ * calls below stop at the first gap. */
+template <typename F>
+static int blas_sym(void *lib, const char *name, F *out, const char **missing) {
+    *out = reinterpret_cast<F>(dlsym(lib, name));
+    if (*out == NULL)
+        *missing = name;
+    return *out == NULL;
+}
+
+static void blas_close(blas_api_t *a) {
+    if (a->lib != NULL)
+        dlclose(a->lib);
+    memset(a, 0, sizeof(*a));
+}
+
+/* TT_ENODEV, with the loader's reason in err, when the library or one of
+ * its entry points is missing. */
+static int blas_open(blas_api_t *a, char *err, size_t errlen) {
+    memset(a, 0, sizeof(*a));
+    a->lib = dlopen(CUBLAS_SONAME, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+    if (a->lib == NULL) {
+        snprintf(err, errlen, "cannot load cuBLAS: %s", dlerror());
+        return TT_ENODEV;
+    }
+    const char *missing = NULL;
+    void *l = a->lib;
+    if (!(blas_sym(l, "cublasCreate_v2", &a->create, &missing) ||
+          blas_sym(l, "cublasDestroy_v2", &a->destroy, &missing) ||
+          blas_sym(l, "cublasSetStream_v2", &a->set_stream, &missing) ||
+          blas_sym(l, "cublasSetMathMode", &a->set_math_mode, &missing) ||
+          blas_sym(l, "cublasSgemm_v2", &a->sgemm, &missing) ||
+          blas_sym(l, "cublasSgemv_v2", &a->sgemv, &missing) ||
+          blas_sym(l, "cublasGetStatusString", &a->status_string, &missing)))
+        return TT_OK;
+    snprintf(err, errlen, "cannot load cuBLAS: %s has no %s", CUBLAS_SONAME, missing);
+    blas_close(a);
+    return TT_ENODEV;
+}
+
+extern "C" int tt_mlp_cuda_blas_probe(char *err, size_t errlen) {
+    char local[256];
+    blas_api_t a;
+    int rc = blas_open(&a, err != NULL && errlen > 0 ? err : local,
+                       err != NULL && errlen > 0 ? errlen : sizeof(local));
+    if (rc == TT_OK)
+        blas_close(&a);
+    return rc;
+}
 
 /* ---- lifetime ---- */
 
@@ -224,10 +303,10 @@ static int alloc_host(tt_mlp_cuda_t *m) {
 static int setup(tt_mlp_cuda_t *m) {
     CK(cu(m, cudaSetDevice(m->device), "cudaSetDevice"));
     CK(cu(m, cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking), "cudaStreamCreate"));
-    CK(cb(m, cublasCreate(&m->blas), "cublasCreate"));
-    CK(cb(m, cublasSetStream(m->blas, m->stream), "cublasSetStream"));
+    CK(cb(m, m->api.create(&m->blas), "cublasCreate"));
+    CK(cb(m, m->api.set_stream(m->blas, m->stream), "cublasSetStream"));
     /* Plain FP32 (no TF32 tensor cores): the CPU model is the reference. */
-    CK(cb(m, cublasSetMathMode(m->blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode"));
+    CK(cb(m, m->api.set_math_mode(m->blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode"));
     for (int i = 0; i < 2 * m->nl; i++)
         CK(cu(m, cudaEventCreateWithFlags(&m->ev[i], cudaEventDisableTiming), "cudaEventCreate"));
     CK(alloc_device(m));
@@ -258,7 +337,9 @@ extern "C" int tt_mlp_cuda_create(tt_mlp_cuda_t **out, const tt_mlp_opts_t *opts
     memcpy(m->dims, opts->dims, sizeof(m->dims));
     m->max_batch = opts->max_batch;
     layout(m);
-    int rc = setup(m);
+    int rc = blas_open(&m->api, m->err, sizeof(m->err));
+    if (rc == TT_OK)
+        rc = setup(m);
     if (rc < 0) {
         if (err != NULL && errlen > 0)
             snprintf(err, errlen, "%s", m->err);
@@ -289,7 +370,8 @@ extern "C" void tt_mlp_cuda_destroy(tt_mlp_cuda_t **mp) {
             (void)cudaEventDestroy(m->ev[i]);
     }
     if (m->blas != NULL)
-        (void)cublasDestroy(m->blas);
+        (void)m->api.destroy(m->blas);
+    blas_close(&m->api);
     if (m->stream != NULL)
         (void)cudaStreamDestroy(m->stream);
     free(m);
@@ -418,8 +500,8 @@ static int forward_dev(tt_mlp_cuda_t *m, size_t rows) {
     for (int l = 0; l < m->nl; l++) {
         int ni = m->dims[l], no = m->dims[l + 1];
         CK(cb(m,
-              cublasSgemm(m->blas, CUBLAS_OP_T, CUBLAS_OP_N, no, (int)rows, ni, &one,
-                          m->p + m->w_off[l], ni, m->acts[l], ni, &zero, m->acts[l + 1], no),
+              m->api.sgemm(m->blas, CUBLAS_OP_T, CUBLAS_OP_N, no, (int)rows, ni, &one,
+                           m->p + m->w_off[l], ni, m->acts[l], ni, &zero, m->acts[l + 1], no),
               "sgemm forward"));
         size_t n = rows * (size_t)no;
         k_bias_act<<<blocks(n), TB, 0, m->stream>>>(m->acts[l + 1], m->p + m->b_off[l], rows,
@@ -435,13 +517,13 @@ static int layer_grads(tt_mlp_cuda_t *m, int l, const float *d, size_t rows) {
     const float one = 1.0f;
     int ni = m->dims[l], no = m->dims[l + 1];
     CK(cb(m,
-          cublasSgemm(m->blas, CUBLAS_OP_N, CUBLAS_OP_T, ni, no, (int)rows, &one, m->acts[l], ni, d,
-                      no, &one, m->g + m->w_off[l], ni),
+          m->api.sgemm(m->blas, CUBLAS_OP_N, CUBLAS_OP_T, ni, no, (int)rows, &one, m->acts[l], ni,
+                       d, no, &one, m->g + m->w_off[l], ni),
           "sgemm weight gradient"));
     CK(cu(m, cudaEventRecord(m->ev[2 * l], m->stream), "cudaEventRecord"));
     CK(cb(m,
-          cublasSgemv(m->blas, CUBLAS_OP_N, no, (int)rows, &one, d, no, m->ones, 1, &one,
-                      m->g + m->b_off[l], 1),
+          m->api.sgemv(m->blas, CUBLAS_OP_N, no, (int)rows, &one, d, no, m->ones, 1, &one,
+                       m->g + m->b_off[l], 1),
           "sgemv bias gradient"));
     return cu(m, cudaEventRecord(m->ev[2 * l + 1], m->stream), "cudaEventRecord");
 }
@@ -462,8 +544,8 @@ static int backward_dev(tt_mlp_cuda_t *m, size_t rows, tt_mlp_grad_hook_fn hook,
         /* delta_prev = D W: column-major dp^T = W^T-view . D^T-view. */
         float *nd = m->delta[1 - cur];
         CK(cb(m,
-              cublasSgemm(m->blas, CUBLAS_OP_N, CUBLAS_OP_N, ni, (int)rows, no, &one,
-                          m->p + m->w_off[l], ni, d, no, &zero, nd, ni),
+              m->api.sgemm(m->blas, CUBLAS_OP_N, CUBLAS_OP_N, ni, (int)rows, no, &one,
+                           m->p + m->w_off[l], ni, d, no, &zero, nd, ni),
               "sgemm delta"));
         size_t n = rows * (size_t)ni;
         k_relu_mask<<<blocks(n), TB, 0, m->stream>>>(nd, m->acts[l], n);

@@ -29,9 +29,16 @@ typedef struct tt_mlp_cuda tt_mlp_cuda_t;
 /* 1 when this build has the CUDA model compiled in. */
 int tt_mlp_cuda_compiled(void);
 
+/* Opens cuBLAS (loaded on demand, see tt_mlp_cuda.cu) and resolves every
+ * entry point the model calls, then closes it again: TT_OK, or TT_ENODEV
+ * with the reason in `err` (no CUDA build, library or symbol missing).
+ * Needs no GPU. */
+int tt_mlp_cuda_blas_probe(char *err, size_t errlen);
+
 /* Allocates the model on CUDA device `device` (parameters zero; call
  * tt_mlp_cuda_init or set_params). Returns 0, TT_EINVAL (opts as
- * tt_mlp_create), TT_ENODEV (no CUDA build, no device), TT_ECUDA (with
+ * tt_mlp_create), TT_ENODEV (no CUDA build, no device, cuBLAS not
+ * loadable; `err` says which), TT_ECUDA (with
  * `err` naming the failing call), TT_ENOMEM. */
 int tt_mlp_cuda_create(tt_mlp_cuda_t **out, const tt_mlp_opts_t *opts, int device, char *err,
                        size_t errlen);

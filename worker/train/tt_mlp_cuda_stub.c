@@ -10,6 +10,12 @@ int tt_mlp_cuda_compiled(void) {
     return 0;
 }
 
+int tt_mlp_cuda_blas_probe(char *err, size_t errlen) {
+    if (err != NULL && errlen > 0)
+        snprintf(err, errlen, "this build of tether has no CUDA support");
+    return TT_ENODEV;
+}
+
 int tt_mlp_cuda_create(tt_mlp_cuda_t **out, const tt_mlp_opts_t *opts, int device, char *err,
                        size_t errlen) {
     (void)out, (void)opts, (void)device;
