@@ -87,7 +87,7 @@ static int bench_init(bench_t *b, const char *dir, uint64_t steps) {
     }
     for (int i = 0; i < NEX; i++)
         y[i] = (uint8_t)(i % 10);
-    b->set = (tt_idx_set_t){x, y, NEX, 28, 28, NEX};
+    b->set = (tt_idx_set_t){x, y, NEX, 28, 28, NEX, NULL};
     b->o = (tt_trainer_opts_t){.nlayers = 3,
                                .dims = {784, 2048, 2048, 10},
                                .epochs = 100,

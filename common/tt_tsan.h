@@ -20,9 +20,10 @@
 #include <sanitizer/tsan_interface.h>
 #define TT_TSAN_RELEASE(addr) __tsan_release((void *)(addr))
 #define TT_TSAN_ACQUIRE(addr) __tsan_acquire((void *)(addr))
-/* For a bulk loop over memory no other thread can see yet (a dataset
- * decoded before any thread starts): TSan would record every store, which
- * costs seconds per process and finds nothing. */
+/* For a bulk loop over memory only the calling thread writes and nobody
+ * writes while it reads (a data set's rows converted into a trainer's own
+ * batch buffer): TSan would record every element, which costs seconds per
+ * process and finds nothing. */
 #define TT_TSAN_SKIP __attribute__((no_sanitize("thread")))
 #else
 #define TT_TSAN_RELEASE(addr) ((void)(addr))

@@ -41,7 +41,8 @@ static double rel_err(const float *a, const float *b, size_t n) {
 
 /* Labels depend on the inputs, so training has something to learn. */
 static tt_idx_set_t make_set(uint64_t seed) {
-    tt_idx_set_t s = {malloc(NEX * SIDE * SIDE * sizeof(float)), malloc(NEX), NEX, SIDE, SIDE, NEX};
+    tt_idx_set_t s = {
+        malloc(NEX * SIDE * SIDE * sizeof(float)), malloc(NEX), NEX, SIDE, SIDE, NEX, NULL};
     uint64_t st = seed;
     for (size_t i = 0; i < NEX; i++) {
         float sum = 0.0f;

@@ -22,7 +22,7 @@ static inline tt_idx_set_t tt_test_argmax_set(float *xs, uint8_t *ys, int nex, i
         }
         ys[i] = (uint8_t)best;
     }
-    tt_idx_set_t set = {xs, ys, (size_t)nex, 2, 3, (size_t)nex};
+    tt_idx_set_t set = {xs, ys, (size_t)nex, 2, 3, (size_t)nex, NULL};
     return set;
 }
 

@@ -87,10 +87,29 @@ static int idx_check(const uint8_t *buf, size_t len, const char *name, uint32_t 
     return TT_OK;
 }
 
-/* The buffer is this call's own until it returns. */
-TT_TSAN_SKIP static void scale_pixels(float *img, const uint8_t *src, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        img[i] = (float)src[i] / 255.0f;
+/* Pixel p as the model sees it, (float)p / 255.0f, folded by the compiler:
+ * a table lookup per input instead of a division. */
+#define PX(p)   ((float)(p) / 255.0f)
+#define PX4(p)  PX(p), PX((p) + 1), PX((p) + 2), PX((p) + 3)
+#define PX16(p) PX4(p), PX4((p) + 4), PX4((p) + 8), PX4((p) + 12)
+#define PX64(p) PX16(p), PX16((p) + 16), PX16((p) + 32), PX16((p) + 48)
+static const float PIXEL[256] = {PX64(0), PX64(64), PX64(128), PX64(192)};
+
+/* Runs every step on a whole batch: out is the caller's own buffer and the
+ * set is read-only once loaded, so TSan has nothing to find here. */
+TT_TSAN_SKIP void tt_idx_rows(const tt_idx_set_t *set, size_t first, size_t n, float *out) {
+    size_t d = (size_t)set->rows * set->cols;
+    if (set->pixels == NULL) {
+        memcpy(out, set->images + first * d, n * d * sizeof(float));
+        return;
+    }
+    const uint8_t *p = set->pixels + first * d;
+    for (size_t i = 0; i < n * d; i++)
+        out[i] = PIXEL[p[i]];
+}
+
+void tt_idx_row(const tt_idx_set_t *set, size_t id, float *out) {
+    tt_idx_rows(set, id, 1, out);
 }
 
 int tt_idx_decode_images(const uint8_t *buf, size_t len, const char *name, size_t keep,
@@ -105,11 +124,11 @@ int tt_idx_decode_images(const uint8_t *buf, size_t len, const char *name, size_
                         h.dims[1], h.dims[2], IDX_IMAGE_SIDE, IDX_IMAGE_SIDE);
     size_t count = keep != 0 && keep < h.dims[0] ? keep : h.dims[0];
     size_t n = count * h.dims[1] * h.dims[2];
-    float *img = malloc(n * sizeof(float));
-    if (img == NULL)
+    uint8_t *px = malloc(n);
+    if (px == NULL)
         return idx_fail(TT_ENOMEM, err, errlen, "%s: out of memory", name);
-    scale_pixels(img, buf + h.header_len, n);
-    set->images = img;
+    memcpy(px, buf + h.header_len, n);
+    set->pixels = px;
     set->count = count;
     set->in_file = h.dims[0];
     set->rows = h.dims[1];
@@ -273,6 +292,7 @@ void tt_idx_free(tt_idx_set_t *set) {
     if (set == NULL)
         return;
     free(set->images);
+    free(set->pixels);
     free(set->labels);
     memset(set, 0, sizeof(*set));
 }

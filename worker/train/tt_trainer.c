@@ -173,8 +173,7 @@ static void trainer_gather(tt_trainer_t *t, tt_range_t r) {
     size_t k = 0;
     for (uint64_t pos = r.begin; pos < r.end; pos++, k++) {
         uint32_t id = tt_sampler_index(t->sampler, pos);
-        memcpy(t->xbuf + k * t->in_dim, t->train->images + (size_t)id * t->in_dim,
-               t->in_dim * sizeof(float));
+        tt_idx_row(t->train, id, t->xbuf + k * t->in_dim);
         t->ybuf[k] = t->train->labels[id];
     }
 }
@@ -302,16 +301,18 @@ int tt_trainer_evaluate(tt_trainer_t *t, double *loss, double *accuracy) {
     size_t lo = n * (size_t)rank / (size_t)world;
     size_t hi = n * (size_t)(rank + 1) / (size_t)world;
     double v[3] = {0.0, 0.0, (double)(hi - lo)};
-    size_t correct = 0;
-    if (hi > lo) {
-        const float *x = t->test->images + lo * t->in_dim;
-        rc = t->dev != NULL
-                 ? tt_train_dev_evaluate(t->dev, x, t->test->labels + lo, hi - lo, &v[0], &correct)
-                 : tt_mlp_evaluate(t->mlp, x, t->test->labels + lo, hi - lo, &v[0], &correct);
+    for (size_t r = lo; r < hi; r += t->micro) {
+        size_t rows = hi - r < t->micro ? hi - r : t->micro, correct = 0;
+        double ls = 0.0;
+        tt_idx_rows(t->test, r, rows, t->xbuf);
+        const uint8_t *y = t->test->labels + r;
+        rc = t->dev != NULL ? tt_train_dev_evaluate(t->dev, t->xbuf, y, rows, &ls, &correct)
+                            : tt_mlp_evaluate(t->mlp, t->xbuf, y, rows, &ls, &correct);
         if (rc < 0)
             return rc;
+        v[0] += ls;
+        v[1] += (double)correct;
     }
-    v[1] = (double)correct;
     if ((rc = t->coll.reduce_sum(t->coll.ctx, v, 3)) < 0)
         return rc;
     *loss = v[2] > 0 ? v[0] / v[2] : 0.0;
