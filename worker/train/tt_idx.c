@@ -9,10 +9,12 @@
 #include "tt_tsan.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #define IDX_TYPE_UBYTE 0x08
@@ -221,9 +223,10 @@ static int gz_slurp(gzFile gz, const char *path, size_t hint, uint8_t **buf, siz
  * (which a sanitizer build pays for dearly in every process). Only a hint:
  * a wrong one (not gzip, multiple members, a damaged trailer) costs a grow
  * or some memory, never a wrong result; capped at 1 GiB. */
-static size_t size_hint(FILE *f) {
+static size_t size_hint(int fd) {
     uint8_t t[4];
-    if (fseek(f, -4, SEEK_END) != 0 || fread(t, 1, 4, f) != 4)
+    off_t end = lseek(fd, 0, SEEK_END);
+    if (end < 4 || pread(fd, t, 4, end - 4) != 4 || lseek(fd, 0, SEEK_SET) != 0)
         return 1 << 20;
     size_t isize = (size_t)t[0] | (size_t)t[1] << 8 | (size_t)t[2] << 16 | (size_t)t[3] << 24;
     if (isize < (1u << 20) || isize >= (1u << 30))
@@ -234,17 +237,18 @@ static size_t size_hint(FILE *f) {
 int tt_idx_read_gz(const char *path, uint8_t **buf, size_t *len, char *err, size_t errlen) {
     *buf = NULL;
     *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
         int e = errno;
         return idx_fail(e == ENOENT ? TT_ENOTFOUND : TT_EIO, err, errlen, "%s: cannot open: %s",
                         path, strerror(e));
     }
-    size_t hint = size_hint(f);
-    fclose(f);
-    gzFile gz = gzopen(path, "rb");
-    if (gz == NULL)
-        return idx_fail(TT_EIO, err, errlen, "%s: gzopen failed", path);
+    size_t hint = size_hint(fd);
+    gzFile gz = gzdopen(fd, "rb"); /* owns fd from here, also on failure to read */
+    if (gz == NULL) {
+        close(fd);
+        return idx_fail(TT_EIO, err, errlen, "%s: gzdopen failed", path);
+    }
     gzbuffer(gz, 1 << 18);
     int rc = gz_slurp(gz, path, hint, buf, len, err, errlen);
     gzclose(gz);
