@@ -114,8 +114,19 @@ void tt_idx_row(const tt_idx_set_t *set, size_t id, float *out) {
     tt_idx_rows(set, id, 1, out);
 }
 
-int tt_idx_decode_images(const uint8_t *buf, size_t len, const char *name, size_t keep,
-                         tt_idx_set_t *set, char *err, size_t errlen) {
+/* p cut down to n bytes; p itself when realloc cannot. */
+static uint8_t *shrink(uint8_t *p, size_t n) {
+    uint8_t *fit = realloc(p, n);
+    if (fit == NULL)
+        return p;
+    return fit;
+}
+
+/* The decoder; with `own` (buf itself, which the caller hands over) the
+ * pixels are moved to its start and it becomes set->pixels, so the loader
+ * holds one copy of the images, not two, at its peak. */
+static int decode_images(const uint8_t *buf, size_t len, const char *name, size_t keep,
+                         tt_idx_set_t *set, uint8_t *own, char *err, size_t errlen) {
     tt_idx_header_t h;
     int rc = idx_check(buf, len, name, TT_IDX_MAGIC_IMAGES, &h, err, errlen);
     if (rc < 0)
@@ -126,16 +137,21 @@ int tt_idx_decode_images(const uint8_t *buf, size_t len, const char *name, size_
                         h.dims[1], h.dims[2], IDX_IMAGE_SIDE, IDX_IMAGE_SIDE);
     size_t count = keep != 0 && keep < h.dims[0] ? keep : h.dims[0];
     size_t n = count * h.dims[1] * h.dims[2];
-    uint8_t *px = malloc(n);
+    uint8_t *px = own != NULL ? own : malloc(n);
     if (px == NULL)
         return idx_fail(TT_ENOMEM, err, errlen, "%s: out of memory", name);
-    memcpy(px, buf + h.header_len, n);
-    set->pixels = px;
+    memmove(px, buf + h.header_len, n);
+    set->pixels = own != NULL ? shrink(own, n) : px;
     set->count = count;
     set->in_file = h.dims[0];
     set->rows = h.dims[1];
     set->cols = h.dims[2];
     return TT_OK;
+}
+
+int tt_idx_decode_images(const uint8_t *buf, size_t len, const char *name, size_t keep,
+                         tt_idx_set_t *set, char *err, size_t errlen) {
+    return decode_images(buf, len, name, keep, set, NULL, err, errlen);
 }
 
 int tt_idx_decode_labels(const uint8_t *buf, size_t len, const char *name, tt_idx_set_t *set,
@@ -267,9 +283,13 @@ static int idx_load_one(const char *dir, const char *prefix, int images, size_t 
     uint8_t *buf = NULL;
     size_t len = 0;
     int rc = tt_idx_read_gz(path, &buf, &len, err, errlen);
-    if (rc == TT_OK)
-        rc = images ? tt_idx_decode_images(buf, len, path, keep, set, err, errlen)
-                    : tt_idx_decode_labels(buf, len, path, set, err, errlen);
+    if (rc == TT_OK && images) {
+        rc = decode_images(buf, len, path, keep, set, buf, err, errlen);
+        if (rc == TT_OK)
+            return TT_OK; /* buf is set->pixels now */
+    } else if (rc == TT_OK) {
+        rc = tt_idx_decode_labels(buf, len, path, set, err, errlen);
+    }
     free(buf);
     return rc;
 }
