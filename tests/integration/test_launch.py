@@ -310,17 +310,26 @@ def test_workers_bound_to_cpus(h):
     if len(mine) < 2:
         print("  SKIP: one CPU allowed here, binding changes nothing")
         return
-    prog = wrapper(h, 'grep Cpus_allowed_list /proc/self/status')
+    prog = wrapper(h, 'grep Cpus_allowed_list /proc/self/status\n'
+                      'echo "omp=${OMP_NUM_THREADS:-unset}"')
     cases = (("cores", 1), ("cores", 2), ("cores", 2 * len(mine) + 1), ("none", 2))
     for bind, nworkers in cases:
-        p = launch(h, ["--workers", str(nworkers), "--bind", bind], [prog], name=f"bind-{bind}")
+        p = launch(h, ["--workers", str(nworkers), "--bind", bind], [prog], name=f"bind-{bind}",
+                   env={"OMP_NUM_THREADS": None})
         assert p.wait(60) == 0, err_lines(p)[-10:]
-        got = {}
+        got, omp = {}, {}
         for l in p.lines():
             m = re.match(r"^\[worker (\d+)\] Cpus_allowed_list:\s*(\S+)$", l)
             if m:
                 got[int(m.group(1))] = cpu_list(m.group(2))
+            m = re.match(r"^\[worker (\d+)\] omp=(\S+)$", l)
+            if m:
+                omp[int(m.group(1))] = m.group(2)
         assert sorted(got) == list(range(nworkers)), p.lines()
+        # OMP_NUM_THREADS, as torchrun sets it: the worker's share when
+        # bound, 1 for several unbound workers
+        want = {i: str(len(c)) if bind == "cores" else "1" for i, c in got.items()}
+        assert omp == want, (omp, want)
         if bind == "none":
             assert all(c == mine for c in got.values()), got
             continue
@@ -335,6 +344,11 @@ def test_workers_bound_to_cpus(h):
             assert order == sorted(order), order
         started = [l for l in err_lines(p) if l.startswith("[launch] started worker")]
         assert all(", CPUs " in l for l in started), started
+    # a value the operator set is theirs
+    p = launch(h, ["--workers", "2"], [prog], name="omp-set", env={"OMP_NUM_THREADS": "3"})
+    assert p.wait(60) == 0, err_lines(p)[-10:]
+    assert sorted(l for l in p.lines() if "omp=" in l) == \
+        ["[worker 0] omp=3", "[worker 1] omp=3"], p.lines()
 
 
 def test_bad_program_and_dying_coordinator(h):

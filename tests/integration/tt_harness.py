@@ -117,6 +117,7 @@ class Proc:
         self.out_path = os.path.join(h.dir, name + ".out")
         full_env = dict(os.environ)
         full_env.update(env or {})
+        full_env = {k: v for k, v in full_env.items() if v is not None}  # None: unset
         self.log = open(self.log_path, "ab")
         self.out = open(self.out_path, "ab")
         self.p = subprocess.Popen(argv, stdout=self.out, stderr=self.log, env=full_env,

@@ -318,6 +318,16 @@ static void launch_free_port_claims_are_exclusive(void) {
     tt_launch_release_port(port[0], -1); /* nothing held: nothing done */
 }
 
+/* torchrun's rule: a worker's share when bound, 1 when several workers
+ * share the host unbound, nothing for a lone unbound worker. */
+static void launch_omp_threads_follow_the_share(void) {
+    CU_ASSERT_EQUAL(tt_launch_omp_threads(2, 2), 2);
+    CU_ASSERT_EQUAL(tt_launch_omp_threads(1, 4), 1);
+    CU_ASSERT_EQUAL(tt_launch_omp_threads(8, 1), 8);
+    CU_ASSERT_EQUAL(tt_launch_omp_threads(0, 2), 1);
+    CU_ASSERT_EQUAL(tt_launch_omp_threads(0, 1), 0);
+}
+
 static void launch_cpu_share_blocks(void) {
     const int two[] = {0, 1}, mask[] = {2, 3, 6, 7}; /* a cpuset of 4 CPUs */
     int out[8];
@@ -383,6 +393,7 @@ static const tt_cunit_test_t tests[] = {
     {"launch_dirname_cases", launch_dirname_cases},
     {"launch_free_port_is_bindable", launch_free_port_is_bindable},
     {"launch_cpu_share_blocks", launch_cpu_share_blocks},
+    {"launch_omp_threads_follow_the_share", launch_omp_threads_follow_the_share},
     {NULL, NULL},
 };
 

@@ -49,6 +49,7 @@ typedef struct child {
     uv_timer_t restart_timer;
     char state_dir[PATH_MAX];
     char cpus[1024]; /* workers: "0-3" when bound, else "" */
+    int ncpus;       /* workers: how many CPUs cpus names; 0 when unbound */
 } child_t;
 
 struct app {
@@ -127,7 +128,7 @@ static void start_probe(app_t *a, int target);
 
 static int worker_env(child_t *c, char ***env) {
     const tt_launch_cfg_t *cfg = c->app->cfg;
-    char s[10][TT_CFG_STR_MAX + 64];
+    char s[11][TT_CFG_STR_MAX + 64];
     int64_t minw = cfg->min_workers > 0 ? cfg->min_workers : cfg->workers;
     snprintf(s[0], sizeof(s[0]), "TETHER_COORDINATOR=%s", c->app->coord_endpoint);
     snprintf(s[1], sizeof(s[1]), "TETHER_JOB=%s", cfg->job);
@@ -141,11 +142,17 @@ static int worker_env(child_t *c, char ***env) {
     /* A shard accepting TCP is not yet registered with the coordinator:
      * without this a job could be placed on the shards that were first. */
     snprintf(s[9], sizeof(s[9]), "TETHER_MIN_SHARDS=%lld", (long long)cfg->shards);
-    const char *sets[11] = {APP_UNSET};
+    const char *sets[12] = {APP_UNSET};
     for (int i = 0; i < 10; i++)
         sets[i + 1] = s[i];
+    size_t n = 11;
+    int omp = tt_launch_omp_threads(c->ncpus, (int)cfg->workers);
+    if (getenv("OMP_NUM_THREADS") == NULL && omp > 0) {
+        snprintf(s[10], sizeof(s[10]), "OMP_NUM_THREADS=%d", omp);
+        sets[n++] = s[10];
+    }
     extern char **environ;
-    return tt_launch_env_build(env, environ, sets, 11);
+    return tt_launch_env_build(env, environ, sets, n);
 }
 
 /* Fills argv (pointers into bufs) for a daemon; NULL-terminated. The
@@ -469,15 +476,18 @@ static int load_allowed_cpus(app_t *a) {
  * none, or a single CPU, where binding changes nothing). */
 static int bind_worker(app_t *a, child_t *c) {
     c->cpus[0] = '\0';
+    c->ncpus = 0;
     if (a->ncpus < 2)
         return TT_OK;
     int *mine = calloc((size_t)a->ncpus, sizeof(int));
     if (mine == NULL)
         return TT_ENOMEM;
     int k = tt_launch_cpu_share(a->cpus, a->ncpus, c->index, (int)a->cfg->workers, mine);
+    c->ncpus = k;
     if (tt_launch_cpus_format(c->cpus, sizeof(c->cpus), mine, k) >= sizeof(c->cpus)) {
         say("%s: its CPU list is too long to pass on; not binding it", c->label);
         c->cpus[0] = '\0';
+        c->ncpus = 0;
     }
     free(mine);
     return TT_OK;

@@ -111,6 +111,12 @@ int tt_launch_cpu_share(const int *allowed, int nallowed, int index, int workers
     return n;
 }
 
+int tt_launch_omp_threads(int bound_cpus, int workers) {
+    if (bound_cpus > 0)
+        return bound_cpus;
+    return workers > 1 ? 1 : 0;
+}
+
 size_t tt_launch_cpus_format(char *buf, size_t n, const int *cpus, int ncpus) {
     size_t used = 0;
     if (n > 0)

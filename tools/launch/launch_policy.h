@@ -88,6 +88,14 @@ int64_t tt_launch_backoff_died(tt_launch_backoff_t *b, int64_t now_ms);
  * nallowed) and returns how many (>= 1), or 0 when nothing is allowed. */
 int tt_launch_cpu_share(const int *allowed, int nallowed, int index, int workers, int *out);
 
+/* The OMP_NUM_THREADS a worker gets when its environment has none, as
+ * torchrun does: its CPU share when bound (bound_cpus > 0), else 1 when
+ * several workers share the host, else 0 (leave it unset). Without it an
+ * OpenMP or BLAS library sizes its pool by the whole host in every worker
+ * (W times the CPUs there are); OpenBLAS reads the variable too, so a
+ * tether-train worker also starts no BLAS thread it would not use. */
+int tt_launch_omp_threads(int bound_cpus, int workers);
+
 /* The CPU list in the kernel's notation ("0-3,8,10-11": ascending runs
  * become ranges) into buf. Returns the length it needs (snprintf-like):
  * >= n means it did not fit and buf holds a cut list that must not be
