@@ -123,12 +123,27 @@ static int failed(tt_train_tether_t *tt, const char *what, int rc) {
     return rc;
 }
 
+/* A regroup acknowledged by tether_step_done and not yet taken by
+ * tt_train_ft: libtether would run the next collective in the new
+ * generation, where the others begin with the state agreement. So what
+ * can start a collective outside a step - a membership call, a metric
+ * all-reduce - stops here instead (a step's own calls follow its
+ * membership call). The checkpoint hook runs after a step and its
+ * failure is not the step's, so the acknowledgement it received must
+ * still stop the epoch's metric all-reduce that follows: that was a
+ * desync, "rank 0 sent allreduce #1 (int64 x 7, max) but rank 1 expected
+ * allreduce #1 (float64 x 2)". */
+static int held(const tt_train_tether_t *tt) {
+    if (!tt->regrouped)
+        return 0;
+    TT_DEBUG("train", "generation %" PRIu64 " acknowledged: no collective before the agreement",
+             tether_generation(tt->t));
+    return 1;
+}
+
 static int coll_membership(void *ctx, int *rank, int *world, uint64_t *generation) {
     tt_train_tether_t *tt = ctx;
-    /* Until tt_train_ft takes it: any caller (the checkpoint hook runs
-     * before the next step does) must not carry on into the new
-     * generation's collectives while the others agree on the state. */
-    if (tt->regrouped)
+    if (held(tt))
         return TT_EMEMBERSHIP;
     if (tt->steps_done > tt->steps_reported) {
         int rc = tether_step_done(tt->t, tt->steps_done - 1);
@@ -195,6 +210,8 @@ static int coll_set_lr(void *ctx, float lr) {
 
 static int coll_reduce_sum(void *ctx, double *vals, size_t n) {
     tt_train_tether_t *tt = ctx;
+    if (held(tt))
+        return TT_EMEMBERSHIP;
     int rc = tether_allreduce(tt->t, vals, n, TETHER_FLOAT64, TETHER_SUM);
     return rc == TETHER_OK ? TT_OK : failed(tt, "metric all-reduce", rc);
 }
