@@ -24,7 +24,7 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_failover as tf  # noqa: E402
-from tt_harness import Harness, binary, free_port, read_params, rel_diff  # noqa: E402
+from tt_harness import Harness, read_params, rel_diff  # noqa: E402
 
 SHARDS = ["--update", "shards"]
 BACKENDS = [("ring", []), ("ps", []), ("ps", SHARDS)]
@@ -75,14 +75,7 @@ def restart_cases():
 
 def drain(h, backend, extra, who, at):
     seed, spe, epochs = 3, tf.STEPS_PER_EPOCH, tf.EPOCHS
-    port = free_port()
-    coord = f"tcp://127.0.0.1:{port}"
-    out = os.path.join(h.dir, "drain.bin")
-    argv = [binary("tether-launch"), "--workers", "3", "--shards", "2", "--min-workers", "2",
-            "--max-restarts", "2", "--coordinator-port", str(port), "--", "tether-train",
-            "--data", tf.DATA, "--backend", backend, *tf.train_args(seed, spe, epochs),
-            "--dump-params", out, "--pace-ms", "100", *extra]
-    p = h.spawn("drain", argv, env=tf.FAST)
+    p, coord, out, _ = tf.start_drain_job(h, seed, spe, epochs, backend, shards=2, extra=extra)
     p.wait_line(lambda l: tf.global_step(l) >= at, 90, f"step {at}", stream="log")
     rc, text, err = h.ctl(coord, "drain", "launch", who, "--wait", "--timeout-ms", "20000",
                           check=False)

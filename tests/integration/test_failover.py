@@ -399,6 +399,22 @@ def test_members_show_the_straggler(h):
         w.kill9()
 
 
+def start_drain_job(h, seed, spe, epochs, backend="ring", shards=0, extra=()):
+    """Three workers under tether-launch on a known coordinator port (so
+    tetherctl can drain one), paced so a drain lands between steps.
+    Returns the launcher, the coordinator endpoint, and the parameter and
+    metrics files it will write."""
+    port = free_port()
+    coord = f"tcp://127.0.0.1:{port}"
+    out = os.path.join(h.dir, "drain.bin")
+    metrics = os.path.join(h.dir, "drain.json")
+    argv = [binary("tether-launch"), "--workers", "3", "--shards", str(shards), "--min-workers",
+            "2", "--max-restarts", "2", "--coordinator-port", str(port), "--", "tether-train",
+            "--data", DATA, "--backend", backend, *train_args(seed, spe, epochs),
+            "--dump-params", out, "--metrics-json", metrics, "--pace-ms", "100", *extra]
+    return h.spawn("drain", argv, env=FAST), coord, out, metrics
+
+
 def test_drain_at_a_step_boundary(h):
     """`tetherctl drain JOB WORKER --wait` while three workers train: the
     worker leaves at the next step boundary every member reaches (no step
@@ -409,15 +425,7 @@ def test_drain_at_a_step_boundary(h):
     accounting. Then a drain that would leave the job below min_workers is
     refused with the reason."""
     seed, spe, epochs = 3, STEPS_PER_EPOCH, EPOCHS
-    port = free_port()
-    coord = f"tcp://127.0.0.1:{port}"
-    out = os.path.join(h.dir, "drain.bin")
-    metrics = os.path.join(h.dir, "drain.json")
-    argv = [binary("tether-launch"), "--workers", "3", "--shards", "0", "--min-workers", "2",
-            "--max-restarts", "2", "--coordinator-port", str(port), "--", "tether-train",
-            "--data", DATA, "--backend", "ring", *train_args(seed, spe, epochs),
-            "--dump-params", out, "--metrics-json", metrics, "--pace-ms", "100"]
-    p = h.spawn("drain", argv, env=FAST)
+    p, coord, out, metrics = start_drain_job(h, seed, spe, epochs)
     p.wait_line(lambda l: global_step(l) >= 6, 90, "step 6", stream="log")
     t0 = time.monotonic()
     rc, text, err = h.ctl(coord, "drain", "launch", "worker-1", "--wait", "--timeout-ms",
