@@ -113,7 +113,7 @@ static void idx_loads_valid_files(void) {
     for (size_t i = 0; i < 2 * PIX; i++)
         exact &= row[i] == (float)img[16 + i] / 255.0f;
     CU_ASSERT(exact);
-    tt_idx_row(&s, 1, row);
+    tt_idx_rows(&s, 1, 1, row);
     CU_ASSERT_EQUAL(row[1], (float)((PIX + 1) % 256) / 255.0f);
     CU_ASSERT(s.labels[2] == 2);
     tt_idx_free(&s);
@@ -133,7 +133,7 @@ static void idx_keeps_the_first_examples(void) {
     CU_ASSERT_EQUAL_FATAL(tt_idx_load(dir, "x", 2, &s, err, sizeof(err)), TT_OK);
     CU_ASSERT(s.count == 2 && s.in_file == NIMG && s.rows == 28 && s.cols == 28);
     float row[PIX];
-    tt_idx_row(&s, 1, row);
+    tt_idx_rows(&s, 1, 1, row);
     CU_ASSERT_EQUAL(row[1], (float)((PIX + 1) % 256) / 255.0f);
     CU_ASSERT(s.labels[0] == 0 && s.labels[1] == 1);
     tt_idx_free(&s);

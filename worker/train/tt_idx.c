@@ -110,10 +110,6 @@ TT_TSAN_SKIP void tt_idx_rows(const tt_idx_set_t *set, size_t first, size_t n, f
         out[i] = PIXEL[p[i]];
 }
 
-void tt_idx_row(const tt_idx_set_t *set, size_t id, float *out) {
-    tt_idx_rows(set, id, 1, out);
-}
-
 /* p cut down to n bytes; p itself when realloc cannot. */
 static uint8_t *shrink(uint8_t *p, size_t n) {
     uint8_t *fit = realloc(p, n);

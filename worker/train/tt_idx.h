@@ -56,9 +56,6 @@ typedef struct {
  * a pixel p is (float)p / 255.0f, so every run sees the same inputs. */
 void tt_idx_rows(const tt_idx_set_t *set, size_t first, size_t n, float *out);
 
-/* Example `id` as one float32 row into out (rows * cols). */
-void tt_idx_row(const tt_idx_set_t *set, size_t id, float *out);
-
 /* Decodes a complete images file buffer into set->pixels/count/rows/cols
  * (allocates set->pixels), keeping the first `keep` images (0 = all; the
  * whole buffer is checked either way) and the file's count in

@@ -173,7 +173,7 @@ static void trainer_gather(tt_trainer_t *t, tt_range_t r) {
     size_t k = 0;
     for (uint64_t pos = r.begin; pos < r.end; pos++, k++) {
         uint32_t id = tt_sampler_index(t->sampler, pos);
-        tt_idx_row(t->train, id, t->xbuf + k * t->in_dim);
+        tt_idx_rows(t->train, id, 1, t->xbuf + k * t->in_dim);
         t->ybuf[k] = t->train->labels[id];
     }
 }
