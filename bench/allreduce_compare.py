@@ -23,7 +23,11 @@ Usage:
                              [--worlds 2 4] [--min-bytes 1048576]
                              [--max-bytes 67108864] [--iters-pct 100]
                              [--torch-python /usr/bin/python3]
-                             [--bench-args '-t 2']
+                             [--bench-args '-t 2'] [--tcp-too]
+
+The ranks share this host, so tether's ring puts its payloads in shared
+memory (docs/collectives.md); --tcp-too also runs every build with -T 1
+(payloads over loopback TCP, as between hosts), named "<name>-tcp".
 """
 import argparse
 import os
@@ -129,9 +133,10 @@ def one_round(a, sizes, iters, rnd, results):
     me = os.path.abspath(__file__)
     for w in a.worlds:
         cmds = []
-        for name, path in zip(names(a), a.bench):
+        for name, path, extra in variants(a):
             cmds.append((name, [path, "-q", "1", "-w", str(w), "-m", str(a.min_bytes), "-s",
-                                str(a.max_bytes), "-i", str(a.iters_pct)] + a.bench_args.split()))
+                                str(a.max_bytes), "-i", str(a.iters_pct)] + a.bench_args.split()
+                         + extra))
         cmds.append(("gloo", [a.torch_python, me, "--gloo-world", str(w), "--sizes",
                               ",".join(map(str, sizes)), "--iters", ",".join(map(str, iters))]))
         for name, cmd in cmds:
@@ -143,9 +148,20 @@ def one_round(a, sizes, iters, rnd, results):
                 results.setdefault(key, []).append(bus)
 
 
+def variants(a):
+    """(name, path, extra args): tether for the first --bench, tether2,
+    tether3, ... for the others; with --tcp-too each also as <name>-tcp."""
+    out = []
+    for i, path in enumerate(a.bench):
+        name = "tether" if i == 0 else f"tether{i + 1}"
+        out.append((name, path, []))
+        if a.tcp_too:
+            out.append((name + "-tcp", path, ["-T", "1"]))
+    return out
+
+
 def names(a):
-    """tether for the first --bench, tether2, tether3, ... for the others."""
-    return ["tether" if i == 0 else f"tether{i + 1}" for i in range(len(a.bench))]
+    return [v[0] for v in variants(a)]
 
 
 def rng(v):
@@ -155,8 +171,8 @@ def rng(v):
 def print_table(a, sizes, results):
     print(f"\n# busbw GB/s (GB = 1e9 B), median over {a.reps} rounds [min-max];"
           f" ratio = tether median / gloo median, min-max of the per-round ratios")
-    for name, path in zip(names(a), a.bench):
-        print(f"# {name} = {path}")
+    for name, path, extra in variants(a):
+        print(f"# {name} = {path} {' '.join(extra)}")
     head = f"{'W':>2} {'size':>6} {'gloo busbw':>20}"
     for name in names(a):
         head += f" {name + ' busbw':>20} {'ratio':>7} {'min-max':>10}"
@@ -185,6 +201,8 @@ def main():
     ap.add_argument("--iters-pct", type=int, default=100)
     ap.add_argument("--torch-python", default="/usr/bin/python3")
     ap.add_argument("--bench-args", default="", help="extra bench_allreduce flags, e.g. '-t 2'")
+    ap.add_argument("--tcp-too", action="store_true",
+                    help="also run each build with -T 1 (payloads over TCP)")
     ap.add_argument("--gloo-world", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--sizes", help=argparse.SUPPRESS)
     ap.add_argument("--iters", help=argparse.SUPPRESS)
@@ -198,7 +216,8 @@ def main():
     pick = [i for i, s in enumerate(SIZES) if a.min_bytes <= s <= a.max_bytes]
     sizes = [SIZES[i] for i in pick]
     iters = [max(3, ITERS[i] * a.iters_pct // 100) for i in pick]
-    print(f"# tether ring vs torch.distributed gloo, float32 SUM in place, loopback TCP;"
+    print(f"# tether ring vs torch.distributed gloo, float32 SUM in place, one host"
+          f" (gloo: loopback TCP);"
           f" nproc={os.cpu_count()}; {a.reps} rounds of {a.worlds} x (tether, gloo);"
           f" bench args: {a.bench_args or '-'}")
     results = {}

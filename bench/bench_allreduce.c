@@ -11,9 +11,12 @@
  * interleaved with torch.distributed/gloo runs of the same method.
  * -z: instead of the ring, a raw ZeroMQ PUSH/PULL stream next to a raw TCP
  * stream of the same bytes, to tell the transport's limit from the ring's.
+ * The ranks share this host, so the ring's payloads go through shared
+ * memory (docs/collectives.md); -T 1 keeps them on TCP, as the ring runs
+ * between hosts.
  * Usage: bench_allreduce [-w 2,4] [-s maxbytes] [-m minbytes]
  *                        [-i iter_scale_percent] [-g segment_bytes]
- *                        [-t io_threads] [-q 1] [-z 1] */
+ *                        [-t io_threads] [-T 1] [-q 1] [-z 1] */
 #include "tt_clock.h"
 #include "tt_log.h"
 #include "tt_ring.h"
@@ -35,7 +38,7 @@ static const int iters[] = {200, 200, 50, 20, 10};
 #define NSIZES 5
 
 typedef struct cfg {
-    int worlds[4], nworlds, iter_pct, io_threads, quiet, raw;
+    int worlds[4], nworlds, iter_pct, io_threads, quiet, raw, tcp_only;
     size_t min_bytes, max_bytes, seg_bytes;
     double tcp_gbs;
 } cfg_t;
@@ -169,7 +172,8 @@ static int rank_main(int rank, int w, const char *const *eps, const cfg_t *c) {
                         .generation = 1,
                         .endpoints = eps,
                         .segment_bytes = c->seg_bytes,
-                        .io_threads = c->io_threads};
+                        .io_threads = c->io_threads,
+                        .tcp_only = c->tcp_only};
     tt_ring_t *r = NULL;
     char err[256] = "";
     if (tt_ring_create(&r, &o, err, sizeof(err)) != 0) {
@@ -296,6 +300,8 @@ static void parse(int argc, char **argv, cfg_t *c) {
             c->quiet = atoi(argv[i + 1]);
         } else if (!strcmp(argv[i], "-z")) {
             c->raw = atoi(argv[i + 1]);
+        } else if (!strcmp(argv[i], "-T")) {
+            c->tcp_only = atoi(argv[i + 1]);
         }
     }
 }
@@ -314,8 +320,9 @@ int main(int argc, char **argv) {
         return bad ? 1 : 0;
     }
     c.tcp_gbs = tcp_bandwidth();
-    printf("# tether ring all-reduce, float32 sum, in place; loopback TCP stream %.2f GB/s\n",
-           c.tcp_gbs);
+    printf("# tether ring all-reduce, float32 sum, in place, payloads %s; loopback TCP stream "
+           "%.2f GB/s\n",
+           c.tcp_only ? "over TCP (-T 1)" : "through shared memory", c.tcp_gbs);
     printf("# time = median over iterations of max over ranks; GB = 1e9 B\n");
     printf("%2s %10s %12s %8s %8s %12s %8s   %s\n", "W", "bytes", "time(us)", "algbw", "busbw",
            "ideal(us)", "ideal%", "gloo-busbw  ratio");

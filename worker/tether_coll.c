@@ -99,6 +99,7 @@ static void to_comm(const tether_coll_opts_t *o, tt_comm_opts_t *c) {
                                      .eps = o->optimizer.eps,
                                      .weight_decay = o->optimizer.weight_decay};
     snprintf(c->bind_endpoint, sizeof(c->bind_endpoint), "%s", o->ring_bind);
+    c->ring_tcp_only = !o->ring_shm;
 }
 
 static void from_comm(const tt_comm_opts_t *c, tether_coll_opts_t *o) {
@@ -121,6 +122,7 @@ static void from_comm(const tt_comm_opts_t *c, tether_coll_opts_t *o) {
                                         .beta2 = c->adamw.beta2,
                                         .eps = c->adamw.eps};
     snprintf(o->ring_bind, sizeof(o->ring_bind), "%s", c->bind_endpoint);
+    o->ring_shm = !c->ring_tcp_only;
 }
 
 TETHER_API void tether_coll_opts_default(tether_coll_opts_t *o) {

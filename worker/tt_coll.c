@@ -57,7 +57,8 @@ static int ring_open(void **inst, const tt_coll_cfg_t *cfg, void (*idle)(void *)
                         .flight_capacity = cfg->flight_capacity,
                         .idle = idle,
                         .idle_ctx = idle_ctx,
-                        .job_tag = tt_collseq_job_tag(cfg->job_id) ^ cfg->job_nonce};
+                        .job_tag = tt_collseq_job_tag(cfg->job_id) ^ cfg->job_nonce,
+                        .tcp_only = cfg->ring_tcp_only};
     int rc = tt_ring_create(&ri->ring, &o, err, errlen);
     if (rc != TT_OK) {
         free(ri);

@@ -46,6 +46,7 @@ typedef struct tt_coll_cfg {
      * right neighbour's. May be NULL when world == 1. */
     const char *const *endpoints;
     const char *bind_endpoint; /* NULL: endpoints[rank] */
+    int ring_tcp_only;         /* tt_ring_opts_t.tcp_only */
     int deadline_ms;           /* per collective; 0: backend default */
     size_t segment_bytes;      /* ring pipelining unit; 0: default */
     size_t flight_capacity;    /* backend's own recorder; 0: default */

@@ -280,7 +280,8 @@ static int relay_id(const tt_coll_cfg_t *cfg, ncclUniqueId *id, char *err, size_
                         .endpoints = cfg->endpoints,
                         .bind_endpoint = cfg->bind_endpoint,
                         .deadline_ms = cfg->deadline_ms,
-                        .job_tag = tt_collseq_job_tag(cfg->job_id) ^ cfg->job_nonce};
+                        .job_tag = tt_collseq_job_tag(cfg->job_id) ^ cfg->job_nonce,
+                        .tcp_only = 1}; /* 136 bytes, once */
     tt_ring_t *ring = NULL;
     int rc = tt_ring_create(&ring, &o, err, errlen);
     if (rc == TT_OK && (rc = tt_ring_broadcast(ring, msg, ID_WORDS + 1, TT_DT_INT64, 0)) != TT_OK)

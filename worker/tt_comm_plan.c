@@ -54,6 +54,7 @@ static const num_var_t num_vars[] = {
     {"TETHER_AUDIT_EVERY", 0, UINT32_MAX},
     {"TETHER_MIN_SHARDS", 0, 100000},
     {"TETHER_SHARD_WAIT_MS", 1, 86400000},
+    {"TETHER_RING_SHM", 0, 1},
 };
 
 static void store_num(tt_comm_opts_t *o, size_t i, uint64_t x) {
@@ -67,8 +68,10 @@ static void store_num(tt_comm_opts_t *o, size_t i, uint64_t x) {
         o->audit_every = (uint32_t)x;
     else if (i == 4)
         o->min_shards = (uint32_t)x;
-    else
+    else if (i == 5)
         o->shard_wait_ms = (uint32_t)x;
+    else
+        o->ring_tcp_only = x == 0;
 }
 
 int tt_comm_opts_from_lookup(tt_comm_opts_t *o, tt_comm_lookup_fn lookup, void *ctx, char *err,

@@ -15,10 +15,15 @@
  * bulk path wants neither of, so tt_ring_net.c sets these two up with the
  * same rules (linger, bounded message size).
  *
- * Messages: [56-byte tt_collseq header][payload]. DATA units are buffer
+ * Messages: [64-byte tt_collseq header][payload]. DATA units are buffer
  * segments (large ones zero-copy; a collective returns only once ZeroMQ has
  * released every frame; all-gather and broadcast pass a received frame on
- * before copying it into place). WAIT: sent right while blocked, carrying
+ * before copying it into place). Between ranks of one host the payload of a
+ * DATA unit goes instead into a slot of the sender's shared-memory pool
+ * (tt_shmpool) and the header names the slot (aux): the bytes skip the
+ * kernel's TCP path, while ordering, deadlines, WAIT/ABORT and disconnect
+ * detection stay exactly those of the ZeroMQ messages (see the handshake
+ * for when a ring does this). WAIT: sent right while blocked, carrying
  * the sender's suspect, so a chain of waiting ranks blames the one silent
  * rank, not each its own left neighbour. ABORT: the failure text, forwarded
  * around the ring to its origin, so every rank fails with the original
@@ -46,7 +51,11 @@
 
 #define SUBSYS       "ring"
 #define ZC_MIN_BYTES ((size_t)32 << 10) /* below this a copy is cheaper */
-#define ERRLEN       TT_RING_ERRLEN
+/* DATA units from this size on go through shared memory when the ring has
+ * it: below, the header's own trip dominates and a copy costs nothing. */
+#define SHM_MIN_BYTES ((size_t)4 << 10)
+#define SHM_DESC_SIZE 8 /* the body of a shared-memory unit: its length */
+#define ERRLEN        TT_RING_ERRLEN
 
 /* One collective in progress. */
 typedef struct coll {
@@ -93,9 +102,29 @@ static void fill_hdr(const coll_t *c, tt_collseq_hdr_t *h, int kind, uint32_t un
     h->fp = c->fp;
 }
 
+/* A received message. DATA: its payload is at data/len, in the body frame
+ * or (slot >= 0) in the left neighbour's shared-memory slot, which stays
+ * the left's until rx_done releases it. */
+typedef struct rx {
+    tt_collseq_hdr_t h;
+    zmq_msg_t body;
+    const char *data;
+    size_t len;
+    int slot;
+} rx_t;
+
+static void rx_done(tt_ring_t *r, rx_t *m) {
+    zmq_msg_close(&m->body);
+    if (m->slot >= 0)
+        tt_shmpool_release(r->rx, m->slot);
+    m->slot = -1;
+}
+
 /* Payload: a received frame passed on (shared by reference count, never in
- * the caller's buffer, so untracked), the caller's bytes, or a small copy. */
-static int make_body(tt_ring_t *r, zmq_msg_t *m, const void *data, size_t len, zmq_msg_t *fwd) {
+ * the caller's buffer, so untracked), the caller's bytes, or a copy (small
+ * ones, and `copy` set: bytes that do not outlive this call). */
+static int make_body(tt_ring_t *r, zmq_msg_t *m, const void *data, size_t len, zmq_msg_t *fwd,
+                     int must_copy) {
     if (fwd != NULL) {
         zmq_msg_init(m);
         if (zmq_msg_copy(m, fwd) == 0)
@@ -103,8 +132,9 @@ static int make_body(tt_ring_t *r, zmq_msg_t *m, const void *data, size_t len, z
         zmq_msg_close(m);
         return TT_EUNREACHABLE;
     }
-    void *copy = len >= ZC_MIN_BYTES ? NULL : malloc(len > 0 ? len : 1);
-    if (len < ZC_MIN_BYTES && copy == NULL)
+    int small = len < ZC_MIN_BYTES || must_copy;
+    void *copy = small ? malloc(len > 0 ? len : 1) : NULL;
+    if (small && copy == NULL)
         return TT_ENOMEM;
     if (copy != NULL && len > 0)
         memcpy(copy, data, len);
@@ -116,17 +146,54 @@ static int make_body(tt_ring_t *r, zmq_msg_t *m, const void *data, size_t len, z
     return TT_OK;
 }
 
-/* Header frame then payload frame; neither send can block (no HWM). */
-static int send_frames(tt_ring_t *r, const tt_collseq_hdr_t *h, const void *data, size_t len,
-                       zmq_msg_t *fwd) {
-    uint8_t hb[TT_COLLSEQ_HDR_SIZE];
-    zmq_msg_t m;
+/* Moves a DATA payload into a free slot of our pool; the header then
+ * names the slot (aux) and the body carries the length. 0 when it did,
+ * -1 when the payload goes over TCP (no shared memory, too small or too
+ * large, or every slot still being read: a slow reader costs speed, it
+ * never blocks the sender). */
+static int to_shm(tt_ring_t *r, tt_collseq_hdr_t *h, const void *data, size_t len,
+                  uint8_t desc[SHM_DESC_SIZE]) {
+    if (!r->shm_on || h->kind != TT_COLLSEQ_DATA || len < SHM_MIN_BYTES ||
+        len > tt_shmpool_slot_bytes(r->tx))
+        return -1;
+    int slot = tt_shmpool_acquire(r->tx);
+    if (slot < 0)
+        return -1;
+    memcpy(tt_shmpool_slot(r->tx, slot), data, len);
+    tt_shmpool_publish(r->tx, slot);
+    h->aux = slot;
+    for (int i = 0; i < SHM_DESC_SIZE; i++)
+        desc[i] = (uint8_t)((uint64_t)len >> (8 * i));
+    return 0;
+}
+
+/* Header frame then payload frame; neither send can block (no HWM). The
+ * payload is data/len or a received unit passed on (fwd). */
+static int send_frames(tt_ring_t *r, const tt_collseq_hdr_t *h0, const void *data, size_t len,
+                       rx_t *fwd) {
+    uint8_t hb[TT_COLLSEQ_HDR_SIZE], desc[SHM_DESC_SIZE];
+    tt_collseq_hdr_t h = *h0;
+    zmq_msg_t m, *share = NULL;
+    int must_copy = 0;
     if (r->push == NULL)
         return TT_EUNREACHABLE;
-    tt_collseq_encode(h, hb);
+    if (fwd != NULL) {
+        data = fwd->data;
+        len = fwd->len;
+    }
+    if (to_shm(r, &h, data, len, desc) == 0) {
+        data = desc;
+        len = sizeof(desc);
+        r->shm_units++;
+    } else {
+        share = fwd != NULL && fwd->slot < 0 ? &fwd->body : NULL;
+        must_copy = fwd != NULL && fwd->slot >= 0; /* the slot goes back soon */
+        r->tcp_units += h.kind == TT_COLLSEQ_DATA;
+    }
+    tt_collseq_encode(&h, hb);
     if (zmq_send(r->push, hb, sizeof(hb), ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
         return TT_EUNREACHABLE;
-    int rc = make_body(r, &m, data, len, fwd);
+    int rc = make_body(r, &m, data, len, share, must_copy);
     if (rc != TT_OK)
         return rc;
     if (zmq_msg_send(&m, r->push, ZMQ_DONTWAIT) < 0) {
@@ -223,8 +290,8 @@ static int ring_fail(coll_t *c, int status, int suspect, int origin, const char 
     return status;
 }
 
-/* DATA unit from `data` or, if fwd is set, the received frame *fwd (borrowed). */
-static int send_unit(coll_t *c, uint32_t unit, const void *data, size_t len, zmq_msg_t *fwd) {
+/* DATA unit from `data` or, if fwd is set, the received unit *fwd (borrowed). */
+static int send_unit(coll_t *c, uint32_t unit, const void *data, size_t len, rx_t *fwd) {
     tt_collseq_hdr_t h;
     char text[ERRLEN];
     fill_hdr(c, &h, TT_COLLSEQ_DATA, unit);
@@ -296,11 +363,6 @@ static int wait_input(coll_t *c) {
     return TT_OK;
 }
 
-typedef struct rx {
-    tt_collseq_hdr_t h;
-    zmq_msg_t body;
-} rx_t;
-
 static int fail_proto(coll_t *c, int status, const char *why) {
     char text[ERRLEN];
     snprintf(text, sizeof(text), "rank %d got a malformed ring message from rank %d: %s",
@@ -323,6 +385,7 @@ static int read_msg(coll_t *c, rx_t *m) {
     int rc = tt_collseq_decode(zmq_msg_data(&hm), zmq_msg_size(&hm), &m->h, why, sizeof(why));
     zmq_msg_close(&hm);
     zmq_msg_init(&m->body);
+    m->slot = -1;
     if (more && zmq_msg_recv(&m->body, r->pull, 0) >= 0 && zmq_msg_more(&m->body)) {
         while (zmq_msg_more(&m->body) && zmq_msg_recv(&m->body, r->pull, 0) >= 0)
             ;
@@ -377,6 +440,39 @@ static int take_wait(coll_t *c, rx_t *m) {
     return 0;
 }
 
+/* Where a DATA unit's payload is: the body, or (aux >= 0) the slot of the
+ * left's pool it names, which only the left may send and only once the
+ * handshake has put shared memory on. TT_OK or the ring's failure. */
+static int payload(coll_t *c, rx_t *m) {
+    tt_ring_t *r = c->r;
+    const uint8_t *d = zmq_msg_data(&m->body);
+    uint64_t len = 0;
+    if (m->h.aux < 0) {
+        m->data = (const char *)d;
+        m->len = zmq_msg_size(&m->body);
+        return TT_OK;
+    }
+    const char *bad = NULL;
+    if (!r->shm_on || r->rx == NULL || m->h.src != r->left)
+        bad = "a shared-memory unit on a link without shared memory";
+    else if (zmq_msg_size(&m->body) != SHM_DESC_SIZE)
+        bad = "a shared-memory unit with a malformed body";
+    else if (!tt_shmpool_ready(r->rx, m->h.aux))
+        bad = "a shared-memory unit in a slot that was not filled";
+    for (int i = SHM_DESC_SIZE - 1; bad == NULL && i >= 0; i--)
+        len = len << 8 | d[i];
+    if (bad == NULL && len > tt_shmpool_slot_bytes(r->rx))
+        bad = "a shared-memory unit longer than a slot";
+    zmq_msg_close(&m->body);
+    zmq_msg_init(&m->body);
+    if (bad != NULL)
+        return fail_proto(c, TT_EPROTO, bad);
+    m->slot = m->h.aux;
+    m->data = tt_shmpool_slot(r->rx, m->slot);
+    m->len = (size_t)len;
+    return TT_OK;
+}
+
 /* Dispatches one message: 1 when it is the awaited DATA unit of `bytes`
  * bytes (body kept in m), 0 when it was something else, <0 failed. */
 static int take(coll_t *c, rx_t *m, uint32_t unit, size_t bytes) {
@@ -402,12 +498,15 @@ static int take(coll_t *c, rx_t *m, uint32_t unit, size_t bytes) {
         zmq_msg_close(&m->body);
         return ring_fail(c, TT_EDESYNC, -1, c->r->rank, text);
     }
-    if (m->h.unit != unit || zmq_msg_size(&m->body) != bytes) {
+    int rc = payload(c, m);
+    if (rc < 0)
+        return rc;
+    if (m->h.unit != unit || m->len != bytes) {
         snprintf(text, sizeof(text),
                  "rank %d sent unit %u of %zu bytes but rank %d expected unit %u of %zu bytes "
                  "(ranks configured with different segment sizes?)",
-                 (int)m->h.src, m->h.unit, zmq_msg_size(&m->body), c->r->rank, unit, bytes);
-        zmq_msg_close(&m->body);
+                 (int)m->h.src, m->h.unit, m->len, c->r->rank, unit, bytes);
+        rx_done(c->r, m);
         return ring_fail(c, TT_ESIZE, -1, c->r->rank, text);
     }
     return 1;
@@ -423,13 +522,56 @@ static int take(coll_t *c, rx_t *m, uint32_t unit, size_t bytes) {
  * HELLO it gets), then READY, which every rank awaits and forwards before
  * its first DATA. A healthy ring pays one round trip. While it waits a
  * disconnect is not a failure (the old socket closing looks like one); the
- * deadline and tt_ring_interrupt are. */
+ * deadline and tt_ring_interrupt are.
+ *
+ * The same round trip decides the transport of the payloads. Each HELLO
+ * carries its sender's pool offer and "every rank so far mapped its left's
+ * pool"; each rank maps its left's pool from the offer, ANDs in whether it
+ * could and passes on its own. When the HELLO is back, rank 0 (which maps
+ * the last rank's) knows whether every link can use shared memory, and
+ * READY carries that verdict to all: one answer for the whole ring, so a
+ * rank never sends a slot its neighbour cannot read. A peer without pools
+ * (or of an older version: empty bodies) makes the verdict TCP. */
 #define HELLO_IVL_MS 20
+#define HELLO_BODY   (TT_SHMPOOL_OFFER_SIZE + 1)
 
-static int send_ctl(coll_t *c, int kind) {
+static int send_ctl(coll_t *c, int kind, const void *body, size_t len) {
     tt_collseq_hdr_t h;
     fill_hdr(c, &h, kind, 0);
-    return send_frames(c->r, &h, NULL, 0, NULL);
+    return send_frames(c->r, &h, body, len, NULL);
+}
+
+static int send_hello(coll_t *c, int all_mapped) {
+    uint8_t b[HELLO_BODY] = {0};
+    tt_shmpool_offer_t o = {0};
+    if (c->r->tx != NULL)
+        tt_shmpool_offer(c->r->tx, &o);
+    tt_shmpool_offer_encode(&o, b);
+    b[TT_SHMPOOL_OFFER_SIZE] = (uint8_t)(all_mapped && c->r->tx != NULL);
+    return send_ctl(c, TT_COLLSEQ_HELLO, b, sizeof(b));
+}
+
+/* Maps the left's pool from its HELLO (once per offer); 1 when this rank
+ * can read it and the ranks before agreed, *all_before their AND. */
+static int map_left(tt_ring_t *r, rx_t *m, int *all_before) {
+    tt_shmpool_offer_t o;
+    char why[256] = "";
+    const uint8_t *b = zmq_msg_data(&m->body);
+    *all_before = 0;
+    if (zmq_msg_size(&m->body) != HELLO_BODY ||
+        tt_shmpool_offer_decode(b, TT_SHMPOOL_OFFER_SIZE, &o) != TT_OK)
+        return 0;
+    *all_before = b[TT_SHMPOOL_OFFER_SIZE] == 1;
+    if (o.nslots == 0 || r->tx == NULL)
+        return 0;
+    if (tt_shmpool_is(r->rx, &o))
+        return 1;
+    tt_shmpool_destroy(&r->rx);
+    if (tt_shmpool_map(&r->rx, &o, why, sizeof(why)) == TT_OK)
+        return 1;
+    TT_INFO(SUBSYS, "gen=%llu rank %d: cannot map rank %d's shared memory (%s): TCP",
+            (unsigned long long)r->gen, r->rank, r->left, why);
+    return 0;
 }
 
 /* One message during the handshake: 1 done, 0 go on, <0 failed. */
@@ -437,9 +579,13 @@ static int take_hello(coll_t *c, rx_t *m) {
     tt_ring_t *r = c->r;
     if (foreign(r, m))
         return 0;
-    int kind = m->h.kind, same_gen = m->h.generation == r->gen;
+    int kind = m->h.kind, same_gen = m->h.generation == r->gen, all = 0, ok = 0;
     if (same_gen && kind == TT_COLLSEQ_ABORT)
         return take_abort(c, m);
+    if (same_gen && kind == TT_COLLSEQ_HELLO)
+        ok = map_left(r, m, &all);
+    if (same_gen && kind == TT_COLLSEQ_READY)
+        all = zmq_msg_size(&m->body) == 1 && *(const uint8_t *)zmq_msg_data(&m->body) == 1;
     zmq_msg_close(&m->body);
     if (!same_gen) {
         r->dropped_stale++;
@@ -447,11 +593,19 @@ static int take_hello(coll_t *c, rx_t *m) {
     }
     if (kind == TT_COLLSEQ_DATA)
         return fail_proto(c, TT_EPROTO, "data before the ring of this generation was ready");
-    if (kind == TT_COLLSEQ_HELLO && r->rank == 0)
+    if (kind == TT_COLLSEQ_HELLO && r->rank == 0) {
+        r->shm_on = all && ok;
         return 1;
-    if (kind == TT_COLLSEQ_HELLO || (kind == TT_COLLSEQ_READY && r->right != 0))
-        send_ctl(c, kind); /* a lost copy is resent by rank 0 */
-    return kind == TT_COLLSEQ_READY && r->rank != 0;
+    }
+    if (kind == TT_COLLSEQ_HELLO)
+        send_hello(c, all && ok); /* a lost copy is resent by rank 0 */
+    if (kind != TT_COLLSEQ_READY || r->rank == 0)
+        return 0;
+    uint8_t verdict = (uint8_t)all;
+    r->shm_on = all && r->tx != NULL && r->rx != NULL;
+    if (r->right != 0)
+        send_ctl(c, TT_COLLSEQ_READY, &verdict, 1);
+    return 1;
 }
 
 static int handshake(coll_t *c) {
@@ -464,7 +618,7 @@ static int handshake(coll_t *c) {
         if (now >= c->deadline_at)
             return fail_timeout(c, r->left, " to join the ring of this generation");
         if (r->rank == 0 && since(last_hello, now) >= HELLO_IVL_MS) {
-            send_ctl(c, TT_COLLSEQ_HELLO);
+            send_hello(c, 1);
             last_hello = now;
         }
         rx_t m;
@@ -482,22 +636,30 @@ static int handshake(coll_t *c) {
     }
     r->ready = 1;
     r->left_gone_ms = r->right_gone_ms = 0; /* the old sockets' closes */
-    if (r->rank == 0 && send_ctl(c, TT_COLLSEQ_READY) != TT_OK)
+    uint8_t verdict = (uint8_t)r->shm_on;
+    if (r->rank == 0 && send_ctl(c, TT_COLLSEQ_READY, &verdict, 1) != TT_OK)
         return ring_fail(c, TT_EUNREACHABLE, r->right, r->rank, "cannot queue READY");
+    if (r->rank == 0)
+        TT_INFO(SUBSYS, "gen=%llu: the ring's payloads go %s", (unsigned long long)r->gen,
+                r->shm_on ? "through shared memory (every rank on this host)" : "over TCP");
     return TT_OK;
 }
 
-/* Waits for DATA unit `unit` from the left; on success *body holds it. */
-static int await_unit(coll_t *c, uint32_t unit, size_t bytes, zmq_msg_t *body) {
+/* Waits for DATA unit `unit` from the left; on success *u holds it (give
+ * it back with rx_done). */
+static int await_unit(coll_t *c, uint32_t unit, size_t bytes, rx_t *u) {
     for (;;) {
         rx_t m;
         int rc = read_msg(c, &m);
         if (rc == 1) {
             rc = take(c, &m, unit, bytes);
             if (rc == 1) {
-                zmq_msg_init(body);
-                zmq_msg_move(body, &m.body);
+                *u = m;
+                zmq_msg_init(&u->body);
+                zmq_msg_move(&u->body, &m.body);
                 zmq_msg_close(&m.body);
+                if (u->slot < 0)
+                    u->data = zmq_msg_data(&u->body);
                 return TT_OK;
             }
         } else if (rc == 0) {
@@ -577,17 +739,17 @@ static int allreduce_units(coll_t *c, char *buf, size_t count, tt_ring_red_fn fn
         for (size_t j = 0; j < nseg && rc == TT_OK; j++) {
             tt_ring_span_t s = tt_ring_sched_segment(ch, nseg, j);
             char *dst = buf + s.off * es;
-            zmq_msg_t body;
+            rx_t u;
             uint32_t next = (uint32_t)((g + 1) * nseg + j);
-            if ((rc = await_unit(c, (uint32_t)(g * nseg + j), s.count * es, &body)) != TT_OK)
+            if ((rc = await_unit(c, (uint32_t)(g * nseg + j), s.count * es, &u)) != TT_OK)
                 break;
             if (s.count > 0 && red)
-                tt_ring_reduce_into(fn, dst, zmq_msg_data(&body), s.count, es);
+                tt_ring_reduce_into(fn, dst, u.data, s.count, es);
             else if (!red && g + 1 < nsteps) /* all-gather: pass it on, then copy */
-                rc = send_unit(c, next, NULL, 0, &body);
+                rc = send_unit(c, next, NULL, 0, &u);
             if (s.count > 0 && !red)
-                memcpy(dst, zmq_msg_data(&body), s.count * es);
-            zmq_msg_close(&body);
+                memcpy(dst, u.data, s.count * es);
+            rx_done(r, &u);
             if (g == 0 && rc == TT_OK)
                 rc = pace(c, &p, buf, j + 1 + RING_AHEAD, j + 1);
             else if (g + 1 < nsteps && red && rc == TT_OK)
@@ -605,27 +767,27 @@ static int bcast_units(coll_t *c, char *buf, size_t count, int root) {
     size_t es = c->esize, nseg = tt_ring_sched_bcast_nseg(count, es, r->seg_bytes);
     tt_ring_span_t whole = {0, count};
     int last = r->right == root, rc = TT_OK;
-    zmq_msg_t body;
+    rx_t u;
     if (r->rank == root) {
         c->sends_left = (int)nseg;
         for (size_t j = 0; j < nseg && rc == TT_OK; j++) {
             tt_ring_span_t s = tt_ring_sched_segment(whole, nseg, j);
             rc = send_unit(c, (uint32_t)j, buf + s.off * es, s.count * es, NULL);
         }
-        if (rc == TT_OK && (rc = await_unit(c, (uint32_t)nseg, 0, &body)) == TT_OK)
-            zmq_msg_close(&body);
+        if (rc == TT_OK && (rc = await_unit(c, (uint32_t)nseg, 0, &u)) == TT_OK)
+            rx_done(r, &u);
         return rc == TT_OK ? wait_released(c) : rc;
     }
     c->sends_left = last ? 1 : (int)nseg;
     for (size_t j = 0; j < nseg && rc == TT_OK; j++) {
         tt_ring_span_t s = tt_ring_sched_segment(whole, nseg, j);
-        if ((rc = await_unit(c, (uint32_t)j, s.count * es, &body)) != TT_OK)
+        if ((rc = await_unit(c, (uint32_t)j, s.count * es, &u)) != TT_OK)
             break;
         if (!last) /* pass it on first: the copy overlaps the next hop */
-            rc = send_unit(c, (uint32_t)j, NULL, 0, &body);
+            rc = send_unit(c, (uint32_t)j, NULL, 0, &u);
         if (s.count > 0)
-            memcpy(buf + s.off * es, zmq_msg_data(&body), s.count * es);
-        zmq_msg_close(&body);
+            memcpy(buf + s.off * es, u.data, s.count * es);
+        rx_done(r, &u);
     }
     if (rc == TT_OK && last)
         rc = send_unit(c, (uint32_t)nseg, NULL, 0, NULL);

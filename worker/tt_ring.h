@@ -1,7 +1,8 @@
 /* tt_ring: the ring collective backend's transport and algorithms for one
  * generation: all-reduce (sum, min, max over float32, float64, int64) as a
  * pipelined reduce-scatter + all-gather, broadcast from a root, and barrier,
- * over ZeroMQ TCP between the ranks of that generation. It also carries the
+ * over ZeroMQ TCP between the ranks of that generation (with the payloads
+ * in shared memory where every rank shares the host). It also carries the
  * "never a silent hang" machinery: every message is tagged with (generation,
  * seq, fingerprint); a mismatch fails every rank with TT_EDESYNC naming both
  * sides; every wait has a deadline and names the rank not heard from; a peer
@@ -57,6 +58,11 @@ typedef struct tt_ring_opts {
      * dropped (counted by tt_ring_dropped_foreign), never taken for this
      * ring's, however equal their generation. 0 is a tag like any other. */
     uint64_t job_tag;
+    /* 0 (default): where every rank can map its left neighbour's pool of
+     * shared memory (ranks on one host; the first collective's handshake
+     * finds out, see tt_ring.c), DATA payloads go through it and only the
+     * headers over TCP. 1: everything over TCP. */
+    int tcp_only;
 } tt_ring_opts_t;
 
 #define TT_RING_IDLE_MS 20
@@ -110,6 +116,10 @@ void tt_ring_interrupt(tt_ring_t *r);
 
 /* The training step named in timeout messages (-1: none, the default). */
 void tt_ring_set_step(tt_ring_t *r, int64_t step);
+
+/* 1 when this ring's payloads go through shared memory (known after the
+ * first collective), 0 when over TCP. */
+int tt_ring_uses_shm(const tt_ring_t *r);
 
 /* Sticky status of a poisoned ring, 0 while healthy. */
 int tt_ring_status(const tt_ring_t *r);

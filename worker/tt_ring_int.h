@@ -5,6 +5,7 @@
 
 #include "tt_flight.h"
 #include "tt_ring.h"
+#include "tt_shmpool.h"
 #include "tt_wake.h"
 
 #include <stdatomic.h>
@@ -32,6 +33,12 @@ struct tt_ring {
     int failed, suspect;
     uint64_t dropped_stale, dropped_foreign;
     uint64_t job; /* tt_ring_opts_t.job_tag */
+    /* Shared memory to the right (tx, ours) and from the left (rx, the
+     * left's, mapped in the handshake); shm_on once the handshake found
+     * that every rank mapped its left's pool, so every link uses them. */
+    tt_shmpool_t *tx, *rx;
+    int shm_on;
+    uint64_t shm_units, tcp_units; /* DATA units sent each way */
     char err[TT_RING_ERRLEN];
 };
 

@@ -86,6 +86,23 @@ fail:
     return TT_ESYS;
 }
 
+/* Slots of a ring's pool. A link has up to a whole ring step's units in
+ * flight when the reader is off the CPU (4 ranks on 2 cores: 64 MiB at
+ * W=4 sent half its units over TCP with 8 slots, a sixth with 32); a unit
+ * that finds no free slot goes over TCP, so this bounds memory, not
+ * correctness. The memory is touched only as slots are first used (the
+ * writer takes the lowest free one), so it is what the link needed. */
+#define SHM_SLOTS 32
+
+/* A pool that cannot be made is not an error: the ring runs over TCP. */
+static void open_pool(tt_ring_t *r) {
+    char why[256] = "";
+    size_t slot = (r->seg_bytes + 63) / 64 * 64;
+    if (tt_shmpool_create(&r->tx, SHM_SLOTS, slot, why, sizeof(why)) != TT_OK)
+        TT_INFO(SUBSYS, "gen=%llu rank %d: no shared memory for the ring (%s): TCP only",
+                (unsigned long long)r->gen, r->rank, why);
+}
+
 int tt_ring_net_open(tt_ring_t *r, const tt_ring_opts_t *o, char *err, size_t errlen) {
     int rc;
     int64_t maxmsg = (int64_t)r->seg_bytes + 8192;
@@ -103,6 +120,8 @@ int tt_ring_net_open(tt_ring_t *r, const tt_ring_opts_t *o, char *err, size_t er
                   rc, out);
     r->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     rc = r->evfd < 0 || tt_wake_open(&r->wake) != TT_OK ? TT_ESYS : TT_OK;
+    if (rc == TT_OK && !o->tcp_only)
+        open_pool(r);
 out:
     return rc;
 }
@@ -236,6 +255,11 @@ void tt_ring_destroy(tt_ring_t **rp) {
     if (rp == NULL || *rp == NULL)
         return;
     tt_ring_t *r = *rp;
+    if (r->shm_units + r->tcp_units > 0)
+        TT_DEBUG(SUBSYS,
+                 "gen=%llu rank %d: %llu data unit(s) sent through shared memory, %llu over TCP",
+                 (unsigned long long)r->gen, r->rank, (unsigned long long)r->shm_units,
+                 (unsigned long long)r->tcp_units);
     if (r->push != NULL) { /* bounded linger: flush our last frames or ABORT */
         tt_ring_net_set_int(r->push, ZMQ_LINGER, r->failed ? 500 : 2000);
         zmq_close(r->push); /* not tt_zmq_close, which sets linger 0 */
@@ -249,6 +273,8 @@ void tt_ring_destroy(tt_ring_t **rp) {
         close(r->evfd);
     tt_wake_close(&r->wake);
     tt_flight_destroy(&r->flight);
+    tt_shmpool_destroy(&r->tx);
+    tt_shmpool_destroy(&r->rx);
     free(r);
     *rp = NULL;
 }
@@ -269,6 +295,10 @@ int tt_ring_status(const tt_ring_t *r) {
 const char *tt_ring_last_error(const tt_ring_t *r) {
     return r->err;
 }
+int tt_ring_uses_shm(const tt_ring_t *r) {
+    return r->shm_on;
+}
+
 int tt_ring_suspect(const tt_ring_t *r) {
     return r->suspect;
 }

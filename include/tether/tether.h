@@ -387,6 +387,11 @@ typedef struct tether_coll_opts {
      * backend fails; default 0: 10 s. Shard pods may come minutes after
      * the workers (TETHER_SHARD_WAIT_MS). */
     uint32_t shard_wait_ms;
+    /* ring: payloads between ranks that share a host go through shared
+     * memory when every rank of the generation can map its left
+     * neighbour's (checked by the ring itself; otherwise all over TCP);
+     * 0 keeps them on TCP. Default 1 (TETHER_RING_SHM). */
+    int ring_shm;
 } tether_coll_opts_t;
 
 /* Fills `o` with the defaults above. Any thread. */
@@ -394,8 +399,8 @@ TETHER_API void tether_coll_opts_default(tether_coll_opts_t *o);
 
 /* Overrides fields from TETHER_BACKEND (ring|ps|nccl|auto),
  * TETHER_COLL_DEADLINE_MS, TETHER_BUCKET_BYTES, TETHER_FIRST_BUCKET_BYTES,
- * TETHER_AUDIT_EVERY, TETHER_MIN_SHARDS, TETHER_SHARD_WAIT_MS and
- * TETHER_RING_BIND. TETHER_OK or TETHER_EINVAL with
+ * TETHER_AUDIT_EVERY, TETHER_MIN_SHARDS, TETHER_SHARD_WAIT_MS,
+ * TETHER_RING_BIND and TETHER_RING_SHM (0 or 1). TETHER_OK or TETHER_EINVAL with
  * a sentence naming the variable in `err` (may be NULL). tether_create
  * already applies these to the object's defaults. */
 TETHER_API int tether_coll_opts_from_env(tether_coll_opts_t *o, char *err, size_t errlen);

@@ -12,8 +12,10 @@
  * where one rank keeps its old ring a while (the new ring's handshake
  * keeps the first frames from being lost) and an interrupted ring; a rank
  * of another job that reaches a rank's endpoint with an ABORT of the same
- * generation number (dropped as foreign). Usage:
- * ring_check [all|sum|desync|stale|regroup|foreign|stop|kill]. */
+ * generation number (dropped as foreign). Between ranks of one host the
+ * payloads go through shared memory unless the ring is told otherwise:
+ * "sum" checks that they did, "sum-tcp" runs the same over TCP only. Usage:
+ * ring_check [all|sum|sum-tcp|desync|stale|regroup|foreign|stop|kill]. */
 #include "tt_clock.h"
 #include "tt_collseq.h"
 #include "tt_log.h"
@@ -38,6 +40,7 @@
 
 typedef struct world {
     int w, deadline_ms;
+    int tcp_only; /* tt_ring_opts_t.tcp_only */
     char eps[MAXW][64];
     const char *ep[MAXW];
     int notify[2]; /* child -> parent: "ready to be stopped/killed" */
@@ -198,6 +201,8 @@ static int scen_sum(tt_ring_t *r, int rank, const world_t *wd) {
     if (check_bcast(r, rank, w, 1) || check_bcast(r, rank, w, 1000003) ||
         check_bcast(r, rank, w, 0) || check_barrier(r, rank, w))
         return 1;
+    if (tt_ring_uses_shm(r) != (w > 1 && !wd->tcp_only))
+        FAIL("payloads %s shared memory", tt_ring_uses_shm(r) ? "went through" : "did not use");
     return check_f32(r, rank, w, BIG_F32);
 }
 
@@ -320,7 +325,8 @@ static tt_ring_t *make_ring(int rank, const world_t *wd, uint64_t gen) {
                         .generation = gen,
                         .endpoints = wd->ep,
                         .deadline_ms = wd->deadline_ms,
-                        .job_tag = tt_collseq_job_tag("ring_check")};
+                        .job_tag = tt_collseq_job_tag("ring_check"),
+                        .tcp_only = wd->tcp_only};
     tt_ring_t *r = NULL;
     char err[256] = "";
     if (tt_ring_create(&r, &o, err, sizeof(err)) != 0)
@@ -371,7 +377,7 @@ static int child(int rank, const world_t *wd, scenario_fn fn) {
 /* Runs one world; victim_sig (SIGSTOP/SIGKILL) is sent to the last rank
  * once it reports ready. Returns the number of ranks that failed. */
 static int run_world(int w, int deadline_ms, scenario_fn fn, int victim_sig, const char *name) {
-    world_t wd = {.w = w, .deadline_ms = deadline_ms};
+    world_t wd = {.w = w, .deadline_ms = deadline_ms, .tcp_only = !strcmp(name, "sum-tcp")};
     pid_t pids[MAXW];
     int bad = 0, status;
     uint64_t t0 = tt_clock_mono_ms();
@@ -412,6 +418,8 @@ int main(int argc, char **argv) {
     alarm(170); /* a hang must end the test, not CI */
     for (int w = 1; w <= 4 && (all || !strcmp(which, "sum")); w++)
         bad += run_world(w, 30000, scen_sum, 0, "sum");
+    for (int w = 2; w <= 4 && (all || !strcmp(which, "sum-tcp")); w++)
+        bad += run_world(w, 30000, scen_sum, 0, "sum-tcp");
     for (int w = 2; w <= 4 && (all || !strcmp(which, "desync")); w++)
         bad += run_world(w, 60000, scen_desync, 0, "desync");
     if (all || !strcmp(which, "stale"))

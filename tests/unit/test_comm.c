@@ -29,9 +29,10 @@ static void comm_opts_from_env(void) {
     tt_comm_opts_default(&o);
     CU_ASSERT_EQUAL(o.backend, TT_COLL_AUTO);
     CU_ASSERT_EQUAL(o.audit_every, 100);
+    CU_ASSERT_EQUAL(o.ring_tcp_only, 0); /* shared memory where the host allows */
     env_t e = {{"TETHER_BACKEND", "TETHER_BUCKET_BYTES", "TETHER_AUDIT_EVERY", "TETHER_RING_BIND",
-                "TETHER_MIN_SHARDS", "TETHER_SHARD_WAIT_MS"},
-               {"ps", "4096", "0", "tcp://0.0.0.0:7800", "3", "600000"}};
+                "TETHER_MIN_SHARDS", "TETHER_SHARD_WAIT_MS", "TETHER_RING_SHM"},
+               {"ps", "4096", "0", "tcp://0.0.0.0:7800", "3", "600000", "0"}};
     char err[256] = "";
     CU_ASSERT_EQUAL(tt_comm_opts_from_lookup(&o, lookup, &e, err, sizeof(err)), TT_OK);
     CU_ASSERT_EQUAL(o.backend, TT_COLL_PS);
@@ -40,6 +41,12 @@ static void comm_opts_from_env(void) {
     CU_ASSERT_STRING_EQUAL(o.bind_endpoint, "tcp://0.0.0.0:7800");
     CU_ASSERT_EQUAL(o.min_shards, 3);
     CU_ASSERT_EQUAL(o.shard_wait_ms, 600000);
+    CU_ASSERT_EQUAL(o.ring_tcp_only, 1);
+    env_t shm = {{"TETHER_RING_SHM"}, {"1"}}, two = {{"TETHER_RING_SHM"}, {"2"}};
+    CU_ASSERT_EQUAL(tt_comm_opts_from_lookup(&o, lookup, &shm, err, sizeof(err)), TT_OK);
+    CU_ASSERT_EQUAL(o.ring_tcp_only, 0);
+    CU_ASSERT_EQUAL(tt_comm_opts_from_lookup(&o, lookup, &two, err, sizeof(err)), TT_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "TETHER_RING_SHM='2'"));
     env_t zero = {{"TETHER_SHARD_WAIT_MS"}, {"0"}};
     CU_ASSERT_EQUAL(tt_comm_opts_from_lookup(&o, lookup, &zero, err, sizeof(err)), TT_EINVAL);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "TETHER_SHARD_WAIT_MS='0'"));
