@@ -153,7 +153,7 @@ static int make_body(tt_ring_t *r, zmq_msg_t *m, const void *data, size_t len, z
  * never blocks the sender). */
 static int to_shm(tt_ring_t *r, tt_collseq_hdr_t *h, const void *data, size_t len,
                   uint8_t desc[SHM_DESC_SIZE]) {
-    if (!r->shm_on || h->kind != TT_COLLSEQ_DATA || len < SHM_MIN_BYTES ||
+    if (!r->shm_tx || h->kind != TT_COLLSEQ_DATA || len < SHM_MIN_BYTES ||
         len > tt_shmpool_slot_bytes(r->tx))
         return -1;
     int slot = tt_shmpool_acquire(r->tx);
@@ -453,7 +453,7 @@ static int payload(coll_t *c, rx_t *m) {
         return TT_OK;
     }
     const char *bad = NULL;
-    if (!r->shm_on || r->rx == NULL || m->h.src != r->left)
+    if (!r->shm_rx || m->h.src != r->left)
         bad = "a shared-memory unit on a link without shared memory";
     else if (zmq_msg_size(&m->body) != SHM_DESC_SIZE)
         bad = "a shared-memory unit with a malformed body";
@@ -524,16 +524,36 @@ static int take(coll_t *c, rx_t *m, uint32_t unit, size_t bytes) {
  * disconnect is not a failure (the old socket closing looks like one); the
  * deadline and tt_ring_interrupt are.
  *
- * The same round trip decides the transport of the payloads. Each HELLO
- * carries its sender's pool offer and "every rank so far mapped its left's
- * pool"; each rank maps its left's pool from the offer, ANDs in whether it
- * could and passes on its own. When the HELLO is back, rank 0 (which maps
- * the last rank's) knows whether every link can use shared memory, and
- * READY carries that verdict to all: one answer for the whole ring, so a
- * rank never sends a slot its neighbour cannot read. A peer without pools
- * (or of an older version: empty bodies) makes the verdict TCP. */
+ * The same round trip decides, link by link, where the payloads go. Each
+ * HELLO carries its sender's pool offer and one bit per rank, "rank k
+ * mapped its left neighbour's pool", set by the ranks it has passed: each
+ * rank maps its left's pool from the offer, sets its bit when it could and
+ * passes on its own offer. When the HELLO is back, rank 0 (which maps the
+ * last rank's) holds every bit, and READY carries them to all, so both
+ * ends of a link read the same bit: a rank sends through shared memory
+ * only to a right neighbour whose bit is set, and takes slots from its left
+ * only when its own is. Ranks on one host talk through shared memory, the
+ * links between hosts over TCP; a peer without pools (or of an older
+ * version: empty bodies) leaves its bit clear. */
 #define HELLO_IVL_MS 20
-#define HELLO_BODY   (TT_SHMPOOL_OFFER_SIZE + 1)
+
+static size_t links_bytes(const tt_ring_t *r) {
+    return ((size_t)r->world + 7) / 8;
+}
+
+static int link_bit(const tt_ring_t *r, int k) {
+    return (r->links[k / 8] >> (k % 8)) & 1;
+}
+
+/* Takes the bits a HELLO or READY brought (none from a body of another
+ * shape). */
+static void take_links(tt_ring_t *r, zmq_msg_t *body, size_t at) {
+    size_t n = links_bytes(r);
+    if (zmq_msg_size(body) == at + n)
+        memcpy(r->links, (const uint8_t *)zmq_msg_data(body) + at, n);
+    else
+        memset(r->links, 0, n);
+}
 
 static int send_ctl(coll_t *c, int kind, const void *body, size_t len) {
     tt_collseq_hdr_t h;
@@ -541,35 +561,37 @@ static int send_ctl(coll_t *c, int kind, const void *body, size_t len) {
     return send_frames(c->r, &h, body, len, NULL);
 }
 
-static int send_hello(coll_t *c, int all_mapped) {
-    uint8_t b[HELLO_BODY] = {0};
+static int send_hello(coll_t *c) {
+    tt_ring_t *r = c->r;
+    size_t n = TT_SHMPOOL_OFFER_SIZE + links_bytes(r);
+    uint8_t *b = calloc(1, n);
     tt_shmpool_offer_t o = {0};
-    if (c->r->tx != NULL)
-        tt_shmpool_offer(c->r->tx, &o);
+    if (b == NULL)
+        return TT_ENOMEM;
+    if (r->tx != NULL)
+        tt_shmpool_offer(r->tx, &o);
     tt_shmpool_offer_encode(&o, b);
-    b[TT_SHMPOOL_OFFER_SIZE] = (uint8_t)(all_mapped && c->r->tx != NULL);
-    return send_ctl(c, TT_COLLSEQ_HELLO, b, sizeof(b));
+    memcpy(b + TT_SHMPOOL_OFFER_SIZE, r->links, links_bytes(r));
+    int rc = send_ctl(c, TT_COLLSEQ_HELLO, b, n);
+    free(b);
+    return rc;
 }
 
-/* Maps the left's pool from its HELLO (once per offer); 1 when this rank
- * can read it and the ranks before agreed, *all_before their AND. */
-static int map_left(tt_ring_t *r, rx_t *m, int *all_before) {
+/* Maps the left's pool from the offer in its HELLO (once per offer); 1
+ * when this rank can read it. */
+static int map_left(tt_ring_t *r, zmq_msg_t *body) {
     tt_shmpool_offer_t o;
     char why[256] = "";
-    const uint8_t *b = zmq_msg_data(&m->body);
-    *all_before = 0;
-    if (zmq_msg_size(&m->body) != HELLO_BODY ||
-        tt_shmpool_offer_decode(b, TT_SHMPOOL_OFFER_SIZE, &o) != TT_OK)
-        return 0;
-    *all_before = b[TT_SHMPOOL_OFFER_SIZE] == 1;
-    if (o.nslots == 0 || r->tx == NULL)
+    if (zmq_msg_size(body) < TT_SHMPOOL_OFFER_SIZE ||
+        tt_shmpool_offer_decode(zmq_msg_data(body), TT_SHMPOOL_OFFER_SIZE, &o) != TT_OK ||
+        o.nslots == 0 || r->tcp_only)
         return 0;
     if (tt_shmpool_is(r->rx, &o))
         return 1;
     tt_shmpool_destroy(&r->rx);
     if (tt_shmpool_map(&r->rx, &o, why, sizeof(why)) == TT_OK)
         return 1;
-    TT_INFO(SUBSYS, "gen=%llu rank %d: cannot map rank %d's shared memory (%s): TCP",
+    TT_INFO(SUBSYS, "gen=%llu rank %d: cannot map rank %d's shared memory (%s): TCP from it",
             (unsigned long long)r->gen, r->rank, r->left, why);
     return 0;
 }
@@ -579,13 +601,16 @@ static int take_hello(coll_t *c, rx_t *m) {
     tt_ring_t *r = c->r;
     if (foreign(r, m))
         return 0;
-    int kind = m->h.kind, same_gen = m->h.generation == r->gen, all = 0, ok = 0;
+    int kind = m->h.kind, same_gen = m->h.generation == r->gen;
     if (same_gen && kind == TT_COLLSEQ_ABORT)
         return take_abort(c, m);
-    if (same_gen && kind == TT_COLLSEQ_HELLO)
-        ok = map_left(r, m, &all);
-    if (same_gen && kind == TT_COLLSEQ_READY)
-        all = zmq_msg_size(&m->body) == 1 && *(const uint8_t *)zmq_msg_data(&m->body) == 1;
+    if (same_gen && kind == TT_COLLSEQ_HELLO) {
+        take_links(r, &m->body, TT_SHMPOOL_OFFER_SIZE);
+        if (map_left(r, &m->body))
+            r->links[r->rank / 8] |= (uint8_t)(1u << (r->rank % 8));
+    } else if (same_gen && kind == TT_COLLSEQ_READY) {
+        take_links(r, &m->body, 0);
+    }
     zmq_msg_close(&m->body);
     if (!same_gen) {
         r->dropped_stale++;
@@ -593,19 +618,27 @@ static int take_hello(coll_t *c, rx_t *m) {
     }
     if (kind == TT_COLLSEQ_DATA)
         return fail_proto(c, TT_EPROTO, "data before the ring of this generation was ready");
-    if (kind == TT_COLLSEQ_HELLO && r->rank == 0) {
-        r->shm_on = all && ok;
+    if (kind == TT_COLLSEQ_HELLO && r->rank == 0)
         return 1;
-    }
     if (kind == TT_COLLSEQ_HELLO)
-        send_hello(c, all && ok); /* a lost copy is resent by rank 0 */
+        send_hello(c); /* a lost copy is resent by rank 0 */
     if (kind != TT_COLLSEQ_READY || r->rank == 0)
         return 0;
-    uint8_t verdict = (uint8_t)all;
-    r->shm_on = all && r->tx != NULL && r->rx != NULL;
     if (r->right != 0)
-        send_ctl(c, TT_COLLSEQ_READY, &verdict, 1);
+        send_ctl(c, TT_COLLSEQ_READY, r->links, links_bytes(r));
     return 1;
+}
+
+/* Rank 0 says how the ring's links came out. */
+static void log_links(const tt_ring_t *r) {
+    int n = 0;
+    for (int k = 0; k < r->world; k++)
+        n += link_bit(r, k);
+    TT_INFO(SUBSYS, "gen=%llu: ring payloads go through shared memory on %d of %d link(s)%s",
+            (unsigned long long)r->gen, n, r->world,
+            n == r->world ? " (every rank on this host)"
+            : n == 0      ? ", over TCP on all"
+                          : ", over TCP on the others");
 }
 
 static int handshake(coll_t *c) {
@@ -618,7 +651,7 @@ static int handshake(coll_t *c) {
         if (now >= c->deadline_at)
             return fail_timeout(c, r->left, " to join the ring of this generation");
         if (r->rank == 0 && since(last_hello, now) >= HELLO_IVL_MS) {
-            send_hello(c, 1);
+            send_hello(c);
             last_hello = now;
         }
         rx_t m;
@@ -636,12 +669,12 @@ static int handshake(coll_t *c) {
     }
     r->ready = 1;
     r->left_gone_ms = r->right_gone_ms = 0; /* the old sockets' closes */
-    uint8_t verdict = (uint8_t)r->shm_on;
-    if (r->rank == 0 && send_ctl(c, TT_COLLSEQ_READY, &verdict, 1) != TT_OK)
+    r->shm_tx = link_bit(r, r->right) && r->tx != NULL;
+    r->shm_rx = link_bit(r, r->rank) && r->rx != NULL;
+    if (r->rank == 0 && send_ctl(c, TT_COLLSEQ_READY, r->links, links_bytes(r)) != TT_OK)
         return ring_fail(c, TT_EUNREACHABLE, r->right, r->rank, "cannot queue READY");
     if (r->rank == 0)
-        TT_INFO(SUBSYS, "gen=%llu: the ring's payloads go %s", (unsigned long long)r->gen,
-                r->shm_on ? "through shared memory (every rank on this host)" : "over TCP");
+        log_links(r);
     return TT_OK;
 }
 

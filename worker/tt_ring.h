@@ -58,10 +58,10 @@ typedef struct tt_ring_opts {
      * dropped (counted by tt_ring_dropped_foreign), never taken for this
      * ring's, however equal their generation. 0 is a tag like any other. */
     uint64_t job_tag;
-    /* 0 (default): where every rank can map its left neighbour's pool of
-     * shared memory (ranks on one host; the first collective's handshake
-     * finds out, see tt_ring.c), DATA payloads go through it and only the
-     * headers over TCP. 1: everything over TCP. */
+    /* 0 (default): on each link whose receiver can map the sender's pool
+     * of shared memory (both on one host; the first collective's
+     * handshake finds out, see tt_ring.c), DATA payloads go through it and
+     * only the headers over TCP. 1: everything over TCP. */
     int tcp_only;
 } tt_ring_opts_t;
 
@@ -117,8 +117,8 @@ void tt_ring_interrupt(tt_ring_t *r);
 /* The training step named in timeout messages (-1: none, the default). */
 void tt_ring_set_step(tt_ring_t *r, int64_t step);
 
-/* 1 when this ring's payloads go through shared memory (known after the
- * first collective), 0 when over TCP. */
+/* 1 when this rank's payloads to its right neighbour go through shared
+ * memory (known after the first collective), 0 when over TCP. */
 int tt_ring_uses_shm(const tt_ring_t *r);
 
 /* Sticky status of a poisoned ring, 0 while healthy. */

@@ -34,10 +34,12 @@ struct tt_ring {
     uint64_t dropped_stale, dropped_foreign;
     uint64_t job; /* tt_ring_opts_t.job_tag */
     /* Shared memory to the right (tx, ours) and from the left (rx, the
-     * left's, mapped in the handshake); shm_on once the handshake found
-     * that every rank mapped its left's pool, so every link uses them. */
+     * left's, mapped in the handshake); links: one bit per rank, "it
+     * mapped its left's pool", from the handshake; shm_tx/shm_rx: this
+     * rank's two links use them (its right's bit, its own). */
     tt_shmpool_t *tx, *rx;
-    int shm_on;
+    uint8_t *links;
+    int shm_tx, shm_rx, tcp_only;
     uint64_t shm_units, tcp_units; /* DATA units sent each way */
     char err[TT_RING_ERRLEN];
 };

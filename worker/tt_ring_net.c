@@ -120,6 +120,10 @@ int tt_ring_net_open(tt_ring_t *r, const tt_ring_opts_t *o, char *err, size_t er
                   rc, out);
     r->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     rc = r->evfd < 0 || tt_wake_open(&r->wake) != TT_OK ? TT_ESYS : TT_OK;
+    r->links = calloc(((size_t)r->world + 7) / 8, 1);
+    if (r->links == NULL)
+        rc = TT_ENOMEM;
+    r->tcp_only = o->tcp_only;
     if (rc == TT_OK && !o->tcp_only)
         open_pool(r);
 out:
@@ -275,6 +279,7 @@ void tt_ring_destroy(tt_ring_t **rp) {
     tt_flight_destroy(&r->flight);
     tt_shmpool_destroy(&r->tx);
     tt_shmpool_destroy(&r->rx);
+    free(r->links);
     free(r);
     *rp = NULL;
 }
@@ -296,7 +301,7 @@ const char *tt_ring_last_error(const tt_ring_t *r) {
     return r->err;
 }
 int tt_ring_uses_shm(const tt_ring_t *r) {
-    return r->shm_on;
+    return r->shm_tx;
 }
 
 int tt_ring_suspect(const tt_ring_t *r) {

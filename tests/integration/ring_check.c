@@ -14,8 +14,10 @@
  * of another job that reaches a rank's endpoint with an ABORT of the same
  * generation number (dropped as foreign). Between ranks of one host the
  * payloads go through shared memory unless the ring is told otherwise:
- * "sum" checks that they did, "sum-tcp" runs the same over TCP only. Usage:
- * ring_check [all|sum|sum-tcp|desync|stale|regroup|foreign|stop|kill]. */
+ * "sum" checks that they did, "sum-tcp" runs the same over TCP only, and
+ * "sum-mixed" with rank 2 of 4 on TCP (as a rank on another host would
+ * be): its two links carry TCP, the other two shared memory. Usage:
+ * ring_check [all|sum|sum-tcp|sum-mixed|desync|stale|regroup|foreign|stop|kill]. */
 #include "tt_clock.h"
 #include "tt_collseq.h"
 #include "tt_log.h"
@@ -40,7 +42,8 @@
 
 typedef struct world {
     int w, deadline_ms;
-    int tcp_only; /* tt_ring_opts_t.tcp_only */
+    int tcp_only; /* tt_ring_opts_t.tcp_only of every rank */
+    int tcp_rank; /* ... of this one rank only (-1: none) */
     char eps[MAXW][64];
     const char *ep[MAXW];
     int notify[2]; /* child -> parent: "ready to be stopped/killed" */
@@ -201,8 +204,11 @@ static int scen_sum(tt_ring_t *r, int rank, const world_t *wd) {
     if (check_bcast(r, rank, w, 1) || check_bcast(r, rank, w, 1000003) ||
         check_bcast(r, rank, w, 0) || check_barrier(r, rank, w))
         return 1;
-    if (tt_ring_uses_shm(r) != (w > 1 && !wd->tcp_only))
-        FAIL("payloads %s shared memory", tt_ring_uses_shm(r) ? "went through" : "did not use");
+    /* shared memory to the right unless either end keeps to TCP */
+    int shm = w > 1 && !wd->tcp_only && rank != wd->tcp_rank && (rank + 1) % w != wd->tcp_rank;
+    if (tt_ring_uses_shm(r) != shm)
+        FAIL("payloads to the right %s shared memory",
+             tt_ring_uses_shm(r) ? "went through" : "did not use");
     return check_f32(r, rank, w, BIG_F32);
 }
 
@@ -326,7 +332,7 @@ static tt_ring_t *make_ring(int rank, const world_t *wd, uint64_t gen) {
                         .endpoints = wd->ep,
                         .deadline_ms = wd->deadline_ms,
                         .job_tag = tt_collseq_job_tag("ring_check"),
-                        .tcp_only = wd->tcp_only};
+                        .tcp_only = wd->tcp_only || rank == wd->tcp_rank};
     tt_ring_t *r = NULL;
     char err[256] = "";
     if (tt_ring_create(&r, &o, err, sizeof(err)) != 0)
@@ -377,7 +383,10 @@ static int child(int rank, const world_t *wd, scenario_fn fn) {
 /* Runs one world; victim_sig (SIGSTOP/SIGKILL) is sent to the last rank
  * once it reports ready. Returns the number of ranks that failed. */
 static int run_world(int w, int deadline_ms, scenario_fn fn, int victim_sig, const char *name) {
-    world_t wd = {.w = w, .deadline_ms = deadline_ms, .tcp_only = !strcmp(name, "sum-tcp")};
+    world_t wd = {.w = w,
+                  .deadline_ms = deadline_ms,
+                  .tcp_only = !strcmp(name, "sum-tcp"),
+                  .tcp_rank = !strcmp(name, "sum-mixed") ? 2 : -1};
     pid_t pids[MAXW];
     int bad = 0, status;
     uint64_t t0 = tt_clock_mono_ms();
@@ -420,6 +429,8 @@ int main(int argc, char **argv) {
         bad += run_world(w, 30000, scen_sum, 0, "sum");
     for (int w = 2; w <= 4 && (all || !strcmp(which, "sum-tcp")); w++)
         bad += run_world(w, 30000, scen_sum, 0, "sum-tcp");
+    if (all || !strcmp(which, "sum-mixed"))
+        bad += run_world(4, 30000, scen_sum, 0, "sum-mixed");
     for (int w = 2; w <= 4 && (all || !strcmp(which, "desync")); w++)
         bad += run_world(w, 60000, scen_desync, 0, "desync");
     if (all || !strcmp(which, "stale"))
