@@ -85,6 +85,13 @@ static int ring_allreduce(void *inst, void *buf, size_t count, tt_dtype_t dt, tt
     return ring_refused(ri) ? TT_ECLOSED : tt_ring_allreduce(ri->ring, buf, count, dt, op);
 }
 
+static int ring_allreduce_side(void *inst, void *buf, size_t count, tt_dtype_t dt, tt_redop_t op,
+                               int64_t *side) {
+    ring_inst_t *ri = inst;
+    return ring_refused(ri) ? TT_ECLOSED
+                            : tt_ring_allreduce_side(ri->ring, buf, count, dt, op, side);
+}
+
 static int ring_broadcast(void *inst, void *buf, size_t count, tt_dtype_t dt, int root) {
     ring_inst_t *ri = inst;
     return ring_refused(ri) ? TT_ECLOSED : tt_ring_broadcast(ri->ring, buf, count, dt, root);
@@ -133,6 +140,7 @@ static const tt_coll_ops_t ring_ops = {
     .name = "ring",
     .create = ring_create,
     .allreduce = ring_allreduce,
+    .allreduce_side = ring_allreduce_side,
     .broadcast = ring_broadcast,
     .barrier = ring_barrier,
     .abort = ring_abort,
@@ -294,6 +302,12 @@ static int ps_allreduce(void *inst, void *buf, size_t count, tt_dtype_t dt, tt_r
     ps_inst_t *pi = inst;
     return pi->ring ? ring_allreduce(pi->ring, buf, count, dt, op) : ps_no_ring(pi);
 }
+/* After the switch of a ring+ps generation, the buckets run here. */
+static int ps_allreduce_side(void *inst, void *buf, size_t count, tt_dtype_t dt, tt_redop_t op,
+                             int64_t *side) {
+    ps_inst_t *pi = inst;
+    return pi->ring ? ring_allreduce_side(pi->ring, buf, count, dt, op, side) : ps_no_ring(pi);
+}
 static int ps_broadcast(void *inst, void *buf, size_t count, tt_dtype_t dt, int root) {
     ps_inst_t *pi = inst;
     return pi->ring ? ring_broadcast(pi->ring, buf, count, dt, root) : ps_no_ring(pi);
@@ -391,10 +405,11 @@ static void ps_set_lr(void *inst, float lr) {
 /* The rows ps and ring+ps share everything but the name, create and
  * whole_step. */
 #define PS_ROW_SHARED                                                                              \
-    .allreduce = ps_allreduce, .broadcast = ps_broadcast, .barrier = ps_barrier,                   \
-    .abort = ps_abort, .destroy = ps_destroy, .last_error = ps_last_error, .suspect = ps_suspect,  \
-    .dump = ps_dump, .set_step = ps_set_step, .reduce_step = ps_reduce_step,                       \
-    .state_io = ps_state_io, .set_lr = ps_set_lr, .write_ckpt = ps_write_ckpt
+    .allreduce = ps_allreduce, .allreduce_side = ps_allreduce_side, .broadcast = ps_broadcast,     \
+    .barrier = ps_barrier, .abort = ps_abort, .destroy = ps_destroy, .last_error = ps_last_error,  \
+    .suspect = ps_suspect, .dump = ps_dump, .set_step = ps_set_step,                               \
+    .reduce_step = ps_reduce_step, .state_io = ps_state_io, .set_lr = ps_set_lr,                   \
+    .write_ckpt = ps_write_ckpt
 
 static const tt_coll_ops_t ps_ops = {.name = "ps", .create = ps_create, PS_ROW_SHARED};
 

@@ -79,6 +79,11 @@ typedef struct tt_coll_ops {
     const char *name;
     int (*create)(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t errlen);
     int (*allreduce)(void *inst, void *buf, size_t count, tt_dtype_t dt, tt_redop_t op);
+    /* allreduce that also sums one int64 per rank (*side in: this rank's,
+     * out: the sum) in the same collective (tt_ring_allreduce_side); NULL
+     * for backends that cannot, which then reduce it on its own. */
+    int (*allreduce_side)(void *inst, void *buf, size_t count, tt_dtype_t dt, tt_redop_t op,
+                          int64_t *side);
     int (*broadcast)(void *inst, void *buf, size_t count, tt_dtype_t dt, int root);
     int (*barrier)(void *inst);
     /* Makes the instance refuse further collectives with TT_ECLOSED.

@@ -3,9 +3,9 @@
  * little-endian order rather than as a packed struct so that it means the
  * same on every compiler and host; decode rejects anything it does not
  * fully understand, because a misread header would be a silent corruption.
- * Layout (56 bytes): magic u32 | version u8 | kind u8 | op u8 | dtype u8 |
- * redop u8 | 3 pad | src i32 | aux i32 | status i32 | root i32 | unit u32 |
- * generation u64 | seq u64 | count u64. */
+ * Layout (64 bytes): magic u32 | version u8 | kind u8 | op u8 | dtype u8 |
+ * redop u8 | flags u8 | 2 pad | src i32 | aux i32 | status i32 | root i32 |
+ * unit u32 | generation u64 | seq u64 | count u64 | job u64. */
 #include "tt_collseq.h"
 
 #include "tt_status.h"
@@ -76,6 +76,7 @@ void tt_collseq_encode(const tt_collseq_hdr_t *h, uint8_t out[TT_COLLSEQ_HDR_SIZ
     out[6] = h->fp.op;
     out[7] = h->fp.dtype;
     out[8] = h->fp.redop;
+    out[9] = h->flags;
     put32(out + 12, (uint32_t)h->src);
     put32(out + 16, (uint32_t)h->aux);
     put32(out + 20, (uint32_t)h->status);
@@ -119,10 +120,13 @@ int tt_collseq_decode(const void *buf, size_t len, tt_collseq_hdr_t *out, char *
         return reject(err, errlen, TT_EPROTO, "op", p[6]);
     if (p[7] > TT_DT_INT64 || p[8] > TT_RED_MAX)
         return reject(err, errlen, TT_EPROTO, "dtype/redop", (unsigned)p[7] << 8 | p[8]);
+    if ((p[9] & ~TT_COLLSEQ_F_SIDE) || (p[9] && p[5] != TT_COLLSEQ_DATA))
+        return reject(err, errlen, TT_EPROTO, "flags", p[9]);
     out->kind = p[5];
     out->fp.op = p[6];
     out->fp.dtype = p[7];
     out->fp.redop = p[8];
+    out->flags = p[9];
     out->src = (int32_t)get32(p + 12);
     out->aux = (int32_t)get32(p + 16);
     out->status = (int32_t)get32(p + 20);

@@ -56,8 +56,12 @@ typedef enum {
 #define TT_COLLSEQ_VERSION  2u
 #define TT_COLLSEQ_HDR_SIZE 64u
 
+/* tt_collseq_hdr_t.flags */
+#define TT_COLLSEQ_F_SIDE 1u /* DATA: an 8-byte int64 frame follows the body */
+
 typedef struct tt_collseq_hdr {
     uint8_t kind;   /* tt_collseq_kind_t */
+    uint8_t flags;  /* TT_COLLSEQ_F_* */
     int32_t src;    /* sending rank */
     int32_t aux;    /* ABORT/WAIT: suspect rank or -1; ABORT also origin in status */
     int32_t status; /* ABORT: the tt_status_t of the failure */

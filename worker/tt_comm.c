@@ -250,7 +250,18 @@ static int run_device_step(tt_comm_t *c, tt_comm_job_t *j) {
     return rc;
 }
 
+/* The step's last bucket with the example count in the same collective
+ * (the count job then has nothing left to do). */
+static int run_fused(tt_comm_t *c, tt_comm_job_t *j) {
+    int rc = c->ops->allreduce_side(c->inst, j->buf, j->count, j->dt, j->op, j->fuse->buf);
+    if (rc == TT_OK)
+        j->fuse->fused = 1;
+    return rc;
+}
+
 static int run_op(tt_comm_t *c, tt_comm_job_t *j) {
+    if (j->role == TT_COMM_JOB_COUNT && j->fused)
+        return TT_OK;
     c->ops->set_step(c->inst, j->step);
     if (j->role == TT_COMM_JOB_STATE)
         return run_state_io(c, j);
@@ -267,6 +278,8 @@ static int run_op(tt_comm_t *c, tt_comm_job_t *j) {
         return run_step_reduce(c, j);
     switch (j->kind) {
     case TT_COLL_ALLREDUCE:
+        if (j->fuse != NULL && c->ops->allreduce_side != NULL)
+            return run_fused(c, j);
         return c->ops->allreduce(c->inst, j->buf, j->count, j->dt, j->op);
     case TT_COLL_BROADCAST:
         return c->ops->broadcast(c->inst, j->buf, j->count, j->dt, j->root);

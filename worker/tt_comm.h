@@ -120,7 +120,9 @@ int tt_comm_plan_init(tt_comm_plan_t *p, size_t nbuckets);
 void tt_comm_plan_release(tt_comm_plan_t *p);
 void tt_comm_plan_reset(tt_comm_plan_t *p);
 /* Marks `ndone` buckets complete and writes to launch[0..*nlaunch) the
- * buckets that may start now, in order (launch has room for nbuckets). */
+ * buckets that may start now, in order (launch has room for nbuckets).
+ * The last bucket never starts here: it waits for tt_comm_plan_rest (at
+ * step_finish), so that the step's example count can travel with it. */
 void tt_comm_plan_complete(tt_comm_plan_t *p, const size_t *done, size_t ndone, size_t *launch,
                            size_t *nlaunch);
 /* Every bucket not launched yet, in order (step_finish). */

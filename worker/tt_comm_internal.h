@@ -31,6 +31,8 @@ typedef struct tt_comm_job {
     float *flat;                    /* COUNT: the step's whole gradient buffer */
     size_t flat_count;              /* its elements */
     int averaged;                   /* COUNT: the backend left means, not sums */
+    struct tt_comm_job *fuse;       /* BUCKET: the COUNT job whose value rides along */
+    int fused;                      /* COUNT: already summed with the last bucket */
     float lr;                       /* COUNT with shard_update: the step's learning rate */
     uint64_t optim_step;            /* STATE put: the state's AdamW step counter */
     struct tt_ps_written **written; /* CKPT: the parts written */

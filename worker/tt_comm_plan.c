@@ -207,7 +207,7 @@ void tt_comm_plan_complete(tt_comm_plan_t *p, const size_t *done, size_t ndone, 
     for (size_t i = 0; i < ndone; i++)
         if (done[i] < p->nbuckets)
             p->complete[done[i]] = 1;
-    while (p->next < p->nbuckets && p->complete[p->next])
+    while (p->next + 1 < p->nbuckets && p->complete[p->next])
         launch[(*nlaunch)++] = p->next++;
 }
 

@@ -67,6 +67,11 @@ typedef struct coll {
     int sends_left;                        /* units this rank has yet to send */
     int left_suspect;                      /* from the last WAIT of the left */
     uint64_t left_wait_ms, last_wait_sent; /* times of WAITs in and out */
+    /* tt_ring_allreduce_side: the caller's int64 (own value in, sum out),
+     * this rank's value and the running sum it passes on; nseg: units per
+     * step, to tell which units carry it */
+    int64_t *side, side_own, side_acc;
+    size_t nseg;
 } coll_t;
 
 /* ZeroMQ calls this from an I/O thread once it is done with a frame (large
@@ -111,6 +116,8 @@ typedef struct rx {
     const char *data;
     size_t len;
     int slot;
+    int has_side; /* TT_COLLSEQ_F_SIDE: the sender's running sum */
+    int64_t side;
 } rx_t;
 
 static void rx_done(tt_ring_t *r, rx_t *m) {
@@ -167,12 +174,27 @@ static int to_shm(tt_ring_t *r, tt_collseq_hdr_t *h, const void *data, size_t le
     return 0;
 }
 
-/* Header frame then payload frame; neither send can block (no HWM). The
- * payload is data/len or a received unit passed on (fwd). */
+static void put_le64(uint8_t *b, int64_t v) {
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)((uint64_t)v >> (8 * i));
+}
+
+static int64_t get_le64(const uint8_t *b) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | b[i];
+    return (int64_t)v;
+}
+
+/* Header frame, payload frame and, with `side`, an 8-byte int64 frame;
+ * no send can block (no HWM). The payload is data/len or a received unit
+ * passed on (fwd). */
 static int send_frames(tt_ring_t *r, const tt_collseq_hdr_t *h0, const void *data, size_t len,
-                       rx_t *fwd) {
-    uint8_t hb[TT_COLLSEQ_HDR_SIZE], desc[SHM_DESC_SIZE];
+                       rx_t *fwd, const int64_t *side) {
+    uint8_t hb[TT_COLLSEQ_HDR_SIZE], desc[SHM_DESC_SIZE], sb[8];
     tt_collseq_hdr_t h = *h0;
+    if (side != NULL)
+        h.flags |= TT_COLLSEQ_F_SIDE;
     zmq_msg_t m, *share = NULL;
     int must_copy = 0;
     if (r->push == NULL)
@@ -196,9 +218,14 @@ static int send_frames(tt_ring_t *r, const tt_collseq_hdr_t *h0, const void *dat
     int rc = make_body(r, &m, data, len, share, must_copy);
     if (rc != TT_OK)
         return rc;
-    if (zmq_msg_send(&m, r->push, ZMQ_DONTWAIT) < 0) {
+    if (zmq_msg_send(&m, r->push, ZMQ_DONTWAIT | (side != NULL ? ZMQ_SNDMORE : 0)) < 0) {
         zmq_msg_close(&m); /* runs zc_release for a zero-copy frame */
         return TT_EUNREACHABLE;
+    }
+    if (side != NULL) {
+        put_le64(sb, *side);
+        if (zmq_send(r->push, sb, sizeof(sb), ZMQ_DONTWAIT) < 0)
+            return TT_EUNREACHABLE;
     }
     return TT_OK;
 }
@@ -210,7 +237,7 @@ static void send_abort(tt_ring_t *r, const coll_t *c, int origin, int status, in
     h.src = origin;
     h.status = status;
     h.aux = suspect;
-    if (send_frames(r, &h, text, strlen(text), NULL) != TT_OK)
+    if (send_frames(r, &h, text, strlen(text), NULL, NULL) != TT_OK)
         TT_DEBUG(SUBSYS, "rank %d could not forward abort to rank %d", r->rank, r->right);
 }
 
@@ -231,7 +258,7 @@ static void send_wait(coll_t *c, uint64_t now) {
     tt_collseq_hdr_t h;
     fill_hdr(c, &h, TT_COLLSEQ_WAIT, 0);
     h.aux = current_suspect(c, now);
-    if (send_frames(c->r, &h, NULL, 0, NULL) == TT_OK)
+    if (send_frames(c->r, &h, NULL, 0, NULL, NULL) == TT_OK)
         c->last_wait_sent = now;
 }
 
@@ -290,13 +317,25 @@ static int ring_fail(coll_t *c, int status, int suspect, int origin, const char 
     return status;
 }
 
+/* Whether DATA unit `unit` carries the running sum of an
+ * all-reduce-with-count: the first unit of each reduce-scatter step. Each
+ * rank adds its own value to what came from the left and passes it on, so
+ * after the W-1 steps every rank holds the sum (a scalar all-reduce that
+ * costs no message of its own). */
+static int side_unit(const coll_t *c, uint32_t unit) {
+    return c->side != NULL && unit % c->nseg == 0 && unit / c->nseg < (uint32_t)(c->r->world - 1);
+}
+
 /* DATA unit from `data` or, if fwd is set, the received unit *fwd (borrowed). */
 static int send_unit(coll_t *c, uint32_t unit, const void *data, size_t len, rx_t *fwd) {
     tt_collseq_hdr_t h;
     char text[ERRLEN];
     fill_hdr(c, &h, TT_COLLSEQ_DATA, unit);
     c->sends_left--;
-    int rc = send_frames(c->r, &h, data, len, fwd);
+    const int64_t *side = NULL;
+    if (side_unit(c, unit))
+        side = unit == 0 ? &c->side_own : &c->side_acc;
+    int rc = send_frames(c->r, &h, data, len, fwd, side);
     if (rc == TT_OK)
         return TT_OK;
     snprintf(text, sizeof(text), "rank %d cannot queue data to rank %d: %s", c->r->rank,
@@ -370,6 +409,32 @@ static int fail_proto(coll_t *c, int status, const char *why) {
     return ring_fail(c, status, c->r->left, c->r->rank, text);
 }
 
+/* After the body: the int64 frame the header announced, and nothing more.
+ * Returns rc, or TT_EPROTO with the reason in why. */
+static int read_rest(tt_ring_t *r, rx_t *m, int rc, char *why, size_t whylen) {
+    int more = zmq_msg_more(&m->body);
+    int want = rc == TT_OK && (m->h.flags & TT_COLLSEQ_F_SIDE);
+    zmq_msg_t x;
+    zmq_msg_init(&x);
+    int n = want && more ? zmq_msg_recv(&x, r->pull, 0) : -1;
+    if (n >= 0)
+        more = zmq_msg_more(&x);
+    if (n == 8) {
+        m->side = get_le64(zmq_msg_data(&x));
+        m->has_side = 1;
+    } else if (want) {
+        rc = TT_EPROTO;
+        snprintf(why, whylen, "no 8-byte frame after a body that announced one");
+    }
+    while (more) { /* parts of one message arrive together: never blocks */
+        rc = TT_EPROTO;
+        snprintf(why, whylen, "more frames than the header announced");
+        more = zmq_msg_recv(&x, r->pull, 0) >= 0 && zmq_msg_more(&x);
+    }
+    zmq_msg_close(&x);
+    return rc;
+}
+
 /* Reads one whole [header][body] message without blocking: 1 when read
  * (m->body then owned by the caller), 0 when none is queued, <0 failed. */
 static int read_msg(coll_t *c, rx_t *m) {
@@ -386,14 +451,11 @@ static int read_msg(coll_t *c, rx_t *m) {
     zmq_msg_close(&hm);
     zmq_msg_init(&m->body);
     m->slot = -1;
-    if (more && zmq_msg_recv(&m->body, r->pull, 0) >= 0 && zmq_msg_more(&m->body)) {
-        while (zmq_msg_more(&m->body) && zmq_msg_recv(&m->body, r->pull, 0) >= 0)
-            ;
+    m->has_side = 0;
+    if (more && zmq_msg_recv(&m->body, r->pull, 0) >= 0)
+        rc = read_rest(r, m, rc, why, sizeof(why));
+    else if (rc == TT_OK)
         rc = TT_EPROTO;
-        snprintf(why, sizeof(why), "more than two frames");
-    } else if (!more && rc == TT_OK) {
-        rc = TT_EPROTO;
-    }
     if (rc == TT_OK)
         return 1;
     zmq_msg_close(&m->body);
@@ -473,6 +535,29 @@ static int payload(coll_t *c, rx_t *m) {
     return TT_OK;
 }
 
+/* The running sum on a unit that must carry one (and none elsewhere: the
+ * ranks called different functions, which is a desync like any other).
+ * The last reduce-scatter step's sum plus this rank's own is the total. */
+static int take_side(coll_t *c, rx_t *m, uint32_t unit) {
+    char text[ERRLEN], op[96];
+    int want = side_unit(c, unit);
+    if (m->has_side != want) {
+        describe_op(c, op, sizeof(op));
+        snprintf(text, sizeof(text),
+                 "rank %d sent %s %s the step's example count but rank %d expected it %s",
+                 (int)m->h.src, op, m->has_side ? "with" : "without", c->r->rank,
+                 want ? "with it" : "without");
+        rx_done(c->r, m);
+        return ring_fail(c, TT_EDESYNC, -1, c->r->rank, text);
+    }
+    if (want) {
+        c->side_acc = (int64_t)((uint64_t)m->side + (uint64_t)c->side_own);
+        if (unit / c->nseg == (uint32_t)(c->r->world - 2))
+            *c->side = c->side_acc;
+    }
+    return 1;
+}
+
 /* Dispatches one message: 1 when it is the awaited DATA unit of `bytes`
  * bytes (body kept in m), 0 when it was something else, <0 failed. */
 static int take(coll_t *c, rx_t *m, uint32_t unit, size_t bytes) {
@@ -509,7 +594,7 @@ static int take(coll_t *c, rx_t *m, uint32_t unit, size_t bytes) {
         rx_done(c->r, m);
         return ring_fail(c, TT_ESIZE, -1, c->r->rank, text);
     }
-    return 1;
+    return take_side(c, m, unit);
 }
 
 /* ---- handshake: proof that every link reaches this generation's ring ----
@@ -558,7 +643,7 @@ static void take_links(tt_ring_t *r, zmq_msg_t *body, size_t at) {
 static int send_ctl(coll_t *c, int kind, const void *body, size_t len) {
     tt_collseq_hdr_t h;
     fill_hdr(c, &h, kind, 0);
-    return send_frames(c->r, &h, body, len, NULL);
+    return send_frames(c->r, &h, body, len, NULL, NULL);
 }
 
 static int send_hello(coll_t *c) {
@@ -765,6 +850,7 @@ static int allreduce_units(coll_t *c, char *buf, size_t count, tt_ring_red_fn fn
     pace_t p = {tt_ring_sched_chunk(count, w, tt_ring_sched_send_chunk(r->rank, w, 0)),
                 tt_ring_sched_chunk(count, w, tt_ring_sched_recv_chunk(r->rank, w, 0)), nseg, 0, 0};
     c->sends_left = nsteps * (int)nseg;
+    c->nseg = nseg;
     rc = pace(c, &p, buf, RING_AHEAD, 0);
     for (int g = 0; g < nsteps && rc == TT_OK; g++) {
         int red = tt_ring_sched_is_reduce(w, g);
@@ -859,7 +945,8 @@ static int coll_end(coll_t *c, int rc) {
     return rc;
 }
 
-int tt_ring_allreduce(tt_ring_t *r, void *buf, size_t count, tt_dtype_t dtype, tt_redop_t op) {
+int tt_ring_allreduce_side(tt_ring_t *r, void *buf, size_t count, tt_dtype_t dtype, tt_redop_t op,
+                           int64_t *side) {
     tt_ring_red_fn fn = tt_ring_reduce_fn((int)dtype, (int)op);
     if (r == NULL || fn == NULL || (buf == NULL && count > 0))
         return TT_EINVAL;
@@ -867,8 +954,14 @@ int tt_ring_allreduce(tt_ring_t *r, void *buf, size_t count, tt_dtype_t dtype, t
         return r->failed;
     coll_t c;
     coll_begin(&c, r, (tt_coll_fp_t){TT_COLL_ALLREDUCE, (uint8_t)dtype, (uint8_t)op, -1, count});
+    c.side = side;
+    c.side_own = side != NULL ? *side : 0;
     int rc = r->world == 1 ? TT_OK : r->ready ? TT_OK : handshake(&c);
     return coll_end(&c, rc != TT_OK || r->world == 1 ? rc : allreduce_units(&c, buf, count, fn));
+}
+
+int tt_ring_allreduce(tt_ring_t *r, void *buf, size_t count, tt_dtype_t dtype, tt_redop_t op) {
+    return tt_ring_allreduce_side(r, buf, count, dtype, op, NULL);
 }
 
 int tt_ring_broadcast(tt_ring_t *r, void *buf, size_t count, tt_dtype_t dtype, int root) {

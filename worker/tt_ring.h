@@ -101,6 +101,15 @@ void tt_ring_destroy(tt_ring_t **r);
  * contents of `buf` are unspecified after an error. */
 int tt_ring_allreduce(tt_ring_t *r, void *buf, size_t count, tt_dtype_t dtype, tt_redop_t op);
 
+/* tt_ring_allreduce that also sums one int64 per rank (*side: this rank's
+ * value in, the sum over ranks out; wraps like int64 arithmetic) with no
+ * message of its own: the sum rides on the first unit of each
+ * reduce-scatter step. The step's example count travels this way with the
+ * last gradient bucket. Every rank must call the same function; a rank
+ * that calls tt_ring_allreduce instead is a desync. Same return codes. */
+int tt_ring_allreduce_side(tt_ring_t *r, void *buf, size_t count, tt_dtype_t dtype, tt_redop_t op,
+                           int64_t *side);
+
 /* Copies `count` elements from `root`'s buf into every rank's buf. Same
  * return codes as tt_ring_allreduce. */
 int tt_ring_broadcast(tt_ring_t *r, void *buf, size_t count, tt_dtype_t dtype, int root);

@@ -16,7 +16,9 @@
  * payloads go through shared memory unless the ring is told otherwise:
  * "sum" checks that they did, "sum-tcp" runs the same over TCP only, and
  * "sum-mixed" with rank 2 of 4 on TCP (as a rank on another host would
- * be): its two links carry TCP, the other two shared memory. Usage:
+ * be): its two links carry TCP, the other two shared memory. "sum" also
+ * sums an int64 per rank riding with float32 sums (the step's example
+ * count), and "desync" includes a rank that leaves it out. Usage:
  * ring_check [all|sum|sum-tcp|sum-mixed|desync|stale|regroup|foreign|stop|kill]. */
 #include "tt_clock.h"
 #include "tt_collseq.h"
@@ -92,13 +94,19 @@ static int64_t i64_of(int r, size_t i) {
     return (int64_t)draw(r, i, 3);
 }
 
-static int check_f32(tt_ring_t *r, int rank, int w, size_t n) {
+/* A float32 sum (1e-6 relative); with_count: each rank's int64 rides
+ * along (the step's example count) and must come out exact. */
+static int check_sum(tt_ring_t *r, int rank, int w, size_t n, int with_count) {
     float *buf = malloc((n ? n : 1) * sizeof(float));
     if (buf == NULL)
         FAIL("out of memory");
     for (size_t i = 0; i < n; i++)
         buf[i] = f32_of(rank, i);
-    int rc = tt_ring_allreduce(r, buf, n, TT_DT_FLOAT32, TT_RED_SUM);
+    int64_t side = i64_of(rank, 77) >> 8, want = 0;
+    for (int q = 0; q < w; q++)
+        want += i64_of(q, 77) >> 8;
+    int rc = with_count ? tt_ring_allreduce_side(r, buf, n, TT_DT_FLOAT32, TT_RED_SUM, &side)
+                        : tt_ring_allreduce(r, buf, n, TT_DT_FLOAT32, TT_RED_SUM);
     size_t bad = n;
     for (size_t i = 0; rc == 0 && i < n && bad == n; i++) {
         double ref = 0;
@@ -109,10 +117,17 @@ static int check_f32(tt_ring_t *r, int rank, int w, size_t n) {
     }
     free(buf);
     if (rc != 0)
-        FAIL("f32 sum n=%zu: %s: %s", n, tt_status_name(rc), tt_ring_last_error(r));
+        FAIL("f32 sum n=%zu%s: %s: %s", n, with_count ? " with count" : "", tt_status_name(rc),
+             tt_ring_last_error(r));
     if (bad != n)
         FAIL("f32 sum n=%zu wrong at %zu", n, bad);
+    if (with_count && side != want)
+        FAIL("count riding with n=%zu: %lld, want %lld", n, (long long)side, (long long)want);
     return 0;
+}
+
+static int check_f32(tt_ring_t *r, int rank, int w, size_t n) {
+    return check_sum(r, rank, w, n, 0);
 }
 
 static int check_exact(tt_ring_t *r, int rank, int w, size_t n, tt_dtype_t dt, tt_redop_t op) {
@@ -206,10 +221,25 @@ static int scen_sum(tt_ring_t *r, int rank, const world_t *wd) {
         return 1;
     /* shared memory to the right unless either end keeps to TCP */
     int shm = w > 1 && !wd->tcp_only && rank != wd->tcp_rank && (rank + 1) % w != wd->tcp_rank;
+    if (check_sum(r, rank, w, 1, 1) || check_sum(r, rank, w, (size_t)(w - 1), 1) ||
+        check_sum(r, rank, w, 1000003, 1) || check_sum(r, rank, w, (size_t)3 << 20, 1))
+        return 1;
     if (tt_ring_uses_shm(r) != shm)
         FAIL("payloads to the right %s shared memory",
              tt_ring_uses_shm(r) ? "went through" : "did not use");
     return check_f32(r, rank, w, BIG_F32);
+}
+
+/* Rank 1 leaves out the example count the others send with their sums. */
+static int scen_side_desync(tt_ring_t *r, int rank, const world_t *wd) {
+    static float buf[1000];
+    int64_t n = 5;
+    (void)wd;
+    int rc = rank == 1 ? tt_ring_allreduce(r, buf, 1000, TT_DT_FLOAT32, TT_RED_SUM)
+                       : tt_ring_allreduce_side(r, buf, 1000, TT_DT_FLOAT32, TT_RED_SUM, &n);
+    if (rc != TT_EDESYNC || strstr(tt_ring_last_error(r), "example count") == NULL)
+        FAIL("count desync: got %s (%s)", tt_status_name(rc), tt_ring_last_error(r));
+    return 0;
 }
 
 static int scen_desync(tt_ring_t *r, int rank, const world_t *wd) {
@@ -433,6 +463,8 @@ int main(int argc, char **argv) {
         bad += run_world(4, 30000, scen_sum, 0, "sum-mixed");
     for (int w = 2; w <= 4 && (all || !strcmp(which, "desync")); w++)
         bad += run_world(w, 60000, scen_desync, 0, "desync");
+    for (int w = 2; w <= 3 && (all || !strcmp(which, "desync")); w++)
+        bad += run_world(w, 5000, scen_side_desync, 0, "desync-count");
     if (all || !strcmp(which, "stale"))
         bad += run_world(2, 1000, scen_stale, 0, "stale");
     if (all || !strcmp(which, "regroup"))

@@ -116,6 +116,9 @@ static void comm_plan_launches_in_order(void) {
     CU_ASSERT_EQUAL(n, 2);
     CU_ASSERT_EQUAL(launch[0], 1);
     CU_ASSERT_EQUAL(launch[1], 2);
+    size_t d3[] = {3};
+    tt_comm_plan_complete(&p, d3, 1, launch, &n); /* the last waits for the count */
+    CU_ASSERT_EQUAL(n, 0);
     tt_comm_plan_rest(&p, launch, &n);
     CU_ASSERT_EQUAL(n, 1);
     CU_ASSERT_EQUAL(launch[0], 3);
