@@ -9,9 +9,6 @@
  * libtether's (tt_train_tether), configured by the TETHER_* environment
  * that tether-launch, systemd or Kubernetes provide. Rank 0 prints the
  * progress and writes the metrics; the other ranks only report errors. */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* sched_getaffinity */
-#endif
 #include "tt_idx.h"
 #include "tt_clock.h"
 #include "tt_log.h"
@@ -27,7 +24,6 @@
 #include <cblas.h>
 #include <errno.h>
 #include <getopt.h>
-#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -468,16 +464,6 @@ static int train(const cli_t *c, tt_trainer_t *t, tt_train_ckpt_t *ck, tt_train_
     return 0;
 }
 
-/* This process's share of the CPUs: those it may run on, or fewer where
- * OMP_NUM_THREADS says so (tether-launch sets it to each worker's share). */
-static int cpu_share(void) {
-    cpu_set_t set;
-    int n = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-    const char *omp = getenv("OMP_NUM_THREADS");
-    int k = omp != NULL ? atoi(omp) : 0;
-    return k > 0 && k < n ? k : n;
-}
-
 /* Joins the job (non-local backends) and builds the trainer on top.
  * 0, an exit code, or CODE_JOB_DONE. */
 static int setup(cli_t *c, const tt_trainer_opts_t *o, const tt_idx_set_t *train_set,
@@ -494,8 +480,7 @@ static int setup(cli_t *c, const tt_trainer_opts_t *o, const tt_idx_set_t *train
                                      on ? (uint32_t)(c->ckpt_every_s * 1000.0) : 0,
                                      on ? (uint32_t)c->ckpt_keep : 0};
         tt_train_tether_update_t up = {strcmp(c->update, "shards") == 0, o};
-        int overlap = tt_train_tether_overlap_pays(cpu_share(), (int)c->threads, o->device);
-        int rc = tt_train_tether_create(tt, c->backend, overlap, &ck, &up, err, sizeof(err));
+        int rc = tt_train_tether_create(tt, c->backend, &ck, &up, err, sizeof(err));
         if (part_over(rc))
             return job_done(rc);
         if (rc < 0) {

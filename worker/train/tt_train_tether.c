@@ -8,7 +8,6 @@
  * the job for everyone (TT_EJOBDONE). It does not decide what to do about
  * failures. */
 #include "tt_train_tether.h"
-#include "tt_buckets.h"
 #include "tt_log.h"
 #include "tt_status.h"
 
@@ -63,12 +62,8 @@ static void shard_update(tt_train_tether_t *tt, const tt_trainer_opts_t *o,
     tt->parts = adam ? 3 : o->sgd.momentum > 0.0f ? 2 : 1;
 }
 
-int tt_train_tether_overlap_pays(int cpus, int threads, int on_device) {
-    return on_device || cpus > threads;
-}
-
-static int configure(tt_train_tether_t *tt, const char *backend, int overlap,
-                     const tt_train_tether_update_t *up, char *err, size_t errlen) {
+static int configure(tt_train_tether_t *tt, const char *backend, const tt_train_tether_update_t *up,
+                     char *err, size_t errlen) {
     tether_coll_opts_t co;
     tether_coll_opts_default(&co);
     int rc = tether_coll_opts_from_env(&co, err, errlen);
@@ -79,21 +74,12 @@ static int configure(tt_train_tether_t *tt, const char *backend, int overlap,
         return TT_EINVAL;
     }
     co.average = 0; /* the optimizer divides by the global count itself */
-    if (!overlap && getenv("TETHER_FIRST_BUCKET_BYTES") == NULL &&
-        getenv("TETHER_BUCKET_BYTES") == NULL) {
-        co.first_bucket_bytes = co.bucket_bytes ? co.bucket_bytes : TT_BUCKETS_DEFAULT_BYTES;
-        TT_INFO("train",
-                "gradient buckets of %zu bytes, no smaller first one: no CPU beyond "
-                "the compute threads for an early all-reduce to overlap on "
-                "(TETHER_FIRST_BUCKET_BYTES overrides)",
-                co.first_bucket_bytes);
-    }
     if (up != NULL && up->on_shards)
         shard_update(tt, up->topts, &co);
     return tether_coll_configure(tt->t, &co, err, errlen);
 }
 
-int tt_train_tether_create(tt_train_tether_t **out, const char *backend, int overlap,
+int tt_train_tether_create(tt_train_tether_t **out, const char *backend,
                            const tt_train_tether_ckpt_t *ck, const tt_train_tether_update_t *up,
                            char *err, size_t errlen) {
     *out = NULL;
@@ -109,7 +95,7 @@ int tt_train_tether_create(tt_train_tether_t **out, const char *backend, int ove
     if (rc == TETHER_OK)
         rc = tether_create(&tt->t, &o, err, errlen);
     if (rc == TETHER_OK)
-        rc = configure(tt, backend, overlap, up, err, errlen);
+        rc = configure(tt, backend, up, err, errlen);
     if (rc == TETHER_OK && (rc = tether_join(tt->t, 0)) != TETHER_OK)
         snprintf(err, errlen, "cannot join job '%s' at %s: %s", o.job_id, o.coordinator,
                  tether_last_error(tt->t)[0] ? tether_last_error(tt->t) : tether_strerror(rc));

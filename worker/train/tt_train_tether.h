@@ -32,22 +32,12 @@ typedef struct {
     const tt_trainer_opts_t *topts; /* borrowed during create */
 } tt_train_tether_update_t;
 
-/* Whether the gradient buckets should overlap backward, for a rank that
- * computes with `threads` threads on `cpus` CPUs (its share; `on_device`:
- * backward runs on a GPU): a bucket's all-reduce runs on the CPU, so with
- * no CPU beyond the compute threads it can only take turns with backward,
- * and each extra bucket then adds its collective's fixed cost. 0 then:
- * one bucket as large as the others, sent when backward is done. */
-int tt_train_tether_overlap_pays(int cpus, int threads, int on_device);
-
 /* Creates a tether object from the environment, sets the job's checkpoint
  * settings from `ck`, selects `backend` ("ring", "ps" or "auto") and where
- * the update runs (`up`), and joins the job (blocking). `overlap` 0: no
- * small first bucket (see tt_train_tether_overlap_pays) unless the
- * environment sets the bucket sizes. TT_OK, or the library's status with a
- * sentence in `err` (TT_EJOBDONE: the job had finished already; nothing
- * to do). */
-int tt_train_tether_create(tt_train_tether_t **out, const char *backend, int overlap,
+ * the update runs (`up`), and joins the job (blocking). TT_OK, or the
+ * library's status with a sentence in `err` (TT_EJOBDONE: the job had
+ * finished already; nothing to do). */
+int tt_train_tether_create(tt_train_tether_t **out, const char *backend,
                            const tt_train_tether_ckpt_t *ck, const tt_train_tether_update_t *up,
                            char *err, size_t errlen);
 
