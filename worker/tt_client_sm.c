@@ -283,10 +283,15 @@ static int on_error(tt_client_sm_t *sm, const Tether__Error *e, uint64_t rid, ui
         TT_DEBUG("client", "coordinator: stale generation %" PRIu64 ": %s", sm->generation, msg);
         return 0;
     }
-    if (e->code == TT_EFENCED && sm->state == TT_CLIENT_JOINING && rid != sm->op_rid) {
-        /* The answer to a heartbeat sent before this join (a fenced worker
-         * joining again): only the join's own answer decides. */
-        TT_DEBUG("client", "fence answer to request %" PRIu64 " ignored while joining", rid);
+    if (e->code == TT_EFENCED && rid != sm->op_rid &&
+        (sm->state == TT_CLIENT_JOINING || sm->state == TT_CLIENT_IDLE)) {
+        /* The answer to a heartbeat sent before or during this join (a
+         * fenced worker joining again; a join the coordinator refused,
+         * whose heartbeats are answered "not a member" after the refusal):
+         * only the join's own answer decides, and its sentence stays the
+         * last error. */
+        TT_DEBUG("client", "fence answer to request %" PRIu64 " ignored while %s", rid,
+                 tt_client_state_name(sm->state));
         return 0;
     }
     if (e->code == TT_EBUSY && sm->op == TT_CLIENT_OP_JOIN && !sm->op_done && rid == sm->op_rid &&

@@ -324,6 +324,12 @@ static void client_sm_join_refused_with_message(void) {
     CU_ASSERT_EQUAL(sm.state, TT_CLIENT_IDLE);
     CU_ASSERT_PTR_NOT_NULL(strstr(sm.last_error, "job has 2, join asked 3"));
     CU_ASSERT_FALSE(tt_client_sm_wants_heartbeat(&sm));
+    /* A heartbeat sent while the join was in flight is answered "not a
+     * member" after the refusal: neither a fence nor the last error. */
+    CU_ASSERT_EQUAL(tt_client_sm_on_message(&sm, error_msg(&m, TT_EFENCED, "not a member", 2), 20),
+                    0);
+    CU_ASSERT_EQUAL(sm.state, TT_CLIENT_IDLE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(sm.last_error, "job has 2, join asked 3"));
     tt_client_sm_release(&sm);
 }
 
