@@ -153,6 +153,18 @@ static int make_body(tt_ring_t *r, zmq_msg_t *m, const void *data, size_t len, z
     return TT_OK;
 }
 
+static void put_le64(uint8_t *b, int64_t v) {
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)((uint64_t)v >> (8 * i));
+}
+
+static int64_t get_le64(const uint8_t *b) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | b[i];
+    return (int64_t)v;
+}
+
 /* Moves a DATA payload into a free slot of our pool; the header then
  * names the slot (aux) and the body carries the length. 0 when it did,
  * -1 when the payload goes over TCP (no shared memory, too small or too
@@ -169,21 +181,8 @@ static int to_shm(tt_ring_t *r, tt_collseq_hdr_t *h, const void *data, size_t le
     memcpy(tt_shmpool_slot(r->tx, slot), data, len);
     tt_shmpool_publish(r->tx, slot);
     h->aux = slot;
-    for (int i = 0; i < SHM_DESC_SIZE; i++)
-        desc[i] = (uint8_t)((uint64_t)len >> (8 * i));
+    put_le64(desc, (int64_t)len);
     return 0;
-}
-
-static void put_le64(uint8_t *b, int64_t v) {
-    for (int i = 0; i < 8; i++)
-        b[i] = (uint8_t)((uint64_t)v >> (8 * i));
-}
-
-static int64_t get_le64(const uint8_t *b) {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | b[i];
-    return (int64_t)v;
 }
 
 /* Header frame, payload frame and, with `side`, an 8-byte int64 frame;
@@ -521,8 +520,8 @@ static int payload(coll_t *c, rx_t *m) {
         bad = "a shared-memory unit with a malformed body";
     else if (!tt_shmpool_ready(r->rx, m->h.aux))
         bad = "a shared-memory unit in a slot that was not filled";
-    for (int i = SHM_DESC_SIZE - 1; bad == NULL && i >= 0; i--)
-        len = len << 8 | d[i];
+    if (bad == NULL)
+        len = (uint64_t)get_le64(d);
     if (bad == NULL && len > tt_shmpool_slot_bytes(r->rx))
         bad = "a shared-memory unit longer than a slot";
     zmq_msg_close(&m->body);
