@@ -2,7 +2,11 @@
  * (why and the rules: tt_shmpool.h). Layout of the memfd: a header of
  * HDR_BYTES (magic, token, geometry, then one flag per slot, each on its
  * own cache line so the writer filling one slot and the reader releasing
- * another do not share a line), then the slots. */
+ * another do not share a line; the queue's tail, written by the writer,
+ * and its head and the reader's "asleep" flag, on two more lines; the
+ * notes), then the slots. The doorbell is a futex on the tail, shared
+ * (not FUTEX_PRIVATE) because the two ends are different processes
+ * mapping the same memfd. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* memfd_create */
 #endif
@@ -18,15 +22,24 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <linux/futex.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
-#define MAGIC 0x4c4f4f50484d5354ull /* "TSMHPOOL" */
+#define MAGIC 0x324c4f50484d5354ull /* "TSMHPOL2": slots and notes */
 #define MEMFD "tether-ring"
 /* What /proc/<pid>/fd/<fd> of such a memfd reads as. */
 #define MEMFD_LINK "/memfd:" MEMFD " "
 #define LINE       64
-#define HDR_BYTES  ((size_t)(LINE * (1 + TT_SHMPOOL_MAX_SLOTS)))
+#define NOTE_BYTES 128 /* two lines per note */
+#define TAIL_AT    ((size_t)LINE * (1 + TT_SHMPOOL_MAX_SLOTS))
+#define HEAD_AT    (TAIL_AT + LINE)
+#define NOTES_AT   (HEAD_AT + LINE)
+#define HDR_BYTES  (NOTES_AT + (size_t)TT_SHMPOOL_NOTES * NOTE_BYTES)
+
+_Static_assert(sizeof(tt_shmpool_note_t) <= NOTE_BYTES, "a note must fit its two lines");
 
 typedef struct hdr {
     uint64_t magic, token, slot_bytes;
@@ -44,6 +57,22 @@ struct tt_shmpool {
 
 static atomic_uint *flag(const tt_shmpool_t *p, int slot) {
     return (atomic_uint *)(void *)(p->base + LINE * (size_t)(1 + slot));
+}
+
+static atomic_uint *tail(const tt_shmpool_t *p) {
+    return (atomic_uint *)(void *)(p->base + TAIL_AT);
+}
+
+static atomic_uint *head(const tt_shmpool_t *p) {
+    return (atomic_uint *)(void *)(p->base + HEAD_AT);
+}
+
+static atomic_uint *asleep(const tt_shmpool_t *p) {
+    return (atomic_uint *)(void *)(p->base + HEAD_AT + sizeof(atomic_uint));
+}
+
+static char *note_at(const tt_shmpool_t *p, unsigned i) {
+    return p->base + NOTES_AT + (size_t)(i % TT_SHMPOOL_NOTES) * NOTE_BYTES;
 }
 
 static size_t pool_bytes(uint32_t nslots, size_t slot_bytes) {
@@ -90,6 +119,9 @@ int tt_shmpool_create(tt_shmpool_t **out, uint32_t nslots, size_t slot_bytes, ch
     memcpy(p->base, &h, sizeof(h));
     for (uint32_t i = 0; i < nslots; i++)
         atomic_init(flag(p, (int)i), 0);
+    atomic_init(tail(p), 0);
+    atomic_init(head(p), 0);
+    atomic_init(asleep(p), 0);
     *out = p;
     return TT_OK;
 }
@@ -229,4 +261,47 @@ int tt_shmpool_ready(tt_shmpool_t *p, int slot) {
 
 void tt_shmpool_release(tt_shmpool_t *p, int slot) {
     atomic_store_explicit(flag(p, slot), 0, memory_order_release);
+}
+
+/* The "asleep" flag and the tail form a Dekker pair (both sequentially
+ * consistent): either the writer sees the reader asleep and wakes it, or
+ * the reader sees the new tail before it sleeps; FUTEX_WAIT's own check of
+ * the tail closes the gap between the two. */
+int tt_shmpool_post(tt_shmpool_t *p, const tt_shmpool_note_t *n) {
+    unsigned t = atomic_load_explicit(tail(p), memory_order_relaxed);
+    if (t - atomic_load_explicit(head(p), memory_order_acquire) >= TT_SHMPOOL_NOTES)
+        return 0;
+    memcpy(note_at(p, t), n, sizeof(*n));
+    atomic_store_explicit(tail(p), t + 1, memory_order_seq_cst);
+    if (atomic_load_explicit(asleep(p), memory_order_seq_cst))
+        syscall(SYS_futex, (unsigned *)(void *)tail(p), FUTEX_WAKE, 1, NULL, NULL, 0);
+    return 1;
+}
+
+int tt_shmpool_peek(tt_shmpool_t *p, tt_shmpool_note_t *n) {
+    unsigned h = atomic_load_explicit(head(p), memory_order_relaxed);
+    unsigned t = atomic_load_explicit(tail(p), memory_order_acquire);
+    if (t == h)
+        return 0;
+    if (t - h > TT_SHMPOOL_NOTES)
+        return -1;
+    memcpy(n, note_at(p, h), sizeof(*n));
+    return 1;
+}
+
+void tt_shmpool_pop(tt_shmpool_t *p) {
+    unsigned h = atomic_load_explicit(head(p), memory_order_relaxed);
+    atomic_store_explicit(head(p), h + 1, memory_order_release);
+}
+
+void tt_shmpool_wait(tt_shmpool_t *p, int timeout_ms) {
+    unsigned h = atomic_load_explicit(head(p), memory_order_relaxed);
+    if (timeout_ms <= 0)
+        return;
+    atomic_store_explicit(asleep(p), 1, memory_order_seq_cst);
+    if (atomic_load_explicit(tail(p), memory_order_seq_cst) == h) {
+        struct timespec ts = {timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000L};
+        syscall(SYS_futex, (unsigned *)(void *)tail(p), FUTEX_WAIT, h, &ts, NULL, 0);
+    }
+    atomic_store_explicit(asleep(p), 0, memory_order_relaxed);
 }

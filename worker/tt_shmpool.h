@@ -11,7 +11,8 @@
  * and the token proves that what was opened is the offered pool and not
  * another process's file under a reused pid. It does no I/O of its own.
  * Thread safety: one writer thread and one reader thread (in another
- * process) per pool; the slot flags are the only shared state. */
+ * process) per pool; the slot flags and the queue's two indices are the
+ * only shared state. */
 #ifndef TT_SHMPOOL_H
 #define TT_SHMPOOL_H
 
@@ -21,6 +22,23 @@
 typedef struct tt_shmpool tt_shmpool_t;
 
 #define TT_SHMPOOL_MAX_SLOTS 64
+/* Notes the queue holds; the ring's algorithms keep far fewer in flight
+ * on one link (a few per rank), so a full queue means a stalled reader. */
+#define TT_SHMPOOL_NOTES    1024
+#define TT_SHMPOOL_NOTE_HDR 64
+
+/* One unit as the writer posted it: the ring's encoded header, the
+ * payload's length, the int64 a unit may carry, and the slot that holds
+ * the payload (-1: the payload travels over the socket instead; the note
+ * keeps the order). The reader checks all of it: the writer is another
+ * process. */
+typedef struct tt_shmpool_note {
+    uint8_t hdr[TT_SHMPOOL_NOTE_HDR];
+    uint64_t len;
+    int64_t side;
+    int32_t slot;
+    uint32_t pad;
+} tt_shmpool_note_t;
 
 /* What a neighbour needs to map a pool: a fixed wire form of
  * TT_SHMPOOL_OFFER_SIZE bytes (host byte order) rides in the ring's
@@ -78,5 +96,21 @@ int tt_shmpool_ready(tt_shmpool_t *p, int slot);
 
 /* Reader: done with the slot; the writer may fill it again. */
 void tt_shmpool_release(tt_shmpool_t *p, int slot);
+
+/* Writer: appends a note and rings the doorbell if the reader sleeps on
+ * it (one futex wake; none while the reader is busy). 1 posted, 0 the
+ * queue is full. */
+int tt_shmpool_post(tt_shmpool_t *p, const tt_shmpool_note_t *n);
+
+/* Reader: copies the oldest note into *n without taking it: 1, 0 when the
+ * queue is empty, -1 when its indices are impossible (a corrupt pool). */
+int tt_shmpool_peek(tt_shmpool_t *p, tt_shmpool_note_t *n);
+
+/* Reader: takes the note peek returned. */
+void tt_shmpool_pop(tt_shmpool_t *p);
+
+/* Reader: sleeps until a note is posted or `timeout_ms` passed (at once
+ * when one is queued). The caller polls its sockets between waits. */
+void tt_shmpool_wait(tt_shmpool_t *p, int timeout_ms);
 
 #endif

@@ -3,13 +3,16 @@
  * and slot flags with its creator, the writer taking the lowest free slot
  * and finding none while every slot is being read, and the offers a
  * neighbour must refuse: another token or geometry, a process that no
- * longer exists, a descriptor that is not the pool. */
+ * longer exists, a descriptor that is not the pool; the note queue (order,
+ * a full queue, wrap-around) and its doorbell waking a reader in another
+ * process. */
 #include "tt_cunit.h"
 #include "tt_shmpool.h"
 #include "tt_status.h"
 
 #include <fcntl.h>
 #include <stdint.h>
+#include <time.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -124,12 +127,104 @@ static void shmpool_refuses_what_is_not_the_offer(void) {
     tt_shmpool_destroy(&w);
 }
 
+static tt_shmpool_note_t note_of(uint64_t len) {
+    tt_shmpool_note_t n;
+    memset(&n, 0, sizeof(n));
+    n.len = len;
+    n.side = -(int64_t)len;
+    n.slot = (int32_t)(len % 3) - 1;
+    n.hdr[0] = (uint8_t)len;
+    n.hdr[63] = (uint8_t)(len >> 8);
+    return n;
+}
+
+/* Notes come out of the neighbour's mapping in order and whole; a full
+ * queue refuses until the reader takes one; indices wrap. */
+static void shmpool_notes_in_order(void) {
+    tt_shmpool_t *w = NULL, *r = NULL;
+    tt_shmpool_offer_t o;
+    tt_shmpool_note_t n;
+    char err[256] = "";
+    CU_ASSERT_EQUAL_FATAL(tt_shmpool_create(&w, 2, SLOT, err, sizeof(err)), TT_OK);
+    tt_shmpool_offer(w, &o);
+    CU_ASSERT_EQUAL_FATAL(tt_shmpool_map(&r, &o, err, sizeof(err)), TT_OK);
+    CU_ASSERT_EQUAL(tt_shmpool_peek(r, &n), 0);
+    uint64_t next = 0, taken = 0;
+    for (int round = 0; round < 3; round++) {
+        size_t posted = 0;
+        for (;;) {
+            tt_shmpool_note_t in = note_of(next);
+            if (!tt_shmpool_post(w, &in))
+                break;
+            next++;
+            posted++;
+        }
+        CU_ASSERT(posted > 0);
+        CU_ASSERT_EQUAL(next - taken, TT_SHMPOOL_NOTES); /* full */
+        for (size_t k = 0; k < TT_SHMPOOL_NOTES / 2 + 7; k++) {
+            tt_shmpool_note_t want = note_of(taken);
+            CU_ASSERT_EQUAL_FATAL(tt_shmpool_peek(r, &n), 1);
+            CU_ASSERT(memcmp(&n, &want, sizeof(n)) == 0);
+            tt_shmpool_pop(r);
+            taken++;
+        }
+    }
+    while (tt_shmpool_peek(r, &n) == 1) {
+        tt_shmpool_note_t want = note_of(taken++);
+        CU_ASSERT(memcmp(&n, &want, sizeof(n)) == 0);
+        tt_shmpool_pop(r);
+    }
+    CU_ASSERT_EQUAL(taken, next);
+    tt_shmpool_wait(r, 20); /* nothing posted: returns after the timeout */
+    CU_ASSERT_EQUAL(tt_shmpool_peek(r, &n), 0);
+    tt_shmpool_destroy(&r);
+    tt_shmpool_destroy(&w);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A reader in another process asleep on the doorbell wakes when a note is
+ * posted, not when its 10 s timeout ends. */
+static void shmpool_doorbell_wakes_another_process(void) {
+    tt_shmpool_t *w = NULL;
+    tt_shmpool_offer_t o;
+    char err[256] = "";
+    CU_ASSERT_EQUAL_FATAL(tt_shmpool_create(&w, 2, SLOT, err, sizeof(err)), TT_OK);
+    tt_shmpool_offer(w, &o);
+    pid_t child = fork();
+    if (child == 0) {
+        tt_shmpool_t *r = NULL;
+        tt_shmpool_note_t n;
+        if (tt_shmpool_map(&r, &o, err, sizeof(err)) != TT_OK)
+            _exit(2);
+        tt_shmpool_wait(r, 10000);
+        _exit(tt_shmpool_peek(r, &n) == 1 && n.len == 42 ? 0 : 3);
+    }
+    CU_ASSERT_FATAL(child > 0);
+    struct timespec pause = {0, 100 * 1000 * 1000}; /* let the child fall asleep */
+    nanosleep(&pause, NULL);
+    double t0 = now_s();
+    tt_shmpool_note_t n = note_of(42);
+    CU_ASSERT(tt_shmpool_post(w, &n));
+    int st = 0;
+    waitpid(child, &st, 0);
+    CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CU_ASSERT(now_s() - t0 < 5.0);
+    tt_shmpool_destroy(&w);
+}
+
 static const tt_cunit_test_t tests[] = {
     {"shmpool_offer_round_trip", shmpool_offer_round_trip},
     {"shmpool_bad_geometry", shmpool_bad_geometry},
     {"shmpool_map_shares_slots", shmpool_map_shares_slots},
     {"shmpool_full_pool_has_no_slot", shmpool_full_pool_has_no_slot},
     {"shmpool_refuses_what_is_not_the_offer", shmpool_refuses_what_is_not_the_offer},
+    {"shmpool_notes_in_order", shmpool_notes_in_order},
+    {"shmpool_doorbell_wakes_another_process", shmpool_doorbell_wakes_another_process},
     {NULL, NULL},
 };
 
