@@ -1,4 +1,7 @@
-/* tt_ring: ring collectives over ZeroMQ TCP for one generation.
+/* tt_ring: ring collectives over ZeroMQ TCP for one generation: the
+ * algorithms, the handshake, deadlines, WAIT/ABORT and what a received
+ * message means. How a message travels is tt_ring_msg.c's (sockets,
+ * shared-memory notes); the sockets' life cycle tt_ring_net.c's.
  *
  * Sockets. Each rank binds one PULL (from its left neighbour) and connects
  * one PUSH to its right. A ring sends one way, so PUSH/PULL fits exactly:
@@ -49,13 +52,10 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#define SUBSYS       "ring"
-#define ZC_MIN_BYTES ((size_t)32 << 10) /* below this a copy is cheaper */
-/* DATA units from this size on go through shared memory when the ring has
- * it: below, the header's own trip dominates and a copy costs nothing. */
-#define SHM_MIN_BYTES ((size_t)4 << 10)
-#define SHM_DESC_SIZE 8 /* the body of a shared-memory unit: its length */
-#define ERRLEN        TT_RING_ERRLEN
+#define SUBSYS "ring"
+#define ERRLEN TT_RING_ERRLEN
+
+typedef tt_ring_rx_t rx_t;
 
 /* One collective in progress. */
 typedef struct coll {
@@ -74,27 +74,6 @@ typedef struct coll {
     size_t nseg;
 } coll_t;
 
-/* ZeroMQ calls this from an I/O thread once it is done with a frame (large
- * frames: written to the socket; small ones: copied into its output batch);
- * the last release wakes a collective waiting in wait_released. Copied
- * frames are tracked too, so a collective returns only after the I/O thread
- * has taken everything it sent. */
-static void zc_release(void *data, void *hint) {
-    tt_ring_t *r = hint;
-    TT_TSAN_ACQUIRE(r);
-    if (atomic_fetch_sub(&r->zc_pending, 1) == 1) {
-        uint64_t one = 1;
-        ssize_t n = write(r->evfd, &one, sizeof(one));
-        (void)n; /* counter saturation cannot happen: we read it back */
-    }
-}
-
-static void copy_release(void *data, void *hint) {
-    TT_TSAN_ACQUIRE(data);
-    free(data);
-    zc_release(NULL, hint);
-}
-
 static void fill_hdr(const coll_t *c, tt_collseq_hdr_t *h, int kind, uint32_t unit) {
     memset(h, 0, sizeof(*h));
     h->kind = (uint8_t)kind;
@@ -107,128 +86,6 @@ static void fill_hdr(const coll_t *c, tt_collseq_hdr_t *h, int kind, uint32_t un
     h->fp = c->fp;
 }
 
-/* A received message. DATA: its payload is at data/len, in the body frame
- * or (slot >= 0) in the left neighbour's shared-memory slot, which stays
- * the left's until rx_done releases it. */
-typedef struct rx {
-    tt_collseq_hdr_t h;
-    zmq_msg_t body;
-    const char *data;
-    size_t len;
-    int slot;
-    int has_side; /* TT_COLLSEQ_F_SIDE: the sender's running sum */
-    int64_t side;
-} rx_t;
-
-static void rx_done(tt_ring_t *r, rx_t *m) {
-    zmq_msg_close(&m->body);
-    if (m->slot >= 0)
-        tt_shmpool_release(r->rx, m->slot);
-    m->slot = -1;
-}
-
-/* Payload: a received frame passed on (shared by reference count, never in
- * the caller's buffer, so untracked), the caller's bytes, or a copy (small
- * ones, and `copy` set: bytes that do not outlive this call). */
-static int make_body(tt_ring_t *r, zmq_msg_t *m, const void *data, size_t len, zmq_msg_t *fwd,
-                     int must_copy) {
-    if (fwd != NULL) {
-        zmq_msg_init(m);
-        if (zmq_msg_copy(m, fwd) == 0)
-            return TT_OK;
-        zmq_msg_close(m);
-        return TT_EUNREACHABLE;
-    }
-    int small = len < ZC_MIN_BYTES || must_copy;
-    void *copy = small ? malloc(len > 0 ? len : 1) : NULL;
-    if (small && copy == NULL)
-        return TT_ENOMEM;
-    if (copy != NULL && len > 0)
-        memcpy(copy, data, len);
-    atomic_fetch_add(&r->zc_pending, 1);
-    /* ZeroMQ's hand-over to its I/O thread is invisible to TSan. */
-    TT_TSAN_RELEASE(copy ? copy : (void *)data);
-    TT_TSAN_RELEASE(r);
-    zmq_msg_init_data(m, copy ? copy : (void *)data, len, copy ? copy_release : zc_release, r);
-    return TT_OK;
-}
-
-static void put_le64(uint8_t *b, int64_t v) {
-    for (int i = 0; i < 8; i++)
-        b[i] = (uint8_t)((uint64_t)v >> (8 * i));
-}
-
-static int64_t get_le64(const uint8_t *b) {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | b[i];
-    return (int64_t)v;
-}
-
-/* Moves a DATA payload into a free slot of our pool; the header then
- * names the slot (aux) and the body carries the length. 0 when it did,
- * -1 when the payload goes over TCP (no shared memory, too small or too
- * large, or every slot still being read: a slow reader costs speed, it
- * never blocks the sender). */
-static int to_shm(tt_ring_t *r, tt_collseq_hdr_t *h, const void *data, size_t len,
-                  uint8_t desc[SHM_DESC_SIZE]) {
-    if (!r->shm_tx || h->kind != TT_COLLSEQ_DATA || len < SHM_MIN_BYTES ||
-        len > tt_shmpool_slot_bytes(r->tx))
-        return -1;
-    int slot = tt_shmpool_acquire(r->tx);
-    if (slot < 0)
-        return -1;
-    memcpy(tt_shmpool_slot(r->tx, slot), data, len);
-    tt_shmpool_publish(r->tx, slot);
-    h->aux = slot;
-    put_le64(desc, (int64_t)len);
-    return 0;
-}
-
-/* Header frame, payload frame and, with `side`, an 8-byte int64 frame;
- * no send can block (no HWM). The payload is data/len or a received unit
- * passed on (fwd). */
-static int send_frames(tt_ring_t *r, const tt_collseq_hdr_t *h0, const void *data, size_t len,
-                       rx_t *fwd, const int64_t *side) {
-    uint8_t hb[TT_COLLSEQ_HDR_SIZE], desc[SHM_DESC_SIZE], sb[8];
-    tt_collseq_hdr_t h = *h0;
-    if (side != NULL)
-        h.flags |= TT_COLLSEQ_F_SIDE;
-    zmq_msg_t m, *share = NULL;
-    int must_copy = 0;
-    if (r->push == NULL)
-        return TT_EUNREACHABLE;
-    if (fwd != NULL) {
-        data = fwd->data;
-        len = fwd->len;
-    }
-    if (to_shm(r, &h, data, len, desc) == 0) {
-        data = desc;
-        len = sizeof(desc);
-        r->shm_units++;
-    } else {
-        share = fwd != NULL && fwd->slot < 0 ? &fwd->body : NULL;
-        must_copy = fwd != NULL && fwd->slot >= 0; /* the slot goes back soon */
-        r->tcp_units += h.kind == TT_COLLSEQ_DATA;
-    }
-    tt_collseq_encode(&h, hb);
-    if (zmq_send(r->push, hb, sizeof(hb), ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
-        return TT_EUNREACHABLE;
-    int rc = make_body(r, &m, data, len, share, must_copy);
-    if (rc != TT_OK)
-        return rc;
-    if (zmq_msg_send(&m, r->push, ZMQ_DONTWAIT | (side != NULL ? ZMQ_SNDMORE : 0)) < 0) {
-        zmq_msg_close(&m); /* runs zc_release for a zero-copy frame */
-        return TT_EUNREACHABLE;
-    }
-    if (side != NULL) {
-        put_le64(sb, *side);
-        if (zmq_send(r->push, sb, sizeof(sb), ZMQ_DONTWAIT) < 0)
-            return TT_EUNREACHABLE;
-    }
-    return TT_OK;
-}
-
 static void send_abort(tt_ring_t *r, const coll_t *c, int origin, int status, int suspect,
                        const char *text) {
     tt_collseq_hdr_t h;
@@ -236,7 +93,7 @@ static void send_abort(tt_ring_t *r, const coll_t *c, int origin, int status, in
     h.src = origin;
     h.status = status;
     h.aux = suspect;
-    if (send_frames(r, &h, text, strlen(text), NULL, NULL) != TT_OK)
+    if (tt_ring_msg_send(r, &h, text, strlen(text), NULL, NULL) != TT_OK)
         TT_DEBUG(SUBSYS, "rank %d could not forward abort to rank %d", r->rank, r->right);
 }
 
@@ -257,36 +114,8 @@ static void send_wait(coll_t *c, uint64_t now) {
     tt_collseq_hdr_t h;
     fill_hdr(c, &h, TT_COLLSEQ_WAIT, 0);
     h.aux = current_suspect(c, now);
-    if (send_frames(c->r, &h, NULL, 0, NULL, NULL) == TT_OK)
+    if (tt_ring_msg_send(c->r, &h, NULL, 0, NULL, NULL) == TT_OK)
         c->last_wait_sent = now;
-}
-
-/* Waits (bounded) until ZeroMQ has dropped every reference to the caller's
- * buffer. On a failure the push socket is closed first so that frames stuck
- * behind a dead or stopped peer are discarded after a short linger (which
- * still lets a queued ABORT reach a live one). */
-static void release_buffer(tt_ring_t *r) {
-    if (atomic_load(&r->zc_pending) == 0)
-        return;
-    if (r->push != NULL) {
-        /* The linger lets an ABORT just queued reach a live right
-         * neighbour; towards a dead one nothing can leave, and 200 ms of
-         * it only delayed this rank's failure and report. */
-        tt_ring_net_set_int(r->push, ZMQ_LINGER, r->right_gone_ms != 0 ? 0 : 200);
-        zmq_close(r->push);
-        r->push = NULL;
-    }
-    uint64_t end = tt_clock_mono_ms() + 3000;
-    while (atomic_load(&r->zc_pending) > 0 && tt_clock_mono_ms() < end) {
-        zmq_pollitem_t it = {NULL, r->evfd, ZMQ_POLLIN, 0};
-        uint64_t v;
-        zmq_poll(&it, 1, 50);
-        ssize_t n = read(r->evfd, &v, sizeof(v));
-        (void)n;
-    }
-    if (atomic_load(&r->zc_pending) > 0)
-        TT_ERROR(SUBSYS, "rank %d: %ld send(s) still reference the caller's buffer", r->rank,
-                 (long)atomic_load(&r->zc_pending));
 }
 
 static void log_flight(tt_ring_t *r) {
@@ -312,7 +141,7 @@ static int ring_fail(coll_t *c, int status, int suspect, int origin, const char 
     log_flight(r);
     if (r->world > 1 && r->right != origin)
         send_abort(r, c, origin, status, suspect, r->err);
-    release_buffer(r);
+    tt_ring_msg_release_all(r);
     return status;
 }
 
@@ -334,7 +163,7 @@ static int send_unit(coll_t *c, uint32_t unit, const void *data, size_t len, rx_
     const int64_t *side = NULL;
     if (side_unit(c, unit))
         side = unit == 0 ? &c->side_own : &c->side_acc;
-    int rc = send_frames(c->r, &h, data, len, fwd, side);
+    int rc = tt_ring_msg_send(c->r, &h, data, len, fwd, side);
     if (rc == TT_OK)
         return TT_OK;
     snprintf(text, sizeof(text), "rank %d cannot queue data to rank %d: %s", c->r->rank,
@@ -395,7 +224,7 @@ static int wait_input(coll_t *c) {
         tmo = 50;
     if (r->idle != NULL && tmo > TT_RING_IDLE_MS)
         tmo = TT_RING_IDLE_MS;
-    tt_ring_net_poll(r, tmo);
+    tt_ring_msg_wait(r, tmo);
     if (r->idle != NULL)
         r->idle(r->idle_ctx);
     return TT_OK;
@@ -408,57 +237,13 @@ static int fail_proto(coll_t *c, int status, const char *why) {
     return ring_fail(c, status, c->r->left, c->r->rank, text);
 }
 
-/* After the body: the int64 frame the header announced, and nothing more.
- * Returns rc, or TT_EPROTO with the reason in why. */
-static int read_rest(tt_ring_t *r, rx_t *m, int rc, char *why, size_t whylen) {
-    int more = zmq_msg_more(&m->body);
-    int want = rc == TT_OK && (m->h.flags & TT_COLLSEQ_F_SIDE);
-    zmq_msg_t x;
-    zmq_msg_init(&x);
-    int n = want && more ? zmq_msg_recv(&x, r->pull, 0) : -1;
-    if (n >= 0)
-        more = zmq_msg_more(&x);
-    if (n == 8) {
-        m->side = get_le64(zmq_msg_data(&x));
-        m->has_side = 1;
-    } else if (want) {
-        rc = TT_EPROTO;
-        snprintf(why, whylen, "no 8-byte frame after a body that announced one");
-    }
-    while (more) { /* parts of one message arrive together: never blocks */
-        rc = TT_EPROTO;
-        snprintf(why, whylen, "more frames than the header announced");
-        more = zmq_msg_recv(&x, r->pull, 0) >= 0 && zmq_msg_more(&x);
-    }
-    zmq_msg_close(&x);
-    return rc;
-}
-
-/* Reads one whole [header][body] message without blocking: 1 when read
- * (m->body then owned by the caller), 0 when none is queued, <0 failed. */
+/* The next message without blocking: 1 read, 0 none yet, <0 failed. */
 static int read_msg(coll_t *c, rx_t *m) {
+    char why[128] = "";
     tt_ring_t *r = c->r;
-    zmq_msg_t hm;
-    char why[128] = "missing body frame";
-    zmq_msg_init(&hm);
-    if (zmq_msg_recv(&hm, r->pull, ZMQ_DONTWAIT) < 0) {
-        zmq_msg_close(&hm);
-        return zmq_errno() == EAGAIN || zmq_errno() == EINTR ? 0 : fail_proto(c, TT_ESYS, "recv");
-    }
-    int more = zmq_msg_more(&hm);
-    int rc = tt_collseq_decode(zmq_msg_data(&hm), zmq_msg_size(&hm), &m->h, why, sizeof(why));
-    zmq_msg_close(&hm);
-    zmq_msg_init(&m->body);
-    m->slot = -1;
-    m->has_side = 0;
-    if (more && zmq_msg_recv(&m->body, r->pull, 0) >= 0)
-        rc = read_rest(r, m, rc, why, sizeof(why));
-    else if (rc == TT_OK)
-        rc = TT_EPROTO;
-    if (rc == TT_OK)
-        return 1;
-    zmq_msg_close(&m->body);
-    return fail_proto(c, rc, why);
+    int rc = r->shm_rx ? tt_ring_msg_next(r, m, why, sizeof(why))
+                       : tt_ring_msg_read(r, m, why, sizeof(why));
+    return rc >= 0 ? rc : fail_proto(c, rc, why);
 }
 
 /* A message of another job: a rank of a job that uses the same endpoint
@@ -501,37 +286,13 @@ static int take_wait(coll_t *c, rx_t *m) {
     return 0;
 }
 
-/* Where a DATA unit's payload is: the body, or (aux >= 0) the slot of the
- * left's pool it names, which only the left may send and only once the
- * handshake has put shared memory on. TT_OK or the ring's failure. */
+/* A socket message's payload: its body (a noted unit's is its slot). */
 static int payload(coll_t *c, rx_t *m) {
-    tt_ring_t *r = c->r;
-    const uint8_t *d = zmq_msg_data(&m->body);
-    uint64_t len = 0;
-    if (m->h.aux < 0) {
-        m->data = (const char *)d;
-        m->len = zmq_msg_size(&m->body);
+    char why[128] = "";
+    if (m->slot >= 0)
         return TT_OK;
-    }
-    const char *bad = NULL;
-    if (!r->shm_rx || m->h.src != r->left)
-        bad = "a shared-memory unit on a link without shared memory";
-    else if (zmq_msg_size(&m->body) != SHM_DESC_SIZE)
-        bad = "a shared-memory unit with a malformed body";
-    else if (!tt_shmpool_ready(r->rx, m->h.aux))
-        bad = "a shared-memory unit in a slot that was not filled";
-    if (bad == NULL)
-        len = (uint64_t)get_le64(d);
-    if (bad == NULL && len > tt_shmpool_slot_bytes(r->rx))
-        bad = "a shared-memory unit longer than a slot";
-    zmq_msg_close(&m->body);
-    zmq_msg_init(&m->body);
-    if (bad != NULL)
-        return fail_proto(c, TT_EPROTO, bad);
-    m->slot = m->h.aux;
-    m->data = tt_shmpool_slot(r->rx, m->slot);
-    m->len = (size_t)len;
-    return TT_OK;
+    int rc = tt_ring_msg_payload(c->r, m, why, sizeof(why));
+    return rc == TT_OK ? rc : fail_proto(c, rc, why);
 }
 
 /* The running sum on a unit that must carry one (and none elsewhere: the
@@ -546,7 +307,7 @@ static int take_side(coll_t *c, rx_t *m, uint32_t unit) {
                  "rank %d sent %s %s the step's example count but rank %d expected it %s",
                  (int)m->h.src, op, m->has_side ? "with" : "without", c->r->rank,
                  want ? "with it" : "without");
-        rx_done(c->r, m);
+        tt_ring_msg_done(c->r, m);
         return ring_fail(c, TT_EDESYNC, -1, c->r->rank, text);
     }
     if (want) {
@@ -590,7 +351,7 @@ static int take(coll_t *c, rx_t *m, uint32_t unit, size_t bytes) {
                  "rank %d sent unit %u of %zu bytes but rank %d expected unit %u of %zu bytes "
                  "(ranks configured with different segment sizes?)",
                  (int)m->h.src, m->h.unit, m->len, c->r->rank, unit, bytes);
-        rx_done(c->r, m);
+        tt_ring_msg_done(c->r, m);
         return ring_fail(c, TT_ESIZE, -1, c->r->rank, text);
     }
     return take_side(c, m, unit);
@@ -642,7 +403,7 @@ static void take_links(tt_ring_t *r, zmq_msg_t *body, size_t at) {
 static int send_ctl(coll_t *c, int kind, const void *body, size_t len) {
     tt_collseq_hdr_t h;
     fill_hdr(c, &h, kind, 0);
-    return send_frames(c->r, &h, body, len, NULL, NULL);
+    return tt_ring_msg_send(c->r, &h, body, len, NULL, NULL);
 }
 
 static int send_hello(coll_t *c) {
@@ -763,7 +524,7 @@ static int handshake(coll_t *c) {
 }
 
 /* Waits for DATA unit `unit` from the left; on success *u holds it (give
- * it back with rx_done). */
+ * it back with tt_ring_msg_done). */
 static int await_unit(coll_t *c, uint32_t unit, size_t bytes, rx_t *u) {
     for (;;) {
         rx_t m;
@@ -771,12 +532,7 @@ static int await_unit(coll_t *c, uint32_t unit, size_t bytes, rx_t *u) {
         if (rc == 1) {
             rc = take(c, &m, unit, bytes);
             if (rc == 1) {
-                *u = m;
-                zmq_msg_init(&u->body);
-                zmq_msg_move(&u->body, &m.body);
-                zmq_msg_close(&m.body);
-                if (u->slot < 0)
-                    u->data = zmq_msg_data(&u->body);
+                tt_ring_msg_move(u, &m);
                 return TT_OK;
             }
         } else if (rc == 0) {
@@ -867,7 +623,7 @@ static int allreduce_units(coll_t *c, char *buf, size_t count, tt_ring_red_fn fn
                 rc = send_unit(c, next, NULL, 0, &u);
             if (s.count > 0 && !red)
                 memcpy(dst, u.data, s.count * es);
-            rx_done(r, &u);
+            tt_ring_msg_done(r, &u);
             if (g == 0 && rc == TT_OK)
                 rc = pace(c, &p, buf, j + 1 + RING_AHEAD, j + 1);
             else if (g + 1 < nsteps && red && rc == TT_OK)
@@ -893,7 +649,7 @@ static int bcast_units(coll_t *c, char *buf, size_t count, int root) {
             rc = send_unit(c, (uint32_t)j, buf + s.off * es, s.count * es, NULL);
         }
         if (rc == TT_OK && (rc = await_unit(c, (uint32_t)nseg, 0, &u)) == TT_OK)
-            rx_done(r, &u);
+            tt_ring_msg_done(r, &u);
         return rc == TT_OK ? wait_released(c) : rc;
     }
     c->sends_left = last ? 1 : (int)nseg;
@@ -905,7 +661,7 @@ static int bcast_units(coll_t *c, char *buf, size_t count, int root) {
             rc = send_unit(c, (uint32_t)j, NULL, 0, &u);
         if (s.count > 0)
             memcpy(buf + s.off * es, u.data, s.count * es);
-        rx_done(r, &u);
+        tt_ring_msg_done(r, &u);
     }
     if (rc == TT_OK && last)
         rc = send_unit(c, (uint32_t)nseg, NULL, 0, NULL);

@@ -63,6 +63,10 @@ typedef struct tt_ring_opts {
      * handshake finds out, see tt_ring.c), DATA payloads go through it and
      * only the headers over TCP. 1: everything over TCP. */
     int tcp_only;
+    /* Slots in this rank's pool (payloads in flight to the right through
+     * shared memory; a unit that finds none free goes over TCP, its place
+     * kept); 0: 32, at most 64. Tests use 1 to mix the two on every link. */
+    int shm_slots;
 } tt_ring_opts_t;
 
 #define TT_RING_IDLE_MS 20
@@ -129,6 +133,10 @@ void tt_ring_set_step(tt_ring_t *r, int64_t step);
 /* 1 when this rank's payloads to its right neighbour go through shared
  * memory (known after the first collective), 0 when over TCP. */
 int tt_ring_uses_shm(const tt_ring_t *r);
+
+/* DATA units this rank sent to its right so far: through shared memory
+ * (*shm) and over TCP (*tcp). */
+void tt_ring_units(const tt_ring_t *r, uint64_t *shm, uint64_t *tcp);
 
 /* Sticky status of a poisoned ring, 0 while healthy. */
 int tt_ring_status(const tt_ring_t *r);

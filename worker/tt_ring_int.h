@@ -1,8 +1,10 @@
-/* tt_ring_int: what tt_ring.c and tt_ring_net.c share: the ring's state
- * and the socket helpers. Private to worker/; users see tt_ring.h. */
+/* tt_ring_int: what tt_ring.c, tt_ring_msg.c and tt_ring_net.c share: the
+ * ring's state, a received message, the message I/O and the socket
+ * helpers. Private to worker/; users see tt_ring.h. */
 #ifndef TT_RING_INT_H
 #define TT_RING_INT_H
 
+#include "tt_collseq.h"
 #include "tt_flight.h"
 #include "tt_ring.h"
 #include "tt_shmpool.h"
@@ -11,8 +13,22 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <zmq.h>
 
 #define TT_RING_ERRLEN 512
+
+/* A received message. DATA: its payload is at data/len, in the body frame
+ * or (slot >= 0) in the left neighbour's shared-memory slot, which stays
+ * the left's until tt_ring_msg_done releases it. */
+typedef struct tt_ring_rx {
+    tt_collseq_hdr_t h;
+    zmq_msg_t body;
+    const char *data;
+    size_t len;
+    int slot;
+    int has_side; /* TT_COLLSEQ_F_SIDE: the sender's running sum */
+    int64_t side;
+} tt_ring_rx_t;
 
 struct tt_ring {
     int rank, world, left, right;
@@ -41,8 +57,47 @@ struct tt_ring {
     uint8_t *links;
     int shm_tx, shm_rx, tcp_only;
     uint64_t shm_units, tcp_units; /* DATA units sent each way */
+    /* A payload read from the socket while notes of earlier units were
+     * still ahead of its own (tt_ring_msg_next). */
+    tt_ring_rx_t stash;
+    int stashed;
     char err[TT_RING_ERRLEN];
 };
+
+/* ---- message I/O (tt_ring_msg.c) ---- */
+
+/* Sends one message to the right: DATA from data/len or, with fwd, a
+ * received unit passed on (borrowed); side: the int64 it carries. On a
+ * shared-memory link a DATA unit goes as a note. Never blocks on the
+ * socket; waits for queue room only behind a stopped reader. TT_OK,
+ * TT_ENOMEM or TT_EUNREACHABLE. */
+int tt_ring_msg_send(tt_ring_t *r, const tt_collseq_hdr_t *h, const void *data, size_t len,
+                     tt_ring_rx_t *fwd, const int64_t *side);
+
+/* Reads one whole message from the socket without blocking: 1 (m->body
+ * then the caller's), 0 when none is queued, <0 with the reason in why. */
+int tt_ring_msg_read(tt_ring_t *r, tt_ring_rx_t *m, char *why, size_t whylen);
+
+/* On a shared-memory link: the next message in the link's order (a
+ * noted DATA unit, or whatever the socket has), 1/0/<0 as above. */
+int tt_ring_msg_next(tt_ring_t *r, tt_ring_rx_t *m, char *why, size_t whylen);
+
+/* Points data/len at a socket message's body. TT_OK or TT_EPROTO. */
+int tt_ring_msg_payload(tt_ring_t *r, tt_ring_rx_t *m, char *why, size_t whylen);
+
+/* Sleeps until input may be there (the socket, or the doorbell on a
+ * shared-memory link), a monitor event, an interrupt or `tmo` ms. */
+void tt_ring_msg_wait(tt_ring_t *r, int64_t tmo);
+
+/* Gives a received message back (its frame, its slot). */
+void tt_ring_msg_done(tt_ring_t *r, tt_ring_rx_t *m);
+
+/* *dst takes *src's message; *src is left empty. */
+void tt_ring_msg_move(tt_ring_rx_t *dst, tt_ring_rx_t *src);
+
+/* After a failure: closes the PUSH and waits (bounded) until ZeroMQ
+ * holds no frame of the caller's buffer. */
+void tt_ring_msg_release_all(tt_ring_t *r);
 
 /* Creates the context, the PULL and PUSH with their monitors, and the
  * eventfds. TT_OK, TT_ENOMEM or TT_ESYS (err names the endpoint). */

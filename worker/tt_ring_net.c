@@ -95,10 +95,11 @@ fail:
 #define SHM_SLOTS 32
 
 /* A pool that cannot be made is not an error: the ring runs over TCP. */
-static void open_pool(tt_ring_t *r) {
+static void open_pool(tt_ring_t *r, int nslots) {
     char why[256] = "";
     size_t slot = (r->seg_bytes + 63) / 64 * 64;
-    if (tt_shmpool_create(&r->tx, SHM_SLOTS, slot, why, sizeof(why)) != TT_OK)
+    if (tt_shmpool_create(&r->tx, nslots > 0 ? (uint32_t)nslots : SHM_SLOTS, slot, why,
+                          sizeof(why)) != TT_OK)
         TT_INFO(SUBSYS, "gen=%llu rank %d: no shared memory for the ring (%s): TCP only",
                 (unsigned long long)r->gen, r->rank, why);
 }
@@ -125,7 +126,7 @@ int tt_ring_net_open(tt_ring_t *r, const tt_ring_opts_t *o, char *err, size_t er
         rc = TT_ENOMEM;
     r->tcp_only = o->tcp_only;
     if (rc == TT_OK && !o->tcp_only)
-        open_pool(r);
+        open_pool(r, o->shm_slots);
 out:
     return rc;
 }
@@ -198,6 +199,8 @@ static int check_opts(const tt_ring_opts_t *o, char *err, size_t errlen) {
         why = "endpoints missing";
     else if (o->deadline_ms < 0)
         why = "negative deadline";
+    else if (o->shm_slots < 0 || o->shm_slots > TT_SHMPOOL_MAX_SLOTS)
+        why = "shm_slots out of range";
     for (int i = 0; why == NULL && o->world > 1 && i < o->world; i++)
         if (o->endpoints[i] == NULL)
             why = "an endpoint is NULL";
@@ -268,6 +271,8 @@ void tt_ring_destroy(tt_ring_t **rp) {
         tt_ring_net_set_int(r->push, ZMQ_LINGER, r->failed ? 500 : 2000);
         zmq_close(r->push); /* not tt_zmq_close, which sets linger 0 */
     }
+    if (r->stashed)
+        zmq_msg_close(&r->stash.body);
     tt_zmq_close(&r->pull);
     tt_zmq_close(&r->mon_push);
     tt_zmq_close(&r->mon_pull);
@@ -302,6 +307,11 @@ const char *tt_ring_last_error(const tt_ring_t *r) {
 }
 int tt_ring_uses_shm(const tt_ring_t *r) {
     return r->shm_tx;
+}
+
+void tt_ring_units(const tt_ring_t *r, uint64_t *shm, uint64_t *tcp) {
+    *shm = r->shm_units;
+    *tcp = r->tcp_units;
 }
 
 int tt_ring_suspect(const tt_ring_t *r) {

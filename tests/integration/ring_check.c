@@ -16,10 +16,13 @@
  * payloads go through shared memory unless the ring is told otherwise:
  * "sum" checks that they did, "sum-tcp" runs the same over TCP only, and
  * "sum-mixed" with rank 2 of 4 on TCP (as a rank on another host would
- * be): its two links carry TCP, the other two shared memory. "sum" also
+ * be): its two links carry TCP, the other two shared memory;
+ * "sum-fewslots" gives every rank a pool of one slot, so that on every
+ * link units through shared memory and over TCP alternate, in order. "sum" also
  * sums an int64 per rank riding with float32 sums (the step's example
  * count), and "desync" includes a rank that leaves it out. Usage:
- * ring_check [all|sum|sum-tcp|sum-mixed|desync|stale|regroup|foreign|stop|kill]. */
+ * ring_check
+ * [all|sum|sum-tcp|sum-mixed|sum-fewslots|desync|stale|regroup|foreign|stop|kill]. */
 #include "tt_clock.h"
 #include "tt_collseq.h"
 #include "tt_log.h"
@@ -44,8 +47,9 @@
 
 typedef struct world {
     int w, deadline_ms;
-    int tcp_only; /* tt_ring_opts_t.tcp_only of every rank */
-    int tcp_rank; /* ... of this one rank only (-1: none) */
+    int tcp_only;  /* tt_ring_opts_t.tcp_only of every rank */
+    int tcp_rank;  /* ... of this one rank only (-1: none) */
+    int shm_slots; /* tt_ring_opts_t.shm_slots of every rank */
     char eps[MAXW][64];
     const char *ep[MAXW];
     int notify[2]; /* child -> parent: "ready to be stopped/killed" */
@@ -227,7 +231,16 @@ static int scen_sum(tt_ring_t *r, int rank, const world_t *wd) {
     if (tt_ring_uses_shm(r) != shm)
         FAIL("payloads to the right %s shared memory",
              tt_ring_uses_shm(r) ? "went through" : "did not use");
-    return check_f32(r, rank, w, BIG_F32);
+    if (check_f32(r, rank, w, BIG_F32))
+        return 1;
+    uint64_t nshm = 0, ntcp = 0;
+    tt_ring_units(r, &nshm, &ntcp);
+    if (w > 1 && (shm ? nshm == 0 : nshm != 0))
+        FAIL("%llu unit(s) through shared memory", (unsigned long long)nshm);
+    if (wd->shm_slots == 1 && ntcp == 0)
+        FAIL("one slot, yet no unit went over TCP (%llu through shared memory)",
+             (unsigned long long)nshm);
+    return 0;
 }
 
 /* Rank 1 leaves out the example count the others send with their sums. */
@@ -362,7 +375,8 @@ static tt_ring_t *make_ring(int rank, const world_t *wd, uint64_t gen) {
                         .endpoints = wd->ep,
                         .deadline_ms = wd->deadline_ms,
                         .job_tag = tt_collseq_job_tag("ring_check"),
-                        .tcp_only = wd->tcp_only || rank == wd->tcp_rank};
+                        .tcp_only = wd->tcp_only || rank == wd->tcp_rank,
+                        .shm_slots = wd->shm_slots};
     tt_ring_t *r = NULL;
     char err[256] = "";
     if (tt_ring_create(&r, &o, err, sizeof(err)) != 0)
@@ -416,7 +430,8 @@ static int run_world(int w, int deadline_ms, scenario_fn fn, int victim_sig, con
     world_t wd = {.w = w,
                   .deadline_ms = deadline_ms,
                   .tcp_only = !strcmp(name, "sum-tcp"),
-                  .tcp_rank = !strcmp(name, "sum-mixed") ? 2 : -1};
+                  .tcp_rank = !strcmp(name, "sum-mixed") ? 2 : -1,
+                  .shm_slots = !strcmp(name, "sum-fewslots") ? 1 : 0};
     pid_t pids[MAXW];
     int bad = 0, status;
     uint64_t t0 = tt_clock_mono_ms();
@@ -461,6 +476,8 @@ int main(int argc, char **argv) {
         bad += run_world(w, 30000, scen_sum, 0, "sum-tcp");
     if (all || !strcmp(which, "sum-mixed"))
         bad += run_world(4, 30000, scen_sum, 0, "sum-mixed");
+    for (int w = 2; w <= 3 && (all || !strcmp(which, "sum-fewslots")); w++)
+        bad += run_world(w, 30000, scen_sum, 0, "sum-fewslots");
     for (int w = 2; w <= 4 && (all || !strcmp(which, "desync")); w++)
         bad += run_world(w, 60000, scen_desync, 0, "desync");
     for (int w = 2; w <= 3 && (all || !strcmp(which, "desync")); w++)
