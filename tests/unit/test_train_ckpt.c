@@ -50,6 +50,20 @@ static void on_step(void *ctx, const tt_step_report_t *r) {
     CU_ASSERT_EQUAL(tt_train_ckpt_boundary(run->ck, 0), TT_OK);
 }
 
+/* A checkpoint's stall counts the boundaries from its start to its
+ * resolution only; the others are the hook's idle cost. One started at
+ * the run's end (finish) is not a training stall and is not kept. */
+static void check_stats(tt_train_ckpt_t *ck, uint64_t every) {
+    tt_train_ckpt_stats_t cs;
+    tt_train_ckpt_stats(ck, &cs);
+    CU_ASSERT(cs.stall_samples <= cs.started && cs.stall_samples + 1 >= cs.started);
+    CU_ASSERT(cs.stall_ns_median <= cs.stall_ns_max);
+    CU_ASSERT(cs.idle_ns <= cs.stall_ns_total);
+    int none = every == 0;
+    CU_ASSERT(none ? cs.started == 0 : cs.started > 0);
+    CU_ASSERT(none ? cs.idle_boundaries == cs.boundaries : cs.idle_boundaries < cs.boundaries);
+}
+
 /* Builds a trainer + checkpoint hook, optionally resumes, trains to
  * max_steps, finishes; returns the resume status and copies parameters. */
 static int run_g(const char *root, const tt_trainer_opts_t *o, uint64_t every, const char *mode,
@@ -74,6 +88,7 @@ static int run_g(const char *root, const tt_trainer_opts_t *o, uint64_t every, c
         CU_ASSERT_EQUAL_FATAL(tt_trainer_run_epoch(r.t, on_step, &r, &st), TT_OK);
     if (rc >= 0)
         CU_ASSERT_EQUAL(tt_train_ckpt_finish(r.ck), TT_OK);
+    check_stats(r.ck, every);
     tt_mlp_t *m = tt_trainer_model(r.t);
     if (params != NULL)
         memcpy(params, tt_mlp_params(m), tt_mlp_param_count(m) * sizeof(float));

@@ -382,18 +382,24 @@ static void on_step(void *ctx, const tt_step_report_t *r) {
 }
 
 /* What the checkpoints cost the step loop, beside the run's summary: the
- * worst stall of one checkpoint against the mean step. */
+ * worst and the median stall of one checkpoint against the mean step. */
 static void print_ckpt_stats(tt_train_ckpt_t *ck, double train_s, uint64_t steps) {
     tt_train_ckpt_stats_t st;
     tt_train_ckpt_stats(ck, &st);
     if (st.started == 0)
         return;
     double step_s = steps > 0 ? train_s / (double)steps : 0.0;
-    double worst_s = (double)st.stall_ns_max * 1e-9;
+    double worst_s = (double)st.stall_ns_max * 1e-9, med_s = (double)st.stall_ns_median * 1e-9;
+    double pct = step_s > 0 ? 100.0 / step_s : 0.0;
     printf("checkpoints: %llu committed, %llu aborted; worst stall of one %.1f ms (%.1f%% of "
-           "a mean step of %.1f ms), %.1f MB written by this rank last time\n",
+           "a mean step of %.1f ms), median %.1f ms (%.1f%%) over %llu, %.1f MB written by this "
+           "rank last time\n",
            (unsigned long long)st.committed, (unsigned long long)st.aborted, worst_s * 1e3,
-           step_s > 0 ? 100.0 * worst_s / step_s : 0.0, step_s * 1e3, (double)st.last_bytes / 1e6);
+           worst_s * pct, step_s * 1e3, med_s * 1e3, med_s * pct,
+           (unsigned long long)st.stall_samples, (double)st.last_bytes / 1e6);
+    if (st.idle_boundaries > 0)
+        printf("checkpoints: between them the hook took %.3f ms a step\n",
+               (double)st.idle_ns / (double)st.idle_boundaries * 1e-6);
 }
 
 /* Runs all epochs (from the resumed one); returns 0, 1 (runtime failure,

@@ -226,8 +226,19 @@ const char *tt_train_ckpt_error(const tt_train_ckpt_t *c) {
     return c->err;
 }
 
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
 void tt_train_ckpt_stats(const tt_train_ckpt_t *c, tt_train_ckpt_stats_t *st) {
     *st = c->st;
+    uint64_t v[TT_TC_STALLS_KEPT];
+    size_t n = c->nstall_kept < TT_TC_STALLS_KEPT ? (size_t)c->nstall_kept : TT_TC_STALLS_KEPT;
+    memcpy(v, c->stall_kept, n * sizeof(v[0]));
+    qsort(v, n, sizeof(v[0]), cmp_u64);
+    st->stall_samples = n;
+    st->stall_ns_median = n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
     st->started = c->sched.started;
     st->committed = c->sched.committed;
     st->aborted = c->sched.aborted;
@@ -617,6 +628,33 @@ static void add_stall(tt_train_ckpt_t *c, uint64_t ns) {
         c->st.stall_ns_max = c->ck_stall_ns;
 }
 
+/* A checkpoint was resolved (committed or aborted): its stall joins the
+ * ones behind the median. */
+static void keep_stall(tt_train_ckpt_t *c) {
+    c->stall_kept[c->nstall_kept++ % TT_TC_STALLS_KEPT] = c->ck_stall_ns;
+}
+
+/* A checkpoint's stall covers the boundaries from the one that starts it
+ * to the one that resolves it: the boundaries between checkpoints (the
+ * coordinator polls every TT_TC_POLL_STEPS steps) are the hook's cost per
+ * step, not one checkpoint's. */
+static void note_boundary(tt_train_ckpt_t *c, uint64_t dt, int was_writing, uint64_t started) {
+    int writing = c->sched.phase == TT_CKPT_PHASE_WRITING;
+    if (c->sched.started != started) { /* a new one: its stall starts here */
+        if (was_writing)
+            keep_stall(c); /* the previous one was resolved at this boundary */
+        c->ck_stall_ns = 0;
+    }
+    if (was_writing || writing) {
+        add_stall(c, dt);
+    } else {
+        c->st.idle_boundaries++;
+        c->st.idle_ns += dt;
+    }
+    if (was_writing && !writing && c->sched.started == started)
+        keep_stall(c);
+}
+
 static void wait_snapshot(tt_train_ckpt_t *c) {
     tt_tc_job_t *j = &c->job;
     if (!c->thr_live || c->in_commit || !j->copy_in_thread ||
@@ -700,6 +738,7 @@ int tt_train_ckpt_boundary(tt_train_ckpt_t *c, uint64_t now_ms) {
     tt_ckpt_tick_t tick = {0};
     tick.step = tt_trainer_global_step(c->t);
     uint64_t started = c->sched.started;
+    int was_writing = c->sched.phase == TT_CKPT_PHASE_WRITING;
     int rc = c->coll.membership(c->coll.ctx, &rank, &world, &tick.generation);
     int act = rc == TT_OK ? tt_ckpt_sched_generation(&c->sched, tick.generation) : 0;
     /* Rank 0's wish: the coordinator's request, or its own timer. */
@@ -714,9 +753,7 @@ int tt_train_ckpt_boundary(tt_train_ckpt_t *c, uint64_t now_ms) {
     uint64_t dt = tt_clock_mono_ns() - t0;
     c->st.boundaries++;
     c->st.stall_ns_total += dt;
-    if (c->sched.started != started)
-        c->ck_stall_ns = 0; /* a new checkpoint: its stall starts here */
-    add_stall(c, dt);
+    note_boundary(c, dt, was_writing, started);
     /* A regroup (or a peer lost in the control reduce) is failover's
      * business; the new generation aborts the checkpoint in flight at the
      * next boundary (tt_ckpt_sched_generation). Checkpoints go on. */
@@ -749,6 +786,8 @@ static int finish_inflight(tt_train_ckpt_t *c, int rank, int world, const tt_ckp
 
 int tt_train_ckpt_finish(tt_train_ckpt_t *c) {
     int rank = 0, world = 1, rc = TT_OK;
+    if (c->sched.phase == TT_CKPT_PHASE_WRITING)
+        keep_stall(c); /* the run's end resolves it: its stall is what training saw */
     tt_ckpt_tick_t tick = {0};
     tick.step = tt_trainer_global_step(c->t);
     if (!c->failed && c->root[0] != '\0')

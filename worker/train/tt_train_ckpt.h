@@ -51,9 +51,16 @@ typedef struct {
 typedef struct {
     uint64_t started, committed, aborted;
     uint64_t stall_ns_total, stall_ns_max; /* step loop blocked in the hook */
-    uint64_t snapshot_ns_max;              /* of which the snapshot memcpy */
-    uint64_t last_bytes;                   /* bytes this rank wrote last time */
-    uint64_t last_write_ns;                /* its part writes, after the snapshot */
+    /* Of the stalls of the last (up to 256) checkpoints, from the boundary
+     * that started one to the one that resolved it: the median, and how
+     * many there were. */
+    uint64_t stall_ns_median, stall_samples;
+    /* Boundaries with no checkpoint in flight (a coordinator's request
+     * is looked for every TT_TC_POLL_STEPS of them) and their time. */
+    uint64_t idle_boundaries, idle_ns;
+    uint64_t snapshot_ns_max; /* of which the snapshot memcpy */
+    uint64_t last_bytes;      /* bytes this rank wrote last time */
+    uint64_t last_write_ns;   /* its part writes, after the snapshot */
     uint64_t boundaries;
 } tt_train_ckpt_stats_t;
 

@@ -11,7 +11,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#define TT_TC_MAX_STATES 3
+#define TT_TC_MAX_STATES  3
+#define TT_TC_STALLS_KEPT 256 /* per-checkpoint stalls behind the median */
 
 /* One checkpoint attempt of this rank; the thread owns it while running
  * and publishes `status` (release) when done. */
@@ -75,7 +76,9 @@ struct tt_train_ckpt {
     int ps_state;          /* rank 0: their write 0 in flight, 1 durable, -1 failed */
     int joined_for_finish; /* the run ends: wait for them */
     uint64_t stall_knob;
-    uint64_t ck_stall_ns; /* stall of the checkpoint in flight so far */
+    uint64_t ck_stall_ns;                   /* stall of the checkpoint in flight so far */
+    uint64_t stall_kept[TT_TC_STALLS_KEPT]; /* of resolved ones, a ring */
+    uint64_t nstall_kept;
     tt_train_ckpt_stats_t st;
     /* With a coordinator (tt_train_ckpt_coord.c): the requests rank 0 has
      * taken up, and the one the checkpoint in flight serves. */
