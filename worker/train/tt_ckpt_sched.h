@@ -1,14 +1,16 @@
 /* tt_ckpt_sched: the trigger and commit state machine of trainer-side
  * checkpoints, as a pure value with an injected clock. Every rank runs one
- * copy and feeds it the same agreed inputs at the same step boundary (the
- * result of a small control all-reduce: whether rank 0's timer fired, how
- * many writers finished or failed, the generation), so every copy makes the
- * same decision at the same step without a separate announcement. It
- * decides when a checkpoint starts (every N steps, every T ms, or on an
- * explicit request, at most one in flight, a due one deferred while another
- * is in flight), and when the one in flight commits or aborts. It does not
- * snapshot, write, commit or talk to anybody (tt_train_ckpt does).
- * Thread safety: a plain value; one thread at a time. */
+ * copy (with the update on the shards only rank 0, whose inputs are then
+ * all there is) and feeds it the same agreed inputs at the same step
+ * boundary (the result of a small control all-reduce: whether rank 0's
+ * timer fired, how many writers finished or failed, the generation), so
+ * every copy makes the same decision at the same step without a separate
+ * announcement. It decides when a checkpoint starts (every N steps, every
+ * T ms, or on an explicit request, at most one in flight, a due one
+ * deferred while another is in flight), and when the one in flight commits
+ * or aborts. It does not snapshot, write, commit or talk to anybody
+ * (tt_train_ckpt does). Thread safety: a plain value; one thread at a
+ * time. */
 #ifndef TT_CKPT_SCHED_H
 #define TT_CKPT_SCHED_H
 

@@ -11,7 +11,11 @@
  * done) and every copy of tt_ckpt_sched takes the same decision at the
  * same step. It runs while a checkpoint is in flight, at every boundary
  * with a local timer, and every TT_TC_POLL_STEPS steps with a coordinator;
- * a step schedule alone needs none. */
+ * a step schedule alone needs none. With the update on the shards there is
+ * nothing to agree on: the shard servers write the state and rank 0 the
+ * trainer part and the commit, so rank 0 runs the schedule alone, every
+ * input is its own, and no rank runs a control reduce (each was a sync
+ * point that made rank 0 wait out the ranks' skew). */
 #include "tt_train_ckpt_int.h"
 #include "tt_train_ft.h"
 
@@ -557,9 +561,11 @@ static int commit(tt_train_ckpt_t *c, const double *v) {
     return TT_OK;
 }
 
-/* Fills and runs the control reduce; the agreed sums become the tick. */
+/* Fills and runs the control reduce; the agreed sums become the tick (with
+ * the update on the shards rank 0's own values, unreduced). */
 static int control_reduce(tt_train_ckpt_t *c, int rank, int world, int time_due,
                           tt_ckpt_tick_t *tick) {
+    int solo = c->on_shards; /* rank 0's inputs are all there is */
     size_t len = 5 + 2 * (size_t)world;
     if (ensure_buffers(c, 1, len) < 0)
         return TT_ENOMEM;
@@ -582,13 +588,13 @@ static int control_reduce(tt_train_ckpt_t *c, int rank, int world, int time_due,
     } else if (st != 0) {
         v[2] = 1.0; /* the world changed under the checkpoint: it cannot commit */
     }
-    int rc = c->coll.reduce_sum(c->coll.ctx, v, len);
+    int rc = solo ? TT_OK : c->coll.reduce_sum(c->coll.ctx, v, len);
     if (rc < 0)
         return rc;
     tick->time_due = v[0] > 0.5;
     tick->done = (uint32_t)(v[1] + 0.5);
     tick->failed = (uint32_t)(v[2] + 0.5);
-    tick->writers = (uint32_t)c->world_at_start;
+    tick->writers = solo ? 1 : (uint32_t)c->world_at_start;
     return TT_OK;
 }
 
@@ -744,12 +750,16 @@ int tt_train_ckpt_boundary(tt_train_ckpt_t *c, uint64_t now_ms) {
     /* Rank 0's wish: the coordinator's request, or its own timer. */
     int wish = c->tether != NULL ? rank == 0 && tt_tc_coord_wanted(c)
                                  : tt_ckpt_sched_time_due(&c->sched, now_ms);
-    int poll = c->tether != NULL && tick.step % TT_TC_POLL_STEPS == 0;
-    if (rc == TT_OK && (tt_ckpt_sched_needs_reduce(&c->sched) || poll))
+    /* Who runs the schedule: every rank, or rank 0 alone (on the shards),
+     * which then looks at the coordinator's requests at every boundary. */
+    int runs = !c->on_shards || rank == 0;
+    int poll = c->tether != NULL && (c->on_shards || tick.step % TT_TC_POLL_STEPS == 0);
+    if (rc == TT_OK && runs && (tt_ckpt_sched_needs_reduce(&c->sched) || poll))
         rc = control_reduce(c, rank, world, wish, &tick);
+    if (rc == TT_OK && runs)
+        act |= tt_ckpt_sched_boundary(&c->sched, &tick, now_ms);
     if (rc == TT_OK)
-        rc = apply(c, act | tt_ckpt_sched_boundary(&c->sched, &tick, now_ms), rank, world,
-                   tick.time_due);
+        rc = apply(c, act, rank, world, tick.time_due);
     uint64_t dt = tt_clock_mono_ns() - t0;
     c->st.boundaries++;
     c->st.stall_ns_total += dt;
