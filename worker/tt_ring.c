@@ -21,20 +21,19 @@
  * Messages: [64-byte tt_collseq header][payload]. DATA units are buffer
  * segments (large ones zero-copy; a collective returns only once ZeroMQ has
  * released every frame; all-gather and broadcast pass a received frame on
- * before copying it into place). Between ranks of one host the payload of a
- * DATA unit goes instead into a slot of the sender's shared-memory pool
- * (tt_shmpool) and the header names the slot (aux): the bytes skip the
- * kernel's TCP path, while ordering, deadlines, WAIT/ABORT and disconnect
- * detection stay exactly those of the ZeroMQ messages (see the handshake
- * for when a ring does this). WAIT: sent right while blocked, carrying
- * the sender's suspect, so a chain of waiting ranks blames the one silent
- * rank, not each its own left neighbour. ABORT: the failure text, forwarded
- * around the ring to its origin, so every rank fails with the original
- * sentence. All state hangs off the tt_ring_t; its life cycle and sockets
- * are tt_ring_net.c's. */
+ * before copying it into place). Between ranks of one host a DATA unit
+ * travels instead as a note in the sender's shared-memory pool (the same
+ * header, naming a slot that holds the payload; tt_ring_msg.c): the bytes
+ * skip the kernel's TCP path and the unit its three thread wake-ups, while
+ * deadlines, WAIT/ABORT and disconnect detection stay those of the ZeroMQ
+ * sockets (see the handshake for when a ring does this). WAIT: sent right
+ * while blocked, carrying the sender's suspect, so a chain of waiting ranks
+ * blames the one silent rank, not each its own left neighbour. ABORT: the
+ * failure text, forwarded around the ring to its origin, so every rank
+ * fails with the original sentence. All state hangs off the tt_ring_t; its
+ * life cycle and sockets are tt_ring_net.c's. */
 #include "tt_ring.h"
 #include "tt_ring_int.h"
-#include "tt_tsan.h"
 
 #include "tt_clock.h"
 #include "tt_flight.h"
