@@ -290,7 +290,7 @@ static int payload(coll_t *c, rx_t *m) {
     char why[128] = "";
     if (m->slot >= 0)
         return TT_OK;
-    int rc = tt_ring_msg_payload(c->r, m, why, sizeof(why));
+    int rc = tt_ring_msg_payload(m, why, sizeof(why));
     return rc == TT_OK ? rc : fail_proto(c, rc, why);
 }
 

@@ -83,7 +83,7 @@ int tt_ring_msg_read(tt_ring_t *r, tt_ring_rx_t *m, char *why, size_t whylen);
 int tt_ring_msg_next(tt_ring_t *r, tt_ring_rx_t *m, char *why, size_t whylen);
 
 /* Points data/len at a socket message's body. TT_OK or TT_EPROTO. */
-int tt_ring_msg_payload(tt_ring_t *r, tt_ring_rx_t *m, char *why, size_t whylen);
+int tt_ring_msg_payload(tt_ring_rx_t *m, char *why, size_t whylen);
 
 /* Sleeps until input may be there (the socket, or the doorbell on a
  * shared-memory link), a monitor event, an interrupt or `tmo` ms. */

@@ -279,8 +279,7 @@ int tt_ring_msg_read(tt_ring_t *r, tt_ring_rx_t *m, char *why, size_t whylen) {
     return rc;
 }
 
-int tt_ring_msg_payload(tt_ring_t *r, tt_ring_rx_t *m, char *why, size_t whylen) {
-    (void)r;
+int tt_ring_msg_payload(tt_ring_rx_t *m, char *why, size_t whylen) {
     if (m->h.aux >= 0) { /* slots are named by notes only */
         zmq_msg_close(&m->body);
         snprintf(why, whylen, "a shared-memory slot named over the socket");

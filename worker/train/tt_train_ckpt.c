@@ -661,7 +661,7 @@ static void note_boundary(tt_train_ckpt_t *c, uint64_t dt, int was_writing, uint
         keep_stall(c);
 }
 
-static void wait_snapshot(tt_train_ckpt_t *c) {
+void tt_tc_wait_snapshot(tt_train_ckpt_t *c) {
     tt_tc_job_t *j = &c->job;
     if (!c->thr_live || c->in_commit || !j->copy_in_thread ||
         atomic_load_explicit(&j->copied, memory_order_acquire))
@@ -674,66 +674,6 @@ static void wait_snapshot(tt_train_ckpt_t *c) {
     uint64_t dt = tt_clock_mono_ns() - t0;
     c->st.stall_ns_total += dt;
     add_stall(c, dt);
-}
-
-static int gate_membership(void *ctx, int *rank, int *world, uint64_t *gen) {
-    tt_train_ckpt_gate_t *g = ctx;
-    return g->inner.membership(g->inner.ctx, rank, world, gen);
-}
-
-static int gate_grad_ready(void *ctx, int tensor) {
-    tt_train_ckpt_gate_t *g = ctx;
-    return g->inner.grad_ready(g->inner.ctx, tensor);
-}
-
-/* The optimizer update follows finish(): the snapshot must be complete. */
-static int gate_finish(void *ctx, float *grads, size_t n, double local, double *global) {
-    tt_train_ckpt_gate_t *g = ctx;
-    int rc = g->inner.finish(g->inner.ctx, grads, n, local, global);
-    if (g->ck != NULL)
-        wait_snapshot(g->ck);
-    return rc;
-}
-
-static int gate_finish_device(void *ctx, float *dgrads, size_t n, double local, double *global,
-                              void *event) {
-    tt_train_ckpt_gate_t *g = ctx;
-    int rc = g->inner.finish_device(g->inner.ctx, dgrads, n, local, global, event);
-    if (g->ck != NULL && rc != TT_ENODEV) /* else finish() follows and waits */
-        wait_snapshot(g->ck);
-    return rc;
-}
-
-static int gate_reduce(void *ctx, double *vals, size_t n) {
-    tt_train_ckpt_gate_t *g = ctx;
-    return g->inner.reduce_sum(g->inner.ctx, vals, n);
-}
-
-static int gate_set_lr(void *ctx, float lr) {
-    tt_train_ckpt_gate_t *g = ctx;
-    return g->inner.set_lr(g->inner.ctx, lr);
-}
-
-void tt_train_ckpt_gate_init(tt_train_ckpt_gate_t *g, const tt_train_coll_t *inner) {
-    g->inner = *inner;
-    g->ck = NULL;
-    g->coll = (tt_train_coll_t){g,
-                                inner->name,
-                                gate_membership,
-                                inner->grad_ready != NULL ? gate_grad_ready : NULL,
-                                gate_finish,
-                                gate_reduce,
-                                inner->updates_params,
-                                inner->set_lr != NULL ? gate_set_lr : NULL,
-                                inner->finish_device != NULL ? gate_finish_device : NULL};
-}
-
-void tt_train_ckpt_gate_attach(tt_train_ckpt_gate_t *g, tt_train_ckpt_t *ck) {
-    if (g->ck != NULL)
-        wait_snapshot(g->ck);
-    g->ck = ck;
-    if (ck != NULL)
-        ck->gated = 1;
 }
 
 int tt_train_ckpt_boundary(tt_train_ckpt_t *c, uint64_t now_ms) {

@@ -90,6 +90,10 @@ struct tt_train_ckpt {
     char err[512];
 };
 
+/* With a gate attached: waits until the writer thread has copied the
+ * snapshot of the checkpoint in flight (its wait counts as stall). */
+void tt_tc_wait_snapshot(tt_train_ckpt_t *c);
+
 /* Sets the object's first error and logs it; returns rc. */
 int tt_tc_fail(tt_train_ckpt_t *c, int rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
