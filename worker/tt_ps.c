@@ -224,7 +224,7 @@ static int send_item(tt_ps_t *p, ps_op_t *op, size_t s, size_t i) {
     else if (op->kind == PS_OP_PUSH)
         build_push(p, op, i, &m);
     else if (op->kind == PS_OP_WRITE)
-        rc = ps_build_write(p, op, s, &m);
+        rc = ps_build_write(p, op, s, op->written[s].file, &m);
     else
         build_params(p, op, i, &m);
     if (rc == TT_OK)
@@ -386,6 +386,8 @@ static int expected_body(const ps_op_t *op) {
 static int on_reply(tt_ps_t *p, ps_op_t *op, size_t s, tt_zmq_rx_t *rx, uint64_t now) {
     uint64_t req = rx->env->request_id;
     size_t i = (size_t)(req & PS_SETUP_ITEM);
+    if ((req >> PS_ITEM_BITS) == PS_SIDE_SEQ)
+        return ps_side_reply(p, s, rx);
     if ((req >> PS_ITEM_BITS) != p->op_seq)
         return TT_OK;
     if (i == PS_SETUP_ITEM)
@@ -408,7 +410,7 @@ static int on_reply(tt_ps_t *p, ps_op_t *op, size_t s, tt_zmq_rx_t *rx, uint64_t
     else if (op->kind == PS_OP_GET)
         rc = on_get_result(p, op, i, rx);
     else if (op->kind == PS_OP_WRITE && op->phase != 1)
-        rc = ps_on_written(p, op, i, rx);
+        rc = ps_on_written(p, &op->written[i], i, rx);
     if (rc == TT_OK) {
         op->state[i - op->first] = PS_DONE;
         op->remaining--;
@@ -635,6 +637,7 @@ void tt_ps_destroy(tt_ps_t **pp) {
     free(p->saved);
     free(p->saved_step);
     free(p->saved_examples);
+    ps_side_free(p);
     free(p->inflight);
     free(p->cursor);
     free(p->polls);

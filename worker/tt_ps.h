@@ -195,13 +195,17 @@ void tt_ps_written_free(tt_ps_written_t *w, size_t n);
  * is on its way to every shard, without an answer: a shard copies its
  * chunks before it reads this rank's next push, which follows on the same
  * connection, and the next round cannot complete without that push, so
- * training goes on at once. result, called between later calls, fills
- * out[] like tt_ps_write_checkpoint once every part of `dir` is durable,
- * returns TT_EAGAIN while one is still written, or what went wrong since
- * begin: TT_ESTALE when a shard's state did not follow *after_round or it
- * knows no such part (it restarted, or the request was lost with its
+ * training goes on at once. result, called between later calls, waits for
+ * no shard either: it takes the answers that have arrived (the rounds in
+ * between read them too) and asks again every shard whose part is not
+ * known to be durable. It fills out[] like tt_ps_write_checkpoint once
+ * every part of `dir` is, returns TT_EAGAIN until then, or what went wrong
+ * since begin: TT_ESTALE when a shard's state did not follow *after_round
+ * or it knows no such part (it restarted, or the request was lost with its
  * connection), TT_EIO for a refused request or a failed copy or write
- * (the shard's sentence in tt_ps_last_error). Neither poisons the object. */
+ * (the shard's sentence in tt_ps_last_error), TT_ETIMEDOUT when a shard
+ * left a question unanswered for the deadline. Neither poisons the
+ * object. */
 int tt_ps_checkpoint_begin(tt_ps_t *p, const char *dir, const uint64_t *after_round);
 int tt_ps_checkpoint_result(tt_ps_t *p, const char *dir, tt_ps_written_t *out);
 

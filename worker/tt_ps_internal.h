@@ -74,6 +74,16 @@ typedef struct ps_msg {
     size_t npl;
 } ps_msg_t;
 
+/* A phase-2 checkpoint question to one shard (tt_ps_ckpt.c), asked
+ * outside the engine with request ids of PS_SIDE_SEQ. */
+#define PS_SIDE_SEQ (UINT64_MAX >> PS_ITEM_BITS) /* an op_seq no operation reaches */
+enum { PS_SIDE_NONE, PS_SIDE_ASKED, PS_SIDE_AGAIN, PS_SIDE_DONE, PS_SIDE_FAILED };
+typedef struct ps_side {
+    int state;         /* PS_SIDE_* */
+    uint64_t asked_ms; /* when the question in flight was sent */
+    tt_ps_written_t w; /* the file asked about; the part once DONE */
+} ps_side_t;
+
 /* What the engine knows of its connection to one shard. */
 typedef struct ps_link {
     void *mon;             /* the DEALER's monitor PAIR */
@@ -101,6 +111,12 @@ struct tt_ps {
      * step and example count (saved_step UINT64_MAX: none). NULL else. */
     float *saved;
     uint64_t *saved_step, *saved_examples;
+    /* The phase-2 checkpoint questions (tt_ps_ckpt.c): per shard, about
+     * side_dir; the first failure's status and sentence. */
+    ps_side_t *side;
+    char *side_dir;
+    int side_rc;
+    char side_msg[PS_ERRLEN];
     char err[PS_ERRLEN];
 };
 
@@ -118,9 +134,14 @@ int ps_drain(tt_ps_t *p, ps_op_t *op, size_t s, uint64_t now);
  * connected), or a send failure. */
 int ps_send_refills(tt_ps_t *p, size_t s, size_t *sent);
 
-/* tt_ps_ckpt.c: the WriteChunks request to shard s and its answer. */
-int ps_build_write(tt_ps_t *p, const ps_op_t *op, size_t s, ps_msg_t *m);
-int ps_on_written(tt_ps_t *p, ps_op_t *op, size_t s, const tt_zmq_rx_t *rx);
+/* tt_ps_ckpt.c: the WriteChunks request to shard s and its answer (into
+ * *w, whose file names the part asked for); an answer to a phase-2
+ * question (request id of PS_SIDE_SEQ), never an operation's failure; the
+ * questions' state, freed with the object. */
+int ps_build_write(tt_ps_t *p, const ps_op_t *op, size_t s, const char *file, ps_msg_t *m);
+int ps_on_written(tt_ps_t *p, tt_ps_written_t *w, size_t s, const tt_zmq_rx_t *rx);
+int ps_side_reply(tt_ps_t *p, size_t s, const tt_zmq_rx_t *rx);
+void ps_side_free(tt_ps_t *p);
 
 /* tt_ps_recover.c */
 /* Allocates the saved inputs when the mode needs them; TT_OK or TT_ENOMEM. */

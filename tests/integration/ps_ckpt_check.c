@@ -4,6 +4,7 @@
  *   ps_ckpt_check --coordinator EP --job J --rank R --world W --shards S
  *       --steps M [--save-at N[,N2...] --ckpt ROOT] [--resume DIR]
  *       [--out FILE] [--deadline-ms MS] [--two-phase 1 [--stale-begin 1]]
+ *       [--unanswered FILE]
  * runs steps 0..M-1 of a global batch of EXAMPLES examples split over the
  * ranks like a data-parallel sampler (example e's gradient derives from
  * (step, e, i)), so runs of any world size take the same updates (bitwise
@@ -18,7 +19,12 @@
  * the parts later (as tether-train does); --stale-begin 1 first begins one
  * that asks for the state after the wrong round, which begin cannot know
  * (it waits for no answer): the result must refuse it, printed as
- * "REFUSED <status> <why>". */
+ * "REFUSED <status> <why>". --unanswered FILE: after the last step rank 0
+ * begins one more two-phase checkpoint, prints "BEGUN", waits for FILE to
+ * exist (the test stops a shard first), then asks for the parts until the
+ * answer is not TT_EAGAIN and prints "UNANSWERED <status> polls=<n> <why>":
+ * a question no shard answers must not hold the caller, only end at the
+ * deadline. */
 #include "ps_fetch.h"
 #include "tt_ckpt_dir.h"
 #include "tt_clock.h"
@@ -36,8 +42,9 @@
 typedef struct {
     const char *coord, *job, *ckpt, *resume, *out;
     int rank, world, shards, deadline_ms;
-    int two_phase;   /* --two-phase 1: begin, train on, collect the parts later */
-    int stale_begin; /* --stale-begin 1: first a begin the shards must refuse */
+    int two_phase;          /* --two-phase 1: begin, train on, collect the parts later */
+    int stale_begin;        /* --stale-begin 1: first a begin the shards must refuse */
+    const char *unanswered; /* --unanswered FILE: a question a stopped shard leaves open */
     uint64_t steps, save_at[8];
     size_t nsave;
 } args_t;
@@ -216,6 +223,37 @@ static int start(const args_t *a, tt_ps_t *ps, uint64_t n, uint64_t *first) {
     return rc;
 }
 
+/* --unanswered: the begin, then (once the test has stopped a shard) the
+ * calls a step loop would make between steps, counted. */
+static int unanswered(const args_t *a, tt_ps_t *ps, uint64_t steps) {
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s/open-%09llu", a->ckpt, (unsigned long long)steps);
+    size_t n = tt_ps_nshards(ps);
+    tt_ps_written_t *w = calloc(n, sizeof(*w));
+    uint64_t last = steps - 1;
+    int rc = w == NULL ? TT_ENOMEM : tt_ps_checkpoint_begin(ps, dir, &last);
+    if (rc != TT_OK) {
+        free(w);
+        return fail("unanswered begin", rc, tt_ps_last_error(ps));
+    }
+    printf("BEGUN %s\n", dir);
+    fflush(stdout);
+    FILE *f;
+    while ((f = fopen(a->unanswered, "r")) == NULL)
+        tt_clock_sleep_ms(10);
+    fclose(f);
+    unsigned long polls = 1;
+    while ((rc = tt_ps_checkpoint_result(ps, dir, w)) == TT_EAGAIN) {
+        polls++;
+        tt_clock_sleep_ms(5);
+    }
+    printf("UNANSWERED %s polls=%lu %s\n", tt_status_name(rc), polls, tt_ps_last_error(ps));
+    fflush(stdout);
+    tt_ps_written_free(w, n);
+    free(w);
+    return TT_OK;
+}
+
 static int due(const args_t *a, uint64_t steps) {
     for (size_t k = 0; k < a->nsave; k++)
         if (a->save_at[k] == steps)
@@ -254,6 +292,8 @@ static int train(const args_t *a, tt_ps_t *ps, uint64_t n) {
         rc = TT_OK;
         tt_clock_sleep_ms(2);
     }
+    if (rc == TT_OK && a->unanswered != NULL && a->rank == 0 && a->ckpt != NULL)
+        rc = unanswered(a, ps, a->steps);
     FILE *f = rc == TT_OK && a->rank == 0 && a->out != NULL ? fopen(a->out, "wb") : NULL;
     if (f != NULL && fwrite(buf, sizeof(float), n, f) != n)
         rc = TT_ESYS;
@@ -291,6 +331,8 @@ static int parse(int argc, char **argv, args_t *a) {
             a->two_phase = atoi(v);
         else if (strcmp(k, "--stale-begin") == 0)
             a->stale_begin = atoi(v);
+        else if (strcmp(k, "--unanswered") == 0)
+            a->unanswered = v;
         else if (strcmp(k, "--save-at") == 0)
             for (char *p = (char *)v; *p != '\0' && a->nsave < 8; p += *p == ',')
                 a->save_at[a->nsave++] = strtoull(p, &p, 10);

@@ -8,6 +8,7 @@ number of shards and ranks and the run continues with the same updates; a shard
 killed while it writes leaves that checkpoint uncommitted and the previous one
 valid and loadable."""
 import os
+import signal
 
 from tt_harness import binary, committed, read_params, rel_diff, run_tests, verify_checkpoint, \
     wait_for
@@ -120,6 +121,36 @@ def test_shard_killed_while_writing_never_commits(h):
     assert read_params(got).tobytes() == read_params(ref).tobytes()
 
 
+def test_a_stopped_shard_does_not_hold_the_question(h):
+    # The phase-2 question waits for no answer (tt_ps_ckpt.c): with one
+    # shard stopped (SIGSTOP: connected, silent) each call returns at once
+    # with EAGAIN, and only the deadline ends the wait, naming the shard. A
+    # call that waited for the answer would have been one call, ending in
+    # the timeout.
+    coord = h.coordinator()
+    s0 = shard(h, coord, "s0")
+    s1 = shard(h, coord, "s1")
+    root = os.path.join(h.dir, "ckpt")
+    go = os.path.join(h.dir, "go")
+    ps = ranks(h, coord, "q", 2, 2, "--ckpt", root, "--deadline-ms", "1500", "--unanswered", go)
+    ps[0].wait_line(lambda l: l.startswith("BEGUN"), 60, "the last checkpoint begun")
+    wait_for(lambda: "wrote checkpoint part" in open(s1.log_path).read(), 30, "s1 wrote its part")
+    s1.signal(signal.SIGSTOP)
+    open(go, "w").close()
+    try:
+        line = ps[0].wait_line(lambda l: l.startswith("UNANSWERED"), 60, "the question's end")
+    finally:
+        s1.signal(signal.SIGCONT)
+    finish(ps)
+    print("  ", line[:200])
+    assert line.startswith("UNANSWERED ETIMEDOUT"), line
+    assert "shard s1 did not answer" in line, line
+    polls = int(line.split("polls=")[1].split()[0])
+    assert polls > 1, f"one call waited for the whole deadline: {line}"
+    assert s0.alive() and s1.alive()
+
+
 if __name__ == "__main__":
     run_tests([test_shards_write_and_a_resharded_run_continues,
-               test_shard_killed_while_writing_never_commits])
+               test_shard_killed_while_writing_never_commits,
+               test_a_stopped_shard_does_not_hold_the_question])
