@@ -1,5 +1,6 @@
 /* tt_comm: the communication thread, its queue and the backend it drives
- * (the step API is in tt_comm_step.c, the pure rules in tt_comm_plan.c).
+ * (the step API is in tt_comm_step.c, the shards' checkpoint in
+ * tt_comm_ckpt.c, the pure rules in tt_comm_plan.c).
  *
  * One FIFO carries every collective of the process: synchronous calls put
  * a job on their own stack and wait for it, gradient buckets put theirs in
@@ -58,7 +59,9 @@ void tt_comm_last_error(tt_comm_t *c, char *out, size_t n) {
 
 /* ---- queue ---- */
 
-void tt_comm_enqueue(tt_comm_t *c, tt_comm_job_t *j) {
+/* `wake`: 0 leaves the thread asleep; the job runs ahead of the next one
+ * queued (or at tt_comm_kick). */
+static void enqueue(tt_comm_t *c, tt_comm_job_t *j, int wake) {
     j->done = 0;
     j->status = TT_OK;
     j->run_ns = 0;
@@ -87,6 +90,21 @@ void tt_comm_enqueue(tt_comm_t *c, tt_comm_job_t *j) {
     } else {
         c->head = c->tail = j;
     }
+    if (wake)
+        pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+void tt_comm_enqueue(tt_comm_t *c, tt_comm_job_t *j) {
+    enqueue(c, j, 1);
+}
+
+void tt_comm_enqueue_quiet(tt_comm_t *c, tt_comm_job_t *j) {
+    enqueue(c, j, 0);
+}
+
+void tt_comm_kick(tt_comm_t *c) {
+    pthread_mutex_lock(&c->mu);
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
 }
@@ -455,6 +473,7 @@ static int init_sync(tt_comm_t *c) {
 
 static void free_comm(tt_comm_t *c) {
     tt_comm_step_release(c);
+    tt_comm_ckpt_release(c);
     tt_flight_destroy(&c->flight);
     if (c->sync_ok) {
         pthread_cond_destroy(&c->done_cv);
@@ -546,16 +565,21 @@ void tt_comm_destroy(tt_comm_t **pc) {
 
 /* ---- synchronous collectives ---- */
 
+int tt_comm_view_gated(tt_comm_t *c, tt_comm_view_t *v) {
+    char err[sizeof(c->err)];
+    c->hooks.view(c->hooks.ctx, v);
+    int rc = tt_comm_gate(v, err, sizeof(err));
+    if (rc != TT_OK)
+        tt_comm_set_error(c, "%s", err);
+    return rc;
+}
+
 /* Gate, queue, wait. The job lives on the caller's stack. */
 int tt_comm_run_sync(tt_comm_t *c, tt_comm_job_t *j) {
     tt_comm_view_t v;
-    char err[sizeof(c->err)];
-    c->hooks.view(c->hooks.ctx, &v);
-    int rc = tt_comm_gate(&v, err, sizeof(err));
-    if (rc != TT_OK) {
-        tt_comm_set_error(c, "%s", err);
+    int rc = tt_comm_view_gated(c, &v);
+    if (rc != TT_OK)
         return rc;
-    }
     if (j->kind == TT_COLL_BROADCAST && j->role != TT_COMM_JOB_STATE && j->root >= v.world) {
         tt_comm_set_error(c, "broadcast root %d is not a rank of this world of %d", j->root,
                           v.world);
@@ -635,32 +659,6 @@ int tt_comm_state_io(tt_comm_t *c, int put, int part, float *buf, size_t count,
     }
     return run_buffer_job(c, TT_COMM_JOB_STATE, buf, count, TT_DT_FLOAT32, part, put ? 1 : 0,
                           optim_step);
-}
-
-int tt_comm_write_ckpt(tt_comm_t *c, const char *dir, int phase, struct tt_ps_written **out,
-                       size_t *n) {
-    if (c == NULL || dir == NULL || dir[0] != '/' || phase < 1 || phase > 2 ||
-        (phase == 2 && (out == NULL || n == NULL)))
-        return TT_EINVAL;
-    if (!c->opts.shard_update) {
-        tt_comm_set_error(c, "the shard servers write checkpoints only with the update on the "
-                             "shards (they hold no state otherwise)");
-        return TT_EINVAL;
-    }
-    if (phase == 2) {
-        *out = NULL;
-        *n = 0;
-    }
-    tt_comm_job_t j = {.kind = TT_COLL_BARRIER,
-                       .role = TT_COMM_JOB_CKPT,
-                       .buf = (void *)dir, /* only read */
-                       .dt = TT_DT_FLOAT32,
-                       .op = TT_RED_NONE,
-                       .root = -1,
-                       .written = out,
-                       .nwritten = n,
-                       .phase = phase};
-    return tt_comm_run_sync(c, &j);
 }
 
 int tt_comm_set_lr(tt_comm_t *c, float lr) {

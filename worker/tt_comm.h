@@ -205,12 +205,16 @@ int tt_comm_barrier(tt_comm_t *c);
 int tt_comm_state_io(tt_comm_t *c, int put, int part, float *buf, size_t count,
                      uint64_t optim_step);
 
-/* With shard_update, between steps: the shard servers write the state
- * after the last step this rank completed as checkpoint parts in `dir`
- * (absolute); `phase` (1 or 2), *out, *n as tt_coll_ops_t.write_ckpt (out
- * and n may be NULL in phase 1). TT_OK,
- * TT_EAGAIN (phase 2: still written), TT_EINVAL, or as a collective (a
- * failure does not end the generation's backend). */
+/* With shard_update, between steps, one thread: the shard servers write
+ * the state after the last step this rank completed as checkpoint parts
+ * in `dir` (absolute); `phase` (1 or 2), *out, *n as
+ * tt_coll_ops_t.write_ckpt (out and n may be NULL in phase 1). Neither
+ * phase waits for the communication thread (tt_comm_ckpt.c): phase 1
+ * queues the request ahead of the next collective and returns TT_OK; a
+ * phase-2 call returns the answer to the question before it, TT_EAGAIN
+ * while there is none or the parts are still written (and asks again),
+ * or what went wrong since phase 1, as a collective's status (a failure
+ * does not end the generation's backend). TT_EINVAL: bad arguments. */
 struct tt_ps_written;
 int tt_comm_write_ckpt(tt_comm_t *c, const char *dir, int phase, struct tt_ps_written **out,
                        size_t *n);

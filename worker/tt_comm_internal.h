@@ -1,6 +1,6 @@
 /* tt_comm_internal: the private struct of tt_comm, shared by tt_comm.c
- * (thread, queue, backend) and tt_comm_step.c (gradient step, audit). Not
- * used outside those two files. */
+ * (thread, queue, backend), tt_comm_step.c (gradient step, audit) and
+ * tt_comm_ckpt.c (the shards' checkpoint). Not used outside them. */
 #ifndef TT_COMM_INTERNAL_H
 #define TT_COMM_INTERNAL_H
 
@@ -106,13 +106,28 @@ struct tt_comm {
     /* under mu: tensor sizes for backends that declare them (set once) */
     size_t *tcounts;
     size_t ntcounts;
+    /* the shards' checkpoint (tt_comm_ckpt.c), the asking thread's; the
+     * job and the answer are the communication thread's while queued */
+    tt_comm_job_t ckpt_job;
+    int ckpt_busy;       /* ckpt_job queued and its end not taken */
+    char ckpt_dir[4096]; /* TT_CKPT_PATH_MAX (tt_ckpt_dir.h) */
+    struct tt_ps_written *ckpt_w;
+    size_t ckpt_n;
 };
 
 void tt_comm_set_error(tt_comm_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void tt_comm_enqueue(tt_comm_t *c, tt_comm_job_t *j);
+/* Queues without waking the thread: the job rides with the next one
+ * queued, or runs at tt_comm_kick. */
+void tt_comm_enqueue_quiet(tt_comm_t *c, tt_comm_job_t *j);
+void tt_comm_kick(tt_comm_t *c);
 int tt_comm_wait(tt_comm_t *c, tt_comm_job_t *j);
+/* The client's view, and whether a collective may run in it
+ * (tt_comm_gate; its sentence becomes the error). */
+int tt_comm_view_gated(tt_comm_t *c, tt_comm_view_t *v);
 /* Membership gate, then enqueue and wait: a synchronous collective. */
 int tt_comm_run_sync(tt_comm_t *c, tt_comm_job_t *j);
 void tt_comm_step_release(tt_comm_t *c);
+void tt_comm_ckpt_release(tt_comm_t *c);
 
 #endif

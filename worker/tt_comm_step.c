@@ -173,13 +173,9 @@ static int open_step(tt_comm_t *c) {
     if (c->step_open)
         return TT_OK;
     tt_comm_view_t v;
-    char err[sizeof(c->err)];
-    c->hooks.view(c->hooks.ctx, &v);
-    int rc = tt_comm_gate(&v, err, sizeof(err));
-    if (rc != TT_OK) {
-        tt_comm_set_error(c, "%s", err);
+    int rc = tt_comm_view_gated(c, &v);
+    if (rc != TT_OK)
         return rc;
-    }
     if (v.generation != c->step_gen || c->step_index < 0) {
         c->step_gen = v.generation;
         c->step_index = v.resume_step >= 0 ? v.resume_step : 0;

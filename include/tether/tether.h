@@ -467,17 +467,20 @@ typedef struct tether_shard_part {
 /* TETHER_UPDATE_SHARDS, between steps, one rank: every shard server of the
  * generation writes the state of its chunks (parameters and optimizer
  * state after the last step this rank completed) into `dir` (absolute) as
- * one part, fsynced. In two calls, so that the step loop waits neither for
- * the shards' copy nor for their disk: _begin returns once the request is
- * sent to every shard, without waiting for an answer (a shard copies
- * before it takes this rank's next push, so steps go on at once, while it
- * copies and writes); _result, called
- * between later steps by the same rank, returns TETHER_OK with *parts (one
- * per shard, free with tether_shard_parts_free) and *nparts once all are
- * durable, TETHER_EAGAIN while one is still written, or what went wrong
- * since _begin (TETHER_EIO: a refused request, a failed copy or write;
+ * one part, fsynced. In two calls, and neither waits, not even for this
+ * process's communication thread: _begin queues the request ahead of this
+ * rank's next collective and returns (a shard copies before it takes this
+ * rank's next push, so steps go on at once, while it copies and writes);
+ * _result, called between later steps by the same rank, returns TETHER_OK
+ * with *parts (one per shard, free with tether_shard_parts_free) and
+ * *nparts once all are durable, TETHER_EAGAIN until that is known (the
+ * questions travel with the next steps' collectives, so the answer comes
+ * a step or two after the parts are durable; with no collective in
+ * between, each call moves the question on), or what went wrong since
+ * _begin (TETHER_EIO: a refused request, a failed copy or write;
  * TETHER_ESTALE when a shard's state does not follow that step, or it
- * restarted and knows no such part). The parts are not a
+ * restarted and knows no such part; TETHER_ETIMEDOUT: a shard left the
+ * question unanswered for the collective deadline). The parts are not a
  * checkpoint until a manifest lists them. Also TETHER_EINVAL (the update
  * is local, bad arguments) or a collective's status; a failure leaves the
  * backend usable. */
