@@ -1,16 +1,21 @@
 /* Unit tests of tt_train_ckpt in one process (the single-rank collective):
  * the trainer-state payload codec, save then resume continuing bit for bit,
  * a corrupted part refused by name with latest-valid falling back, a model
- * mismatch refused, and "auto" without a checkpoint starting fresh. The
- * multi-rank paths (slices, reshard, a killed writer) are exercised by
- * tests/integration/test_checkpoint.py. */
+ * mismatch refused, "auto" without a checkpoint starting fresh, and the
+ * checkpoint thread (one for all jobs, SCHED_BATCH, a job kept for the
+ * gate's flush). The multi-rank paths (slices, reshard, a killed writer)
+ * are exercised by tests/integration/test_checkpoint.py. */
 #include "tt_ckpt_dir.h"
 #include "train_testlib.h"
+#include "tt_clock.h"
 #include "tt_cunit.h"
 #include "tt_status.h"
 #include "tt_train_ckpt.h"
+#include "tt_train_ckpt_int.h"
 #include "tt_trainer.h"
 
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -195,6 +200,68 @@ static void train_ckpt_refuses_other_model_and_starts_fresh_without_one(void) {
     rm_root(root);
 }
 
+/* ---- the checkpoint thread (tt_train_ckpt_thread.c) ---- */
+
+typedef struct {
+    atomic_int ran;
+    int policy;
+} probe_t;
+
+static void *probe_job(void *arg) {
+    probe_t *p = arg;
+    p->policy = sched_getscheduler(0);
+    atomic_fetch_add(&p->ran, 1);
+    return NULL;
+}
+
+/* A bare object with only what the thread uses. */
+static tt_train_ckpt_t *thread_obj(int gated) {
+    tt_train_ckpt_t *c = calloc(1, sizeof(*c));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    pthread_mutex_init(&c->run_mu, NULL);
+    pthread_cond_init(&c->run_cv, NULL);
+    c->gated = gated;
+    return c;
+}
+
+static void thread_obj_free(tt_train_ckpt_t *c) {
+    tt_tc_thread_stop(c);
+    pthread_mutex_destroy(&c->run_mu);
+    pthread_cond_destroy(&c->run_cv);
+    free(c);
+}
+
+static void train_ckpt_thread_runs_jobs_at_batch_policy(void) {
+    tt_train_ckpt_t *c = thread_obj(0);
+    probe_t p = {0};
+    for (int k = 0; k < 3; k++) { /* one thread, job after job */
+        CU_ASSERT_EQUAL(tt_tc_thread_run(c, probe_job, &p, k == 2), TT_OK);
+        tt_tc_thread_wait(c); /* without a gate `later` changes nothing */
+        CU_ASSERT_EQUAL(atomic_load(&p.ran), k + 1);
+    }
+    CU_ASSERT_EQUAL(p.policy, SCHED_BATCH);
+    thread_obj_free(c);
+}
+
+/* With a gate, a job given for later waits for the flush (the gate's,
+ * before the step's reduction) or for a wait on it, never for less. */
+static void train_ckpt_thread_keeps_a_later_job_for_the_flush(void) {
+    tt_train_ckpt_t *c = thread_obj(1);
+    probe_t p = {0};
+    CU_ASSERT_EQUAL(tt_tc_thread_run(c, probe_job, &p, 1), TT_OK);
+    tt_clock_sleep_ms(50);
+    CU_ASSERT_EQUAL(atomic_load(&p.ran), 0);
+    tt_tc_thread_flush(c);
+    tt_tc_thread_wait(c);
+    CU_ASSERT_EQUAL(atomic_load(&p.ran), 1);
+    CU_ASSERT_EQUAL(tt_tc_thread_run(c, probe_job, &p, 1), TT_OK);
+    tt_tc_thread_wait(c); /* hands it over itself */
+    CU_ASSERT_EQUAL(atomic_load(&p.ran), 2);
+    CU_ASSERT_EQUAL(tt_tc_thread_run(c, probe_job, &p, 1), TT_OK);
+    thread_obj_free(c); /* and so does the end */
+    CU_ASSERT_EQUAL(atomic_load(&p.ran), 3);
+}
+
 static const tt_cunit_test_t tests[] = {
     {"train_ckpt_state_codec_round_trip", train_ckpt_state_codec_round_trip},
     {"train_ckpt_resume_continues_bit_for_bit", train_ckpt_resume_continues_bit_for_bit},
@@ -202,6 +269,9 @@ static const tt_cunit_test_t tests[] = {
      train_ckpt_refuses_corrupt_part_latest_valid_falls_back},
     {"train_ckpt_refuses_other_model_and_starts_fresh_without_one",
      train_ckpt_refuses_other_model_and_starts_fresh_without_one},
+    {"train_ckpt_thread_runs_jobs_at_batch_policy", train_ckpt_thread_runs_jobs_at_batch_policy},
+    {"train_ckpt_thread_keeps_a_later_job_for_the_flush",
+     train_ckpt_thread_keeps_a_later_job_for_the_flush},
     {NULL, NULL},
 };
 

@@ -171,6 +171,8 @@ int tt_train_ckpt_create(tt_train_ckpt_t **out, const tt_train_ckpt_opts_t *opts
     }
     pthread_mutex_init(&c->job.mu, NULL);
     pthread_cond_init(&c->job.cv, NULL);
+    pthread_mutex_init(&c->run_mu, NULL);
+    pthread_cond_init(&c->run_cv, NULL);
     c->sync_init = 1;
     c->n = tt_mlp_param_count(tt_trainer_model(t));
     c->cfg[2] = c->n;
@@ -194,6 +196,8 @@ int tt_train_ckpt_create(tt_train_ckpt_t **out, const tt_train_ckpt_opts_t *opts
     size_t slice = c->on_shards ? 0 : c->n / (size_t)world + 1;
     if (c->root[0] != '\0' && ensure_buffers(c, c->nstates * slice + 1, 5 + 2 * (size_t)world) == 0)
         memset(c->snap, 0, c->snap_cap * sizeof(float));
+    if (c->root[0] != '\0' && tt_tc_thread_start(c) != TT_OK)
+        TT_WARN("ckpt", "no checkpoint thread yet: the first checkpoint tries again");
     *out = c;
     return TT_OK;
 }
@@ -201,8 +205,7 @@ int tt_train_ckpt_create(tt_train_ckpt_t **out, const tt_train_ckpt_opts_t *opts
 static void join_thread(tt_train_ckpt_t *c) {
     if (!c->thr_live)
         return;
-    pthread_join(c->thr, NULL);
-    c->thr_live = 0;
+    tt_tc_thread_wait(c);
     if (c->in_commit) {
         tt_manifest_free(&c->commit);
         c->in_commit = 0;
@@ -214,11 +217,14 @@ void tt_train_ckpt_destroy(tt_train_ckpt_t **cp) {
         return;
     tt_train_ckpt_t *c = *cp;
     join_thread(c);
+    tt_tc_thread_stop(c);
     tt_manifest_free(&c->commit);
     tether_shard_parts_free(c->ps_parts, c->nps_parts);
     if (c->sync_init) {
         pthread_mutex_destroy(&c->job.mu);
         pthread_cond_destroy(&c->job.cv);
+        pthread_mutex_destroy(&c->run_mu);
+        pthread_cond_destroy(&c->run_cv);
     }
     free(c->snap_mem);
     free(c->ctl);
@@ -433,11 +439,11 @@ static int start(tt_train_ckpt_t *c, uint64_t step, int rank, int world) {
         shards_begin(c, j);
     atomic_store_explicit(&j->status, 0, memory_order_relaxed);
     c->world_at_start = world;
-    if (pthread_create(&c->thr, NULL, job_main, j) != 0)
+    c->in_commit = 0;
+    /* A snapshot to copy must start now; the rest can wait for the gate. */
+    if (tt_tc_thread_run(c, job_main, j, !(j->copy_in_thread && len > 0)) != TT_OK)
         return tt_tc_fail(c, TT_ESYS, "checkpoint at step %llu: cannot start the writer thread",
                           (unsigned long long)step);
-    c->thr_live = 1;
-    c->in_commit = 0;
     return TT_OK;
 }
 
@@ -552,12 +558,12 @@ static int commit(tt_train_ckpt_t *c, const double *v) {
     }
     c->commit_request = c->req_serving; /* the commit thread's own copies */
     c->commit_gen = c->sched.inflight_gen;
-    if (pthread_create(&c->thr, NULL, commit_main, c) != 0) {
+    c->in_commit = 1;
+    if (tt_tc_thread_run(c, commit_main, c, 1) != TT_OK) {
+        c->in_commit = 0;
         tt_manifest_free(&c->commit);
         return tt_tc_fail(c, TT_ESYS, "cannot start the commit thread");
     }
-    c->thr_live = 1;
-    c->in_commit = 1;
     return TT_OK;
 }
 

@@ -2,8 +2,9 @@
  * snapshot whole while the writer thread copies it off the step loop: it
  * passes every call through to the inner collective and, after finish()
  * (the optimizer update follows it, the one write that could tear the
- * snapshot), waits until the copy is done. The copy and its timing are
- * tt_train_ckpt.c's. */
+ * snapshot), waits until the copy is done. Before finish() it hands the
+ * checkpoint thread the job kept for that moment (tt_train_ckpt_thread.c
+ * says why). The copy and its timing are tt_train_ckpt.c's. */
 #include "tt_train_ckpt_int.h"
 
 #include "tt_status.h"
@@ -21,6 +22,8 @@ static int gate_grad_ready(void *ctx, int tensor) {
 /* The optimizer update follows finish(): the snapshot must be complete. */
 static int gate_finish(void *ctx, float *grads, size_t n, double local, double *global) {
     tt_train_ckpt_gate_t *g = ctx;
+    if (g->ck != NULL)
+        tt_tc_thread_flush(g->ck); /* the step loop sleeps in the reduction next */
     int rc = g->inner.finish(g->inner.ctx, grads, n, local, global);
     if (g->ck != NULL)
         tt_tc_wait_snapshot(g->ck);
@@ -30,6 +33,8 @@ static int gate_finish(void *ctx, float *grads, size_t n, double local, double *
 static int gate_finish_device(void *ctx, float *dgrads, size_t n, double local, double *global,
                               void *event) {
     tt_train_ckpt_gate_t *g = ctx;
+    if (g->ck != NULL)
+        tt_tc_thread_flush(g->ck);
     int rc = g->inner.finish_device(g->inner.ctx, dgrads, n, local, global, event);
     if (g->ck != NULL && rc != TT_ENODEV) /* else finish() follows and waits */
         tt_tc_wait_snapshot(g->ck);
@@ -61,8 +66,11 @@ void tt_train_ckpt_gate_init(tt_train_ckpt_gate_t *g, const tt_train_coll_t *inn
 }
 
 void tt_train_ckpt_gate_attach(tt_train_ckpt_gate_t *g, tt_train_ckpt_t *ck) {
-    if (g->ck != NULL)
+    if (g->ck != NULL) {
         tt_tc_wait_snapshot(g->ck);
+        tt_tc_thread_flush(g->ck); /* no gate hands it over from now on */
+        g->ck->gated = 0;
+    }
     g->ck = ck;
     if (ck != NULL)
         ck->gated = 1;

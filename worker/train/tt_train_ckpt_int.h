@@ -1,6 +1,7 @@
 /* tt_train_ckpt_int: the object shared by tt_train_ckpt.c (boundary hook,
- * snapshot, writer thread, commit) and tt_train_ckpt_load.c (resume). Not
- * an API: nothing outside these two files includes it. */
+ * snapshot, writer thread, commit), tt_train_ckpt_load.c (resume),
+ * tt_train_ckpt_coord.c, tt_train_ckpt_gate.c and tt_train_ckpt_thread.c.
+ * Not an API: nothing outside these files includes it. */
 #ifndef TT_TRAIN_CKPT_INT_H
 #define TT_TRAIN_CKPT_INT_H
 
@@ -59,14 +60,23 @@ struct tt_train_ckpt {
     double *ctl;
     size_t ctl_cap;
     tt_tc_job_t job;
+    /* The checkpoint thread (tt_train_ckpt_thread.c). */
     pthread_t thr;
-    int thr_live;
+    int thr_started;         /* thr exists */
+    int thr_live;            /* a job was handed over and not waited for */
+    pthread_mutex_t run_mu;  /* guards run_fn, run_arg, run_stop */
+    pthread_cond_t run_cv;   /* a job handed over, done, or stop */
+    void *(*run_fn)(void *); /* the job the thread runs; NULL: idle */
+    void *run_arg;
+    int run_stop;
+    void *(*later_fn)(void *); /* given, not handed over yet (step loop's) */
+    void *later_arg;
     tt_manifest_t commit; /* rank 0: the manifest the commit thread stores */
     int in_commit;        /* the thread runs a commit, not a write */
     int world_at_start;
     int failed;
     int gated;     /* a tt_train_ckpt_gate is attached: copy off the step loop */
-    int sync_init; /* job.mu / job.cv initialised */
+    int sync_init; /* job.mu, job.cv, run_mu, run_cv initialised */
     /* The update on the shards: the shard servers write the state planes
      * (tether_checkpoint_shards_begin/_result), the workers only rank 0's
      * trainer part. */
@@ -89,6 +99,18 @@ struct tt_train_ckpt {
     atomic_int commit_failed; /* set by the commit thread */
     char err[512];
 };
+
+/* tt_train_ckpt_thread.c, all from the step loop: starts the checkpoint
+ * thread (TT_ESYS if it cannot be); gives it `fn(arg)` (starting it if
+ * need be), with `later` and a gate attached only at the next
+ * tt_tc_thread_flush (the gate's, before the step's reduction); hands
+ * over a job so kept; waits until the job given is done (handing it over
+ * first); ends the thread (after its job). */
+int tt_tc_thread_start(tt_train_ckpt_t *c);
+int tt_tc_thread_run(tt_train_ckpt_t *c, void *(*fn)(void *), void *arg, int later);
+void tt_tc_thread_flush(tt_train_ckpt_t *c);
+void tt_tc_thread_wait(tt_train_ckpt_t *c);
+void tt_tc_thread_stop(tt_train_ckpt_t *c);
 
 /* With a gate attached: waits until the writer thread has copied the
  * snapshot of the checkpoint in flight (its wait counts as stall). */
