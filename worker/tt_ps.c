@@ -386,7 +386,7 @@ static int expected_body(const ps_op_t *op) {
 static int on_reply(tt_ps_t *p, ps_op_t *op, size_t s, tt_zmq_rx_t *rx, uint64_t now) {
     uint64_t req = rx->env->request_id;
     size_t i = (size_t)(req & PS_SETUP_ITEM);
-    if ((req >> PS_ITEM_BITS) == PS_SIDE_SEQ)
+    if ((req >> PS_ITEM_BITS) & PS_SIDE_SEQ)
         return ps_side_reply(p, s, rx);
     if ((req >> PS_ITEM_BITS) != p->op_seq)
         return TT_OK;

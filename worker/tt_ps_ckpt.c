@@ -5,7 +5,7 @@
  * shards report back (ChunksWritten) for the manifest. Writing is the
  * shards' work (shard_ckpt.c); this only asks and collects.
  * The phase-2 question (tt_ps_checkpoint_result) goes outside the engine:
- * its request ids carry PS_SIDE_SEQ, which no operation uses, so the
+ * its request ids carry PS_SIDE_SEQ, which no operation reaches, so the
  * answers are taken whenever a socket is read (by the steps' own
  * operations, or the next call here) and no call waits for a shard's loop
  * to be scheduled, which on a busy host had cost the asker milliseconds a
@@ -110,6 +110,7 @@ static int side_reset(tt_ps_t *p, const char *dir) {
         return TT_ENOMEM;
     free(p->side_dir);
     p->side_dir = d;
+    p->side_ckpt = (p->side_ckpt + 1) % PS_SIDE_SEQ;
     for (size_t k = 0; k < n; k++) {
         tt_ps_written_free(&p->side[k].w, 1);
         memset(&p->side[k], 0, sizeof(p->side[k]));
@@ -137,8 +138,9 @@ static void side_fail(tt_ps_t *p, size_t s, int rc, const char *fmt, const char 
 }
 
 int ps_side_reply(tt_ps_t *p, size_t s, const tt_zmq_rx_t *rx) {
-    if (p->side == NULL || (size_t)(rx->env->request_id & PS_SETUP_ITEM) != s ||
-        p->side[s].state != PS_SIDE_ASKED)
+    uint64_t req = rx->env->request_id;
+    if (p->side == NULL || (req >> PS_ITEM_BITS) != (PS_SIDE_SEQ | p->side_ckpt) ||
+        (size_t)(req & PS_SETUP_ITEM) != s || p->side[s].state != PS_SIDE_ASKED)
         return TT_OK; /* an answer about a checkpoint given up */
     const tt_env_t *e = rx->env;
     if (e->body_case == TETHER__ENVELOPE__BODY_ERROR && e->error->code == TT_EAGAIN) {
@@ -164,7 +166,7 @@ static int side_ask(tt_ps_t *p, size_t s, uint64_t now) {
     memset(&m, 0, sizeof(m));
     ps_op_t op = {.kind = PS_OP_WRITE, .dir = p->side_dir, .phase = 2};
     tt_wire_env_init(&m.env, p->job, p->sender, p->o.generation,
-                     (PS_SIDE_SEQ << PS_ITEM_BITS) | (uint64_t)s);
+                     ((PS_SIDE_SEQ | p->side_ckpt) << PS_ITEM_BITS) | (uint64_t)s);
     int rc = ps_build_write(p, &op, s, p->side[s].w.file, &m);
     if (rc == TT_OK)
         rc = tt_zmq_send(p->socks[s], NULL, 0, &m.env, NULL, 0, 1);

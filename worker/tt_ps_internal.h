@@ -75,8 +75,10 @@ typedef struct ps_msg {
 } ps_msg_t;
 
 /* A phase-2 checkpoint question to one shard (tt_ps_ckpt.c), asked
- * outside the engine with request ids of PS_SIDE_SEQ. */
-#define PS_SIDE_SEQ (UINT64_MAX >> PS_ITEM_BITS) /* an op_seq no operation reaches */
+ * outside the engine: its request id's sequence is PS_SIDE_SEQ | the
+ * checkpoint's number (so an answer about an earlier checkpoint is told
+ * apart: a part's name does not say its directory), its item the shard. */
+#define PS_SIDE_SEQ ((uint64_t)1 << 39) /* op_seq of operations never gets here */
 enum { PS_SIDE_NONE, PS_SIDE_ASKED, PS_SIDE_AGAIN, PS_SIDE_DONE, PS_SIDE_FAILED };
 typedef struct ps_side {
     int state;         /* PS_SIDE_* */
@@ -114,6 +116,7 @@ struct tt_ps {
     /* The phase-2 checkpoint questions (tt_ps_ckpt.c): per shard, about
      * side_dir; the first failure's status and sentence. */
     ps_side_t *side;
+    uint64_t side_ckpt; /* the checkpoint's number, below PS_SIDE_SEQ */
     char *side_dir;
     int side_rc;
     char side_msg[PS_ERRLEN];
