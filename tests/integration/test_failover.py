@@ -214,9 +214,12 @@ def test_kill_and_restart(h, backend="ring"):
     worlds = [r["world_size"] for r in rows]
     print(f"  world size per epoch: {worlds}")
     assert worlds[-1] == 4, worlds
+    # A slow start may regroup 4 ranks once before the kill (a worker that
+    # joined after the first generation formed): the growth counted is one
+    # after the shrink.
     shrink = re.search(r"generation (\d+) with 3 ranks resumes", text)
-    grow = re.search(r"generation (\d+) with 4 ranks resumes", text)
-    assert shrink and grow and int(grow.group(1)) > int(shrink.group(1)), text[-3000:]
+    grows = [int(g) for g in re.findall(r"generation (\d+) with 4 ranks resumes", text)]
+    assert shrink and any(g > int(shrink.group(1)) for g in grows), text[-3000:]
     # the restarted worker is behind: the state reaches it through the
     # shard servers on both backends (a ring job is on its PS fallback then)
     moved = [l for l in text.splitlines() if "with 4 ranks resumes" in l]
