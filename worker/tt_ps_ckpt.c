@@ -47,6 +47,11 @@ int ps_build_write(tt_ps_t *p, const ps_op_t *op, size_t s, const char *file, ps
     return TT_OK;
 }
 
+/* The part shard s writes: ps-<s>.bin in the checkpoint's directory. */
+static void part_name(tt_ps_written_t *w, size_t s) {
+    snprintf(w->file, sizeof(w->file), "ps-%zu.bin", s);
+}
+
 int ps_on_written(tt_ps_t *p, tt_ps_written_t *w, size_t s, const tt_zmq_rx_t *rx) {
     const Tether__CkptPart *part = rx->env->chunks_written->part;
     if (strcmp(part->file, w->file) != 0 || part->kind != TT_CKPT_KIND_SHARD ||
@@ -80,7 +85,7 @@ static int write_op(tt_ps_t *p, const char *dir, const uint64_t *after_round, ui
     size_t n = p->lay.place.nshards;
     memset(out, 0, n * sizeof(*out));
     for (size_t s = 0; s < n; s++)
-        snprintf(out[s].file, sizeof(out[s].file), "ps-%zu.bin", s);
+        part_name(&out[s], s);
     ps_op_t op = {.kind = PS_OP_WRITE,
                   .nitems = n,
                   .dir = dir,
@@ -114,7 +119,7 @@ static int side_reset(tt_ps_t *p, const char *dir) {
     for (size_t k = 0; k < n; k++) {
         tt_ps_written_free(&p->side[k].w, 1);
         memset(&p->side[k], 0, sizeof(p->side[k]));
-        snprintf(p->side[k].w.file, sizeof(p->side[k].w.file), "ps-%zu.bin", k);
+        part_name(&p->side[k].w, k);
     }
     p->side_rc = TT_OK;
     return TT_OK;
@@ -196,9 +201,9 @@ static int side_collect(tt_ps_t *p, tt_ps_written_t *out) {
         if (p->side[s].state != PS_SIDE_DONE)
             return TT_EAGAIN;
     for (size_t s = 0; s < n; s++) {
-        out[s] = p->side[s].w;
-        memset(&p->side[s].w, 0, sizeof(p->side[s].w));
-        snprintf(p->side[s].w.file, sizeof(p->side[s].w.file), "%s", out[s].file);
+        out[s] = p->side[s].w; /* the ranges go with it; the name stays */
+        p->side[s].w.ranges = NULL;
+        p->side[s].w.nranges = 0;
         p->side[s].state = PS_SIDE_NONE; /* asking again asks anew */
     }
     return TT_OK;
