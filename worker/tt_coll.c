@@ -579,8 +579,11 @@ int tt_coll_open(tt_coll_kind_t want, const tt_coll_cfg_t *cfg, const tt_coll_op
                                  cfg->rank, (cfg->rank + 1) % cfg->world);
     for (size_t i = 0; i < n; i++) {
         const tt_coll_ops_t *o = tt_coll_ops(cand[i]);
-        if (cand[i] == TT_COLL_RING && cfg->ps_until_step > 0 && cfg->world > 1)
+        if (cfg->ps_until_step > 0 && cfg->world > 1 && cand[i] == TT_COLL_RING)
             o = &fallback_ops;
+        if (cfg->ps_until_step > 0 && cfg->world > 1 && cand[i] == TT_COLL_NCCL &&
+            tt_coll_nccl_ps_ops() != NULL)
+            o = tt_coll_nccl_ps_ops();
         char why[256] = "";
         if (o == NULL)
             continue;

@@ -12,7 +12,9 @@
  * After a regroup the coordinator may announce that a ring generation's
  * first steps reduce on the shard servers while its ring is made
  * (cfg.ps_until_step): the "ring+ps" row is the ps backend whose
- * whole_step says no from that step on, when buckets take the ring.
+ * whole_step says no from that step on, when buckets take the ring; an
+ * NCCL generation's "nccl+ps" row (tt_coll_nccl_ps.c) builds its
+ * communicator meanwhile and takes it from that step.
  * It does not own threads, membership, steps or the flight recorder of the
  * API (tt_comm does): a backend is driven by one thread at a time.
  * Thread safety: the table and the pure functions are reentrant; an
@@ -58,8 +60,9 @@ typedef struct tt_coll_cfg {
      * the ps backend declares them to the coordinator. ntensors may be 0. */
     const size_t *tensor_counts;
     size_t ntensors;
-    /* Generation.ps_until_step: a ring generation's steps before it reduce
-     * their gradients on the shard servers (the "ring+ps" row); 0: none. */
+    /* Generation.ps_until_step: a ring or NCCL generation's steps before
+     * it reduce their gradients on the shard servers (the "ring+ps" and
+     * "nccl+ps" rows); 0: none. */
     int64_t ps_until_step;
     /* The shard servers apply the optimizer (ps backend only): its kind
      * (0 SGD, 1 AdamW) and hyperparameters; the step's result is then the
@@ -126,6 +129,13 @@ typedef struct tt_coll_ops {
      * buckets go through allreduce (0). NULL: always whole. The same on
      * every rank for the same step. */
     int (*whole_step)(void *inst, int64_t step);
+    /* The step's reduction in device memory (the NCCL rows): sums
+     * dgrads[0..count) and the example count over all ranks, in place,
+     * after `after` (a cudaEvent_t, may be NULL) completes, and waits for
+     * it. NULL for backends that read host memory only: the caller then
+     * stages through the host. */
+    int (*reduce_step_device)(void *inst, float *dgrads, size_t count, double local_count,
+                              double *global_count, void *after, int64_t step);
 } tt_coll_ops_t;
 
 /* The table for `kind` (never AUTO); NULL for an unknown kind. Static. */

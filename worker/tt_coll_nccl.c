@@ -13,6 +13,7 @@
  * membership or retries: a failed instance is poisoned and tt_comm builds
  * the next generation's. */
 #include "tt_coll_nccl.h"
+#include "tt_coll_nccl_int.h"
 
 #include "tt_clock.h"
 #include "tt_collseq.h"
@@ -53,7 +54,9 @@ typedef struct nccl_inst {
     tt_nccl_wd_t *wd;
     tt_coll_nccl_report_fn report;
     void *report_ctx;
+    int settled;         /* the non-blocking init (or shrink) completed */
     atomic_int aborted;  /* ncclCommAbort returned: the comm is gone */
+    atomic_int stop;     /* tt_nccl_inst_stop: a settle in progress gives up */
     atomic_int poisoned; /* negative status once failed */
     _Atomic int64_t step;
     pthread_mutex_t emu;
@@ -126,8 +129,10 @@ static int settle_within(nccl_inst_t *ni, ncclResult_t r, const char *what, int 
         comm_unlock(ni);
         tt_clock_sleep_us(100);
         pthread_rwlock_rdlock(&ni->cl);
-        if (atomic_load(&ni->aborted))
-            return set_err(ni, TT_ECLOSED, "%s: the communicator was aborted", what);
+        if (atomic_load(&ni->aborted) || atomic_load(&ni->stop))
+            return set_err(ni, TT_ECLOSED, "%s: %s", what,
+                           atomic_load(&ni->aborted) ? "the communicator was aborted"
+                                                     : "given up: the generation ended");
         ncclResult_t q = ncclCommGetAsyncError(ni->comm, &r);
         if (q != ncclSuccess)
             r = q;
@@ -250,21 +255,39 @@ static int start_watchdog(nccl_inst_t *ni) {
 
 /* ---- creation ---- */
 
-/* Rank 0 draws the id; a ring of this generation's members carries it,
- * with the generation, to the others. The ring is closed again at once. */
+/* Rank 0 draws the id; a broadcast over this generation's members carries
+ * it, with the generation, to the others (tt_coll_nccl_int.h). */
 #define ID_WORDS (sizeof(ncclUniqueId) / sizeof(int64_t))
 
-static int relay_id(const tt_coll_cfg_t *cfg, ncclUniqueId *id, char *err, size_t errlen) {
+int tt_nccl_id_relay(const tt_coll_cfg_t *cfg, tt_nccl_bcast_fn bcast, void *ctx, void *out,
+                     char *err, size_t errlen) {
     int64_t msg[ID_WORDS + 1];
+    ncclUniqueId id;
+    memset(&id, 0, sizeof(id));
     if (cfg->rank == 0) {
-        ncclResult_t r = ncclGetUniqueId(id);
+        ncclResult_t r = ncclGetUniqueId(&id);
         if (r != ncclSuccess) {
             snprintf(err, errlen, "nccl: ncclGetUniqueId: %s", ncclGetErrorString(r));
             return TT_ENCCL;
         }
     }
-    if (cfg->world == 1)
-        return TT_OK;
+    memcpy(msg, &id, sizeof(id));
+    msg[ID_WORDS] = (int64_t)cfg->generation;
+    int rc = cfg->world == 1 ? TT_OK : bcast(ctx, msg, ID_WORDS + 1, err, errlen);
+    if (rc == TT_OK && msg[ID_WORDS] != (int64_t)cfg->generation) {
+        snprintf(err, errlen, "nccl: unique id of generation %lld, expected %llu",
+                 (long long)msg[ID_WORDS], (unsigned long long)cfg->generation);
+        rc = TT_ESTALE;
+    }
+    if (rc == TT_OK)
+        memcpy(out, msg, sizeof(id));
+    return rc;
+}
+
+/* The plain row's transport: a ring of the generation's members, closed
+ * again at once. */
+static int ring_bcast(void *ctx, int64_t *msg, size_t n, char *err, size_t errlen) {
+    const tt_coll_cfg_t *cfg = ctx;
     if (!tt_coll_ring_endpoints_ok(cfg->endpoints, cfg->rank, cfg->world)) {
         snprintf(err, errlen,
                  "nccl: the unique id travels over the ring, but rank %d or its "
@@ -272,8 +295,6 @@ static int relay_id(const tt_coll_cfg_t *cfg, ncclUniqueId *id, char *err, size_
                  cfg->rank);
         return TT_ENODEV;
     }
-    memcpy(msg, id, sizeof(*id));
-    msg[ID_WORDS] = (int64_t)cfg->generation;
     tt_ring_opts_t o = {.rank = cfg->rank,
                         .world = cfg->world,
                         .generation = cfg->generation,
@@ -284,16 +305,9 @@ static int relay_id(const tt_coll_cfg_t *cfg, ncclUniqueId *id, char *err, size_
                         .tcp_only = 1}; /* 136 bytes, once */
     tt_ring_t *ring = NULL;
     int rc = tt_ring_create(&ring, &o, err, errlen);
-    if (rc == TT_OK && (rc = tt_ring_broadcast(ring, msg, ID_WORDS + 1, TT_DT_INT64, 0)) != TT_OK)
+    if (rc == TT_OK && (rc = tt_ring_broadcast(ring, msg, n, TT_DT_INT64, 0)) != TT_OK)
         snprintf(err, errlen, "nccl: relaying the unique id: %s", tt_ring_last_error(ring));
     tt_ring_destroy(&ring);
-    if (rc == TT_OK && msg[ID_WORDS] != (int64_t)cfg->generation) {
-        snprintf(err, errlen, "nccl: unique id of generation %lld, expected %llu",
-                 (long long)msg[ID_WORDS], (unsigned long long)cfg->generation);
-        rc = TT_ESTALE;
-    }
-    if (rc == TT_OK)
-        memcpy(id, msg, sizeof(*id));
     return rc;
 }
 
@@ -313,24 +327,30 @@ static int cuda_setup(nccl_inst_t *ni) {
     return rc;
 }
 
-/* Non-blocking init: NCCL returns at once and connects in the background;
- * the deadline here is what NCCL itself would never give up on. */
-static int comm_init(nccl_inst_t *ni, ncclUniqueId id) {
+/* Non-blocking init: NCCL returns at once and connects in the background
+ * (its own threads); comm_settle waits for it. */
+static int comm_start(nccl_inst_t *ni, const ncclUniqueId *id) {
     ncclConfig_t conf = NCCL_CONFIG_INITIALIZER;
     conf.blocking = 0;
-    ncclResult_t r = ncclCommInitRankConfig(&ni->comm, ni->world, id, ni->rank, &conf);
+    ncclResult_t r = ncclCommInitRankConfig(&ni->comm, ni->world, *id, ni->rank, &conf);
     if (r != ncclSuccess && r != ncclInProgress)
         return nc_rc(ni, r, "ncclCommInitRankConfig");
-    /* Bootstrap and topology discovery take seconds on big nodes: the
-     * init gets at least INIT_MS whatever the collective deadline. */
+    return TT_OK;
+}
+
+/* The deadline here is what NCCL itself would never give up on. Bootstrap
+ * and topology discovery take seconds on big nodes: the init gets at least
+ * INIT_MS whatever the collective deadline. */
+static int comm_settle(nccl_inst_t *ni, const char *what) {
     int ms = ni->deadline_ms > INIT_MS ? ni->deadline_ms : INIT_MS;
     pthread_rwlock_rdlock(&ni->cl); /* no watchdog yet; settle expects it */
-    int rc = settle_within(ni, ncclInProgress, "ncclCommInitRankConfig", ms);
+    int rc = settle_within(ni, ncclInProgress, what, ms);
     comm_unlock(ni);
     if (rc != TT_OK && ni->comm != NULL) {
         (void)ncclCommAbort(ni->comm); /* never destroy a half-built comm */
         ni->comm = NULL;
     }
+    ni->settled = rc == TT_OK;
     return rc;
 }
 
@@ -359,9 +379,9 @@ static void inst_free(nccl_inst_t *ni) {
     if (st == TT_WD_HUNG || st == TT_WD_ABORTING)
         return; /* the abort is still running on the watchdog thread: leak */
     if (ni->comm != NULL && comm_lock(ni) == TT_OK) { /* the threads are gone */
-        int rc = atomic_load(&ni->poisoned) == 0
+        int rc = atomic_load(&ni->poisoned) == 0 && ni->settled
                      ? settle(ni, ncclCommFinalize(ni->comm), "ncclCommFinalize")
-                     : TT_ENCCL;
+                     : TT_ENCCL; /* a broken or half-built comm is aborted */
         if (rc == TT_OK)
             (void)ncclCommDestroy(ni->comm);
         else if (!atomic_load(&ni->aborted))
@@ -402,36 +422,67 @@ static nccl_inst_t *inst_alloc(int rank, int world, uint64_t generation, int dea
     ni->deadline_ms = deadline_ms > 0 ? deadline_ms : DEFAULT_MS;
     ni->next_seq = 1;
     atomic_init(&ni->aborted, 0);
+    atomic_init(&ni->stop, 0);
     atomic_init(&ni->poisoned, 0);
     atomic_init(&ni->step, -1);
     return ni;
 }
 
-static int nccl_create(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t errlen) {
+int tt_nccl_have_device(char *err, size_t errlen) {
     int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        (void)cudaGetLastError();
-        snprintf(err, errlen, "nccl: no CUDA device on this host");
-        return TT_ENODEV;
-    }
+    if (cudaGetDeviceCount(&ndev) == cudaSuccess && ndev > 0)
+        return TT_OK;
+    (void)cudaGetLastError();
+    snprintf(err, errlen, "nccl: no CUDA device on this host");
+    return TT_ENODEV;
+}
+
+int tt_nccl_inst_begin(void **inst, const tt_coll_cfg_t *cfg, tt_nccl_bcast_fn bcast, void *ctx,
+                       char *err, size_t errlen) {
     ncclUniqueId id;
-    memset(&id, 0, sizeof(id));
-    int rc = relay_id(cfg, &id, err, errlen);
+    int rc = tt_nccl_have_device(err, errlen);
+    if (rc == TT_OK)
+        rc = tt_nccl_id_relay(cfg, bcast, ctx, &id, err, errlen);
     if (rc != TT_OK)
         return rc;
     nccl_inst_t *ni = inst_alloc(cfg->rank, cfg->world, cfg->generation, cfg->deadline_ms);
     if (ni == NULL)
         return TT_ENOMEM;
     TT_CHECK_GOTO(cuda_setup(ni), rc, fail);
-    TT_CHECK_GOTO(comm_init(ni, id), rc, fail);
-    TT_CHECK_GOTO(start_watchdog(ni), rc, fail);
-    TT_INFO(SUBSYS, "gen=%llu rank %d/%d: communicator ready on device %d",
-            (unsigned long long)ni->generation, ni->rank, ni->world, ni->device);
+    TT_CHECK_GOTO(comm_start(ni, &id), rc, fail);
     *inst = ni;
     return TT_OK;
 fail:
     snprintf(err, errlen, "%s", ni->err);
     inst_free(ni);
+    return rc;
+}
+
+int tt_nccl_inst_finish(void *inst) {
+    nccl_inst_t *ni = inst;
+    if (ni->settled)
+        return atomic_load(&ni->poisoned);
+    int rc = atomic_load(&ni->poisoned);
+    if (rc == TT_OK)
+        rc = comm_settle(ni, "ncclCommInitRankConfig");
+    if (rc == TT_OK)
+        rc = start_watchdog(ni);
+    if (rc == TT_OK)
+        TT_INFO(SUBSYS, "gen=%llu rank %d/%d: communicator ready on device %d",
+                (unsigned long long)ni->generation, ni->rank, ni->world, ni->device);
+    return rc;
+}
+
+void tt_nccl_inst_stop(void *inst) {
+    atomic_store(&((nccl_inst_t *)inst)->stop, 1);
+}
+
+static int nccl_create(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t errlen) {
+    int rc = tt_nccl_inst_begin(inst, cfg, ring_bcast, (void *)cfg, err, errlen);
+    if (rc == TT_OK && (rc = tt_nccl_inst_finish(*inst)) != TT_OK) {
+        snprintf(err, errlen, "%s", ((nccl_inst_t *)*inst)->err);
+        nccl_destroy(inst);
+    }
     return rc;
 }
 
@@ -724,15 +775,7 @@ static int shrink_comm(nccl_inst_t *old, nccl_inst_t *ni, int *sorted, int n) {
     comm_unlock(old);
     if (r != ncclSuccess && r != ncclInProgress)
         return set_err(ni, TT_ENCCL, "ncclCommShrink: %s", ncclGetErrorString(r));
-    int ms = ni->deadline_ms > INIT_MS ? ni->deadline_ms : INIT_MS;
-    pthread_rwlock_rdlock(&ni->cl);
-    rc = settle_within(ni, ncclInProgress, "ncclCommShrink", ms);
-    comm_unlock(ni);
-    if (rc != TT_OK && ni->comm != NULL) {
-        (void)ncclCommAbort(ni->comm);
-        ni->comm = NULL;
-    }
-    return rc;
+    return comm_settle(ni, "ncclCommShrink");
 }
 
 int tt_coll_nccl_shrink(void *inst, const int *exclude, int n, uint64_t generation, void **out,
@@ -765,6 +808,12 @@ fail:
     return rc;
 }
 
+static int nccl_step_device(void *inst, float *dgrads, size_t count, double local_count,
+                            double *global_count, void *after, int64_t step) {
+    (void)step; /* set_step named it already */
+    return tt_coll_nccl_reduce_step_device(inst, dgrads, count, local_count, global_count, after);
+}
+
 static const tt_coll_ops_t nccl_ops = {
     .name = "nccl",
     .create = nccl_create,
@@ -778,6 +827,7 @@ static const tt_coll_ops_t nccl_ops = {
     .dump = nccl_dump,
     .set_step = nccl_set_step,
     .reduce_step = NULL,
+    .reduce_step_device = nccl_step_device,
 };
 
 const tt_coll_ops_t *tt_coll_nccl_ops(void) {

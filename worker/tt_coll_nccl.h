@@ -37,6 +37,13 @@
  * then keeps its own stub row). */
 const tt_coll_ops_t *tt_coll_nccl_ops(void);
 
+/* The "nccl+ps" row (tt_coll_nccl_ps.c) that tt_coll_open takes for an
+ * NCCL generation whose first steps go through the shard servers
+ * (tt_coll_cfg_t.ps_until_step): the ps backend for those steps while the
+ * communicator is built, NCCL from the announced step. Static; NULL in a
+ * build without NCCL. */
+const tt_coll_ops_t *tt_coll_nccl_ps_ops(void);
+
 /* 1 when this build has the NCCL backend compiled in. */
 int tt_coll_nccl_compiled(void);
 

@@ -28,7 +28,6 @@
 #include "tt_comm_internal.h"
 
 #include "tt_clock.h"
-#include "tt_coll_nccl.h"
 #include "tt_log.h"
 #include "tt_status.h"
 
@@ -255,14 +254,14 @@ static int run_state_io(tt_comm_t *c, tt_comm_job_t *j) {
     return c->ops->state_io(c->inst, j->root, (int)j->op, j->buf, j->count, j->optim_step);
 }
 
-/* Gradients and count reduced where they are, in one NCCL group; only the
- * NCCL backend reads device memory. */
+/* Gradients and count reduced where they are; only the NCCL rows read
+ * device memory (the "nccl+ps" row stages its shard-server steps itself). */
 static int run_device_step(tt_comm_t *c, tt_comm_job_t *j) {
-    if (c->ops == NULL || c->ops != tt_coll_nccl_ops())
+    if (c->ops == NULL || c->ops->reduce_step_device == NULL)
         return TT_ENODEV;
     double global = 0.0;
-    int rc = tt_coll_nccl_reduce_step_device(c->inst, j->buf, j->count, (double)*j->io_count,
-                                             &global, j->after);
+    int rc = c->ops->reduce_step_device(c->inst, j->buf, j->count, (double)*j->io_count, &global,
+                                        j->after, j->step);
     if (rc == TT_OK)
         *j->io_count = (int64_t)(global + 0.5);
     return rc;

@@ -15,6 +15,10 @@ const tt_coll_ops_t *tt_coll_nccl_ops(void) {
     return NULL;
 }
 
+const tt_coll_ops_t *tt_coll_nccl_ps_ops(void) {
+    return NULL;
+}
+
 void tt_coll_nccl_set_reporter(void *inst, tt_coll_nccl_report_fn fn, void *ctx) {
     (void)inst, (void)fn, (void)ctx;
 }

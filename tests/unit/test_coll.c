@@ -113,6 +113,43 @@ static void coll_ring_single_rank_and_abort(void) {
     ops->destroy(&inst); /* accepts NULL */
 }
 
+/* A generation announced with a shard-server start (ps_until_step) takes
+ * the "nccl+ps" row when NCCL is asked for and built; without a GPU that
+ * row says so before asking any shard server. The row's run is covered
+ * only on a GPU (docs/gpu.md says what has run). */
+static void coll_nccl_generation_after_regroup_starts_on_shards(void) {
+    const char *eps[2] = {"tcp://127.0.0.1:1", "tcp://127.0.0.1:2"};
+    tt_coll_cfg_t cfg = {
+        .rank = 0, .world = 2, .generation = 5, .endpoints = eps, .ps_until_step = 40};
+    const tt_coll_ops_t *ops = NULL;
+    void *inst = NULL;
+    char err[512] = "";
+    int rc = tt_coll_open(TT_COLL_NCCL, &cfg, &ops, &inst, err, sizeof(err));
+    if (!tt_coll_nccl_compiled()) {
+        CU_ASSERT_PTR_NULL(tt_coll_nccl_ps_ops());
+        CU_ASSERT_EQUAL(rc, TT_ENODEV);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err, "built without NCCL"));
+        return;
+    }
+    const tt_coll_ops_t *fb = tt_coll_nccl_ps_ops();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(fb);
+    CU_ASSERT_STRING_EQUAL(fb->name, "nccl+ps");
+    /* both halves of the row: whole steps on the shards until step 40,
+     * device steps staged or on NCCL */
+    CU_ASSERT_PTR_NOT_NULL(fb->reduce_step);
+    CU_ASSERT_PTR_NOT_NULL(fb->whole_step);
+    CU_ASSERT_PTR_NOT_NULL(fb->reduce_step_device);
+    CU_ASSERT_PTR_NOT_NULL(fb->state_io);
+    CU_ASSERT_PTR_NOT_NULL(tt_coll_nccl_ops()->reduce_step_device);
+    CU_ASSERT_PTR_NULL(tt_coll_ops(TT_COLL_RING)->reduce_step_device);
+    CU_ASSERT_PTR_NULL(tt_coll_ops(TT_COLL_PS)->reduce_step_device);
+    /* No GPU: the row's first check. A GPU: its ps half has no
+     * coordinator to ask (the plain nccl row would name the ring). */
+    CU_ASSERT_EQUAL(rc, TT_ENODEV);
+    CU_ASSERT(strstr(err, "no CUDA device") != NULL || strstr(err, "ps: no coordinator") != NULL);
+    CU_ASSERT_PTR_NULL(inst);
+}
+
 static const tt_cunit_test_t tests[] = {
     {"coll_parse_kinds", coll_parse_kinds},
     {"coll_auto_prefers_ring_then_ps", coll_auto_prefers_ring_then_ps},
@@ -120,6 +157,8 @@ static const tt_cunit_test_t tests[] = {
     {"coll_stubs_say_why", coll_stubs_say_why},
     {"coll_auto_without_endpoints_explains_both", coll_auto_without_endpoints_explains_both},
     {"coll_ring_single_rank_and_abort", coll_ring_single_rank_and_abort},
+    {"coll_nccl_generation_after_regroup_starts_on_shards",
+     coll_nccl_generation_after_regroup_starts_on_shards},
     {NULL, NULL},
 };
 

@@ -1,0 +1,50 @@
+/* tt_coll_nccl_int: what the NCCL backend's rows share inside libtether,
+ * not part of tt_coll_nccl's interface. An instance is made in two halves
+ * so a generation can start building its communicator and use it only
+ * later: `begin` relays the unique id (rank 0 draws it) over a broadcast
+ * the caller supplies and starts the non-blocking init; `finish` waits for
+ * the init under its deadline and starts the watchdog. The plain "nccl" row
+ * does both in create; the "nccl+ps" row (tt_coll_nccl_ps.c) runs the
+ * first steps on the shard servers in between. Compiled only where NCCL
+ * is. */
+#ifndef TT_COLL_NCCL_INT_H
+#define TT_COLL_NCCL_INT_H
+
+#include "tt_coll.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* TT_OK when this host has a CUDA device, else TT_ENODEV and "nccl: no
+ * CUDA device on this host" in err. */
+int tt_nccl_have_device(char *err, size_t errlen);
+
+/* Broadcasts n int64 from rank 0 of the generation to every member, in
+ * place. 0 or a status with a sentence in err. */
+typedef int (*tt_nccl_bcast_fn)(void *ctx, int64_t *msg, size_t n, char *err, size_t errlen);
+
+/* Rank 0 draws an id; `bcast` carries it with cfg->generation; a receiver
+ * refuses an id of another generation (TT_ESTALE). `out` gets the
+ * ncclUniqueId. World 1 broadcasts nothing. */
+int tt_nccl_id_relay(const tt_coll_cfg_t *cfg, tt_nccl_bcast_fn bcast, void *ctx, void *out,
+                     char *err, size_t errlen);
+
+/* The first half: a CUDA device, the relayed id, the stream, and the
+ * non-blocking ncclCommInitRankConfig started. The instance may be
+ * destroyed (nccl row's destroy: a half-built communicator is aborted)
+ * without `finish`. 0 with *inst set, TT_ENODEV, TT_ENCCL, TT_ECUDA,
+ * TT_ESTALE, TT_ENOMEM. */
+int tt_nccl_inst_begin(void **inst, const tt_coll_cfg_t *cfg, tt_nccl_bcast_fn bcast, void *ctx,
+                       char *err, size_t errlen);
+
+/* The second half: waits for the init (at least 60 s, or the collective
+ * deadline) and starts the watchdog. Idempotent: later calls return the
+ * first result. Every member must call it (the init is collective). 0 or
+ * the failure's status; the nccl row's last_error says why. */
+int tt_nccl_inst_finish(void *inst);
+
+/* Any thread: a `finish` waiting for the init (now or later) gives up
+ * with TT_ECLOSED. For a generation that ended before its switch. */
+void tt_nccl_inst_stop(void *inst);
+
+#endif
