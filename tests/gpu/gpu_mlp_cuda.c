@@ -3,7 +3,8 @@
  * gradient tensor (over two accumulated micro-batches) and the parameters
  * after SGD-Nesterov and AdamW steps agree with tt_mlp / tt_optim to a
  * relative error under 1e-4 in float32; the hook sees the tensors in the
- * same order; bad rows and labels are refused. Exits 77 (skipped) without
+ * same order; bad rows and labels are refused; cuBLAS multiplies in full
+ * FP32, not TF32. Exits 77 (skipped) without
  * CUDA support or a GPU, and says so. */
 #include "tt_cuda.h"
 #include "tt_mlp.h"
@@ -152,6 +153,42 @@ static void compare_forward_and_errors(pair_t *p) {
     free(lg);
 }
 
+/* cuBLAS must multiply in full FP32, as the CPU model does: 784 products
+ * of 1 + 2^-12 sum to 784.19140625 exactly in FP32 (every partial sum is
+ * representable), but to 784 where the inputs are rounded to TF32's 10
+ * mantissa bits. Shapes of tether-train's first layer, so the library's
+ * choice of kernel is the trainer's. */
+static void check_fp32_products(void) {
+    tt_mlp_opts_t o = {.nlayers = 1, .dims = {784, 256}, .max_batch = 256};
+    tt_mlp_cuda_t *m = NULL;
+    char err[256] = "";
+    if (tt_mlp_cuda_create(&m, &o, 0, err, sizeof(err)) != 0) {
+        check(0, err);
+        return;
+    }
+    size_t np = tt_mlp_cuda_param_count(m), nx = 256 * 784, nz = 256 * 256;
+    float *w = malloc(np * sizeof(float)), *x = malloc(nx * sizeof(float));
+    float *z = malloc(nz * sizeof(float));
+    const float want = 784.19140625f;
+    size_t off = 0;
+    if (w != NULL && x != NULL && z != NULL) {
+        for (size_t i = 0; i < np; i++)
+            w[i] = i < 784 * 256 ? 1.0f + 0x1p-12f : 0.0f; /* weights, then zero biases */
+        for (size_t i = 0; i < nx; i++)
+            x[i] = 1.0f;
+        if (tt_mlp_cuda_set_params(m, w, np) == 0 && tt_mlp_cuda_forward(m, x, 256, z) == 0) {
+            while (off < nz && z[off] == want)
+                off++;
+        }
+    }
+    const char *env = getenv("NVIDIA_TF32_OVERRIDE");
+    printf("  FP32 products: logit %zu is %.8f (FP32 %.8f, TF32 784); NVIDIA_TF32_OVERRIDE=%s\n",
+           off < nz ? off : 0, z != NULL && off < nz ? z[off] : want, want, env ? env : "(unset)");
+    check(z != NULL && off == nz, "cuBLAS products are full FP32 (no TF32)");
+    free(w), free(x), free(z);
+    tt_mlp_cuda_destroy(&m);
+}
+
 int main(void) {
     char err[256] = "";
     int n = 0;
@@ -181,6 +218,7 @@ int main(void) {
     compare_forward_and_errors(&p);
     compare_training(&p);
     compare_optim(&p);
+    check_fp32_products();
     tt_mlp_cuda_destroy(&p.gpu);
     check(p.gpu == NULL, "destroy clears the pointer");
     tt_mlp_destroy(&p.cpu);
