@@ -7,7 +7,8 @@
  * apart), with a ring beside it for plain collectives when endpoints
  * exist. The nccl entry is a stub that fails create with TT_ENODEV and a
  * sentence saying why, so a CPU-only build links, `auto` falls through
- * cleanly, and the GPU module only replaces one table row. It owns no
+ * cleanly, and the GPU module only replaces that row (and adds nccl+ps,
+ * taken like ring+ps after a regroup). It owns no
  * threads and no membership; see tt_coll.h for what it does not do. */
 #include "tt_coll.h"
 
