@@ -96,6 +96,11 @@ grep -h '^|' "$build/device-check-bench_gpu_train.log" "$build/device-check-benc
     2>/dev/null
 grep -h '^done:' "$build"/device-check-train_*.log 2>/dev/null
 echo
+echo "== CUDA vs CPU arithmetic (docs/gpu.md: where the drift comes from)"
+grep -hE 'FP32 products|free-running|forced:|drift:|relative difference after' \
+    "$build"/device-check-gpu_mlp_cuda.log "$build"/device-check-gpu_trainer_cuda.log \
+    "$build"/device-check-gpu_two_workers.log 2>/dev/null
+echo
 echo "| check                  | st   |      s | note"
 echo "|------------------------|------|--------|-----"
 printf '%s\n' "${rows[@]}"
