@@ -188,6 +188,17 @@ class Harness:
                  "coordinator answers status")
         return p
 
+    def shard(self, coord, sid="s0", extra=(), env=None):
+        """A tether-shard daemon registered with `coord` on a free port;
+        .endpoint once it listens."""
+        argv = [binary("tether-shard"), "--listen", "tcp://127.0.0.1:0", "--coordinator",
+                coord.endpoint, "--id", sid, "--heartbeat-ms", "200", "--log-level", "info",
+                *extra]
+        p = self.spawn(sid, argv, env=env)
+        p.endpoint = p.wait_line(lambda l: l.startswith("LISTENING"), 10,
+                                 "LISTENING").split()[1]
+        return p
+
     def ctl(self, endpoint, *args, check=True, timeout_ms=3000):
         argv = [binary("tetherctl"), "--coordinator", endpoint, "--timeout-ms",
                 str(timeout_ms), *args]
@@ -256,6 +267,15 @@ def verify_checkpoint(path):
     r = subprocess.run([binary("tetherctl"), "checkpoint", "verify", path], capture_output=True,
                        text=True, timeout=60)
     return r.returncode, r.stdout + r.stderr
+
+
+def program_skips(path):
+    """Why the GPU test program `path` skips here: its SKIPPED line when it
+    exits 77, "... is not built" when it is missing; None when it runs."""
+    if not os.path.exists(path):
+        return f"{os.path.basename(path)} is not built"
+    r = subprocess.run([path], capture_output=True, text=True)
+    return r.stdout.strip().replace("SKIPPED: ", "") if r.returncode == 77 else None
 
 
 def wait_for(pred, timeout, what):
