@@ -131,8 +131,15 @@ static int switched(fb_inst_t *fi) {
     return TT_OK;
 }
 
-static int on_nccl(fb_inst_t *fi) {
-    return atomic_load(&fi->step) >= fi->from;
+/* The row that serves a collective of `step`: the ps row before the
+ * announced step, NCCL (waited for once) from it. */
+static int route(fb_inst_t *fi, int64_t step, const tt_coll_ops_t **ops, void **inst) {
+    int nccl = step >= fi->from;
+    *ops = nccl ? fi->nco : fi->pso;
+    *inst = nccl ? fi->nccl : fi->ps;
+    if (atomic_load(&fi->aborted))
+        return switched(fi); /* TT_ECLOSED with its sentence */
+    return nccl ? switched(fi) : TT_OK;
 }
 
 static int fb_whole_step(void *inst, int64_t step) {
@@ -144,26 +151,26 @@ static int fb_whole_step(void *inst, int64_t step) {
 
 static int fb_allreduce(void *inst, void *buf, size_t count, tt_dtype_t dt, tt_redop_t op) {
     fb_inst_t *fi = inst;
-    if (!on_nccl(fi))
-        return fi->pso->allreduce(fi->ps, buf, count, dt, op);
-    int rc = switched(fi);
-    return rc == TT_OK ? fi->nco->allreduce(fi->nccl, buf, count, dt, op) : rc;
+    const tt_coll_ops_t *o;
+    void *i;
+    int rc = route(fi, atomic_load(&fi->step), &o, &i);
+    return rc == TT_OK ? o->allreduce(i, buf, count, dt, op) : rc;
 }
 
 static int fb_broadcast(void *inst, void *buf, size_t count, tt_dtype_t dt, int root) {
     fb_inst_t *fi = inst;
-    if (!on_nccl(fi))
-        return fi->pso->broadcast(fi->ps, buf, count, dt, root);
-    int rc = switched(fi);
-    return rc == TT_OK ? fi->nco->broadcast(fi->nccl, buf, count, dt, root) : rc;
+    const tt_coll_ops_t *o;
+    void *i;
+    int rc = route(fi, atomic_load(&fi->step), &o, &i);
+    return rc == TT_OK ? o->broadcast(i, buf, count, dt, root) : rc;
 }
 
 static int fb_barrier(void *inst) {
     fb_inst_t *fi = inst;
-    if (!on_nccl(fi))
-        return fi->pso->barrier(fi->ps);
-    int rc = switched(fi);
-    return rc == TT_OK ? fi->nco->barrier(fi->nccl) : rc;
+    const tt_coll_ops_t *o;
+    void *i;
+    int rc = route(fi, atomic_load(&fi->step), &o, &i);
+    return rc == TT_OK ? o->barrier(i) : rc;
 }
 
 /* Any thread. A communicator still being built is given up (its destroy
@@ -286,14 +293,14 @@ static int staged_step(fb_inst_t *fi, float *dgrads, size_t count, double local_
 static int fb_step_device(void *inst, float *dgrads, size_t count, double local_count,
                           double *global_count, void *after, int64_t step) {
     fb_inst_t *fi = inst;
-    if (atomic_load(&fi->aborted))
-        return switched(fi); /* TT_ECLOSED with its sentence */
-    if (step < fi->from)
+    const tt_coll_ops_t *o;
+    void *i;
+    int rc = route(fi, step, &o, &i);
+    if (rc != TT_OK)
+        return rc;
+    if (o == fi->pso) /* the shards read host memory */
         return staged_step(fi, dgrads, count, local_count, global_count, after, step);
-    int rc = switched(fi);
-    return rc == TT_OK ? fi->nco->reduce_step_device(fi->nccl, dgrads, count, local_count,
-                                                     global_count, after, step)
-                       : rc;
+    return o->reduce_step_device(i, dgrads, count, local_count, global_count, after, step);
 }
 
 static const tt_coll_ops_t fb_ops = {
