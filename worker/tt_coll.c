@@ -34,6 +34,19 @@ typedef struct ring_inst {
     char err[256];
 } ring_inst_t;
 
+void tt_coll_ring_opts(const tt_coll_cfg_t *cfg, tt_ring_opts_t *o) {
+    *o = (tt_ring_opts_t){.rank = cfg->rank,
+                          .world = cfg->world,
+                          .generation = cfg->generation,
+                          .endpoints = cfg->endpoints,
+                          .bind_endpoint = cfg->bind_endpoint,
+                          .deadline_ms = cfg->deadline_ms,
+                          .segment_bytes = cfg->segment_bytes,
+                          .flight_capacity = cfg->flight_capacity,
+                          .job_tag = tt_collseq_job_tag(cfg->job_id) ^ cfg->job_nonce,
+                          .tcp_only = cfg->ring_tcp_only};
+}
+
 /* `idle` (may be NULL): tt_ring_opts_t.idle. */
 static int ring_open(void **inst, const tt_coll_cfg_t *cfg, void (*idle)(void *), void *idle_ctx,
                      char *err, size_t errlen) {
@@ -48,18 +61,10 @@ static int ring_open(void **inst, const tt_coll_cfg_t *cfg, void (*idle)(void *)
     if (ri == NULL)
         return TT_ENOMEM;
     atomic_init(&ri->aborted, 0);
-    tt_ring_opts_t o = {.rank = cfg->rank,
-                        .world = cfg->world,
-                        .generation = cfg->generation,
-                        .endpoints = cfg->endpoints,
-                        .bind_endpoint = cfg->bind_endpoint,
-                        .deadline_ms = cfg->deadline_ms,
-                        .segment_bytes = cfg->segment_bytes,
-                        .flight_capacity = cfg->flight_capacity,
-                        .idle = idle,
-                        .idle_ctx = idle_ctx,
-                        .job_tag = tt_collseq_job_tag(cfg->job_id) ^ cfg->job_nonce,
-                        .tcp_only = cfg->ring_tcp_only};
+    tt_ring_opts_t o;
+    tt_coll_ring_opts(cfg, &o);
+    o.idle = idle;
+    o.idle_ctx = idle_ctx;
     int rc = tt_ring_create(&ri->ring, &o, err, errlen);
     if (rc != TT_OK) {
         free(ri);

@@ -1,26 +1,24 @@
 /* tt_coll_nccl: NCCL behind the ops table. What it adds to NCCL is what
  * NCCL lacks: deadlines (every collective is tracked by tt_nccl_watchdog,
- * whose thread probes the completion events and ncclCommGetAsyncError),
- * a non-blocking init with its own deadline, per-generation communicators
- * from a relayed unique id, and messages that say what failed. In
- * non-blocking mode any NCCL call may return ncclInProgress; `settle`
- * then polls the asynchronous error until the call has taken effect, as
- * the NCCL documentation requires before the next call. ncclCommAbort
- * frees the communicator from the watchdog thread while the caller's thread
- * may be about to use it, so every use of `comm` after create holds a read
- * lock (NCCL calls return at once in non-blocking mode, so it is held only
- * briefly) and the abort takes it for writing. It does not own
- * membership or retries: a failed instance is poisoned and tt_comm builds
- * the next generation's. */
+ * whose thread probes the completion events and ncclCommGetAsyncError), a
+ * non-blocking init with its own deadline, per-generation communicators
+ * from a relayed unique id (tt_coll_nccl_id.c), and messages that say what
+ * failed. In non-blocking mode any NCCL call may return ncclInProgress;
+ * `settle` then polls the asynchronous error until the call has taken
+ * effect, as the NCCL documentation requires before the next call.
+ * ncclCommAbort frees the communicator from the watchdog thread while the
+ * caller's thread may be about to use it, so every use of `comm` after
+ * create holds a read lock (NCCL calls return at once in non-blocking mode,
+ * so it is held only briefly) and the abort takes it for writing. It does
+ * not own membership or retries: a failed instance is poisoned and tt_comm
+ * builds the next generation's. */
 #include "tt_coll_nccl.h"
 #include "tt_coll_nccl_int.h"
 
 #include "tt_clock.h"
-#include "tt_collseq.h"
 #include "tt_log.h"
 #include "tt_nccl_plan.h"
 #include "tt_nccl_watchdog.h"
-#include "tt_ring.h"
 #include "tt_status.h"
 
 #include <cuda_runtime.h>
@@ -255,62 +253,6 @@ static int start_watchdog(nccl_inst_t *ni) {
 
 /* ---- creation ---- */
 
-/* Rank 0 draws the id; a broadcast over this generation's members carries
- * it, with the generation, to the others (tt_coll_nccl_int.h). */
-#define ID_WORDS (sizeof(ncclUniqueId) / sizeof(int64_t))
-
-int tt_nccl_id_relay(const tt_coll_cfg_t *cfg, tt_nccl_bcast_fn bcast, void *ctx, void *out,
-                     char *err, size_t errlen) {
-    int64_t msg[ID_WORDS + 1];
-    ncclUniqueId id;
-    memset(&id, 0, sizeof(id));
-    if (cfg->rank == 0) {
-        ncclResult_t r = ncclGetUniqueId(&id);
-        if (r != ncclSuccess) {
-            snprintf(err, errlen, "nccl: ncclGetUniqueId: %s", ncclGetErrorString(r));
-            return TT_ENCCL;
-        }
-    }
-    memcpy(msg, &id, sizeof(id));
-    msg[ID_WORDS] = (int64_t)cfg->generation;
-    int rc = cfg->world == 1 ? TT_OK : bcast(ctx, msg, ID_WORDS + 1, err, errlen);
-    if (rc == TT_OK && msg[ID_WORDS] != (int64_t)cfg->generation) {
-        snprintf(err, errlen, "nccl: unique id of generation %lld, expected %llu",
-                 (long long)msg[ID_WORDS], (unsigned long long)cfg->generation);
-        rc = TT_ESTALE;
-    }
-    if (rc == TT_OK)
-        memcpy(out, msg, sizeof(id));
-    return rc;
-}
-
-/* The plain row's transport: a ring of the generation's members, closed
- * again at once. */
-static int ring_bcast(void *ctx, int64_t *msg, size_t n, char *err, size_t errlen) {
-    const tt_coll_cfg_t *cfg = ctx;
-    if (!tt_coll_ring_endpoints_ok(cfg->endpoints, cfg->rank, cfg->world)) {
-        snprintf(err, errlen,
-                 "nccl: the unique id travels over the ring, but rank %d or its "
-                 "right neighbour advertised no endpoint (set TETHER_ENDPOINT)",
-                 cfg->rank);
-        return TT_ENODEV;
-    }
-    tt_ring_opts_t o = {.rank = cfg->rank,
-                        .world = cfg->world,
-                        .generation = cfg->generation,
-                        .endpoints = cfg->endpoints,
-                        .bind_endpoint = cfg->bind_endpoint,
-                        .deadline_ms = cfg->deadline_ms,
-                        .job_tag = tt_collseq_job_tag(cfg->job_id) ^ cfg->job_nonce,
-                        .tcp_only = 1}; /* 136 bytes, once */
-    tt_ring_t *ring = NULL;
-    int rc = tt_ring_create(&ring, &o, err, errlen);
-    if (rc == TT_OK && (rc = tt_ring_broadcast(ring, msg, n, TT_DT_INT64, 0)) != TT_OK)
-        snprintf(err, errlen, "nccl: relaying the unique id: %s", tt_ring_last_error(ring));
-    tt_ring_destroy(&ring);
-    return rc;
-}
-
 static int cuda_setup(nccl_inst_t *ni) {
     int rc = cu_rc(ni, cudaGetDevice(&ni->device), "cudaGetDevice");
     if (rc == TT_OK)
@@ -478,7 +420,7 @@ void tt_nccl_inst_stop(void *inst) {
 }
 
 static int nccl_create(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t errlen) {
-    int rc = tt_nccl_inst_begin(inst, cfg, ring_bcast, (void *)cfg, err, errlen);
+    int rc = tt_nccl_inst_begin(inst, cfg, tt_nccl_ring_bcast, (void *)cfg, err, errlen);
     if (rc == TT_OK && (rc = tt_nccl_inst_finish(*inst)) != TT_OK) {
         snprintf(err, errlen, "%s", ((nccl_inst_t *)*inst)->err);
         nccl_destroy(inst);

@@ -27,7 +27,12 @@ typedef int (*tt_nccl_bcast_fn)(void *ctx, int64_t *msg, size_t n, char *err, si
  * refuses an id of another generation (TT_ESTALE). `out` gets the
  * ncclUniqueId. World 1 broadcasts nothing. */
 int tt_nccl_id_relay(const tt_coll_cfg_t *cfg, tt_nccl_bcast_fn bcast, void *ctx, void *out,
-                     char *err, size_t errlen);
+                     char *err, size_t errlen); /* tt_coll_nccl_id.c */
+
+/* The plain row's broadcast (ctx: the tt_coll_cfg_t): a TCP ring of the
+ * generation's members, closed again at once. TT_ENODEV without ring
+ * endpoints. */
+int tt_nccl_ring_bcast(void *ctx, int64_t *msg, size_t n, char *err, size_t errlen);
 
 /* The first half: a CUDA device, the relayed id, the stream, and the
  * non-blocking ncclCommInitRankConfig started. The instance may be
