@@ -57,3 +57,44 @@ int tt_nccl_shrink_applies(const char *const *prev, int prev_world, const char *
     }
     return *n == prev_world - next_world;
 }
+
+/* Parts are few (one per layer): an insertion sort of their order. */
+static void order_parts(const tt_nccl_span_t *parts, int n, int *idx) {
+    for (int i = 0; i < n; i++) {
+        int k = i;
+        while (k > 0 && parts[idx[k - 1]].off > parts[i].off) {
+            idx[k] = idx[k - 1];
+            k--;
+        }
+        idx[k] = i;
+    }
+}
+
+int tt_nccl_rest_plan(const tt_nccl_span_t *parts, int n, size_t total, tt_nccl_span_t *rest,
+                      int *nrest) {
+    if (n < 0 || (n > 0 && parts == NULL) || rest == NULL || nrest == NULL)
+        return TT_EINVAL;
+    int *idx = malloc((size_t)(n > 0 ? n : 1) * sizeof(int));
+    if (idx == NULL)
+        return TT_ENOMEM;
+    order_parts(parts, n, idx);
+    size_t at = 0;
+    int k = 0, rc = TT_OK;
+    for (int i = 0; i < n && rc == TT_OK; i++) {
+        const tt_nccl_span_t *p = &parts[idx[i]];
+        if (p->count == 0)
+            continue;
+        if (p->off > total || p->count > total - p->off || p->off < at) {
+            rc = TT_EINVAL;
+            break;
+        }
+        if (p->off > at)
+            rest[k++] = (tt_nccl_span_t){at, p->off - at};
+        at = p->off + p->count;
+    }
+    if (rc == TT_OK && at < total)
+        rest[k++] = (tt_nccl_span_t){at, total - at};
+    free(idx);
+    *nrest = rc == TT_OK ? k : 0;
+    return rc;
+}

@@ -6,7 +6,9 @@
  * unique id; these functions say whether that holds, which ranks to exclude
  * and where each survivor lands. NCCL sorts the exclude list in place and
  * an excluded rank must not call ncclCommShrink: the plan hands out a
- * private sorted copy and refuses an excluded caller. It owns no state.
+ * private sorted copy and refuses an excluded caller. It also plans the
+ * rest of a step whose parts were reduced early (bucket overlap on the
+ * device). It owns no state.
  * Thread safety: reentrant. */
 #ifndef TT_NCCL_PLAN_H
 #define TT_NCCL_PLAN_H
@@ -30,5 +32,18 @@ int tt_nccl_shrink_plan(int rank, int world, const int *exclude, int n, int *sor
  * nobody gone) returns 0: build a fresh communicator. */
 int tt_nccl_shrink_applies(const char *const *prev, int prev_world, const char *const *next,
                            int next_world, int *exclude, int *n);
+
+/* A slice of a step's gradient buffer, in elements. */
+typedef struct {
+    size_t off, count;
+} tt_nccl_span_t;
+
+/* The step's buffer has `total` elements, of which parts[0..n) (any order,
+ * any count of zero is ignored) were reduced early: writes the slices not
+ * covered, in buffer order, into rest[0..*nrest) (room for n + 1). 0, or
+ * TT_EINVAL when a part leaves the buffer or two parts overlap: the same
+ * elements would be summed twice. Sorts nothing of the caller's. */
+int tt_nccl_rest_plan(const tt_nccl_span_t *parts, int n, size_t total, tt_nccl_span_t *rest,
+                      int *nrest);
 
 #endif

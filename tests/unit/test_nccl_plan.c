@@ -7,6 +7,8 @@
 #include "tt_nccl_plan.h"
 #include "tt_status.h"
 
+#include <stdint.h>
+
 static void nccl_plan_sorts_a_copy_and_maps_ranks(void) {
     const int ex[3] = {5, 1, 3};
     int sorted[3], nr = -1, nw = -1;
@@ -51,7 +53,41 @@ static void nccl_plan_shrink_applies_only_to_pure_removals(void) {
     CU_ASSERT_EQUAL(tt_nccl_shrink_applies(prev, 4, twice, 2, ex, &n), 0);
 }
 
+/* The trainer's layers in backward order: the rest is what lies between
+ * and around the parts, in buffer order. */
+static void nccl_plan_rest_covers_what_parts_left(void) {
+    tt_nccl_span_t parts[3] = {{90, 10}, {40, 20}, {0, 0}}, rest[4];
+    int n = -1;
+    CU_ASSERT_EQUAL(tt_nccl_rest_plan(parts, 3, 100, rest, &n), 0);
+    CU_ASSERT_EQUAL(n, 2);
+    CU_ASSERT(rest[0].off == 0 && rest[0].count == 40);
+    CU_ASSERT(rest[1].off == 60 && rest[1].count == 30);
+    tt_nccl_span_t whole[3] = {{60, 40}, {0, 10}, {10, 50}};
+    CU_ASSERT_EQUAL(tt_nccl_rest_plan(whole, 3, 100, rest, &n), 0);
+    CU_ASSERT_EQUAL(n, 0);
+    CU_ASSERT_EQUAL(tt_nccl_rest_plan(NULL, 0, 7, rest, &n), 0); /* no parts: all of it */
+    CU_ASSERT(n == 1 && rest[0].off == 0 && rest[0].count == 7);
+    CU_ASSERT(parts[0].off == 90 && parts[1].off == 40); /* the caller's order is kept */
+}
+
+static void nccl_plan_rest_refuses_overlap_and_overrun(void) {
+    tt_nccl_span_t rest[3];
+    int n = -1;
+    tt_nccl_span_t overlap[2] = {{0, 50}, {49, 10}};
+    CU_ASSERT_EQUAL(tt_nccl_rest_plan(overlap, 2, 100, rest, &n), TT_EINVAL);
+    CU_ASSERT_EQUAL(n, 0);
+    tt_nccl_span_t twice[2] = {{10, 5}, {10, 5}};
+    CU_ASSERT_EQUAL(tt_nccl_rest_plan(twice, 2, 100, rest, &n), TT_EINVAL);
+    tt_nccl_span_t past[1] = {{95, 6}};
+    CU_ASSERT_EQUAL(tt_nccl_rest_plan(past, 1, 100, rest, &n), TT_EINVAL);
+    tt_nccl_span_t wrap[1] = {{10, SIZE_MAX}};
+    CU_ASSERT_EQUAL(tt_nccl_rest_plan(wrap, 1, 100, rest, &n), TT_EINVAL);
+    CU_ASSERT_EQUAL(tt_nccl_rest_plan(past, -1, 100, rest, &n), TT_EINVAL);
+}
+
 static const tt_cunit_test_t tests[] = {
+    {"nccl_plan_rest_covers_what_parts_left", nccl_plan_rest_covers_what_parts_left},
+    {"nccl_plan_rest_refuses_overlap_and_overrun", nccl_plan_rest_refuses_overlap_and_overrun},
     {"nccl_plan_sorts_a_copy_and_maps_ranks", nccl_plan_sorts_a_copy_and_maps_ranks},
     {"nccl_plan_refuses_excluded_caller_and_bad_lists",
      nccl_plan_refuses_excluded_caller_and_bad_lists},
