@@ -410,6 +410,13 @@ TETHER_API int tether_step_finish_device(tether_t *t, float *dgrads, size_t coun
     return noted(t, rc);
 }
 
+TETHER_API int tether_step_ready_device(tether_t *t, float *dpart, size_t count, void *cuda_event) {
+    if (t == NULL)
+        return TETHER_EINVAL;
+    int rc = tt_comm_step_part_device(t->comm, dpart, count, cuda_event);
+    return rc == TT_ENODEV ? rc : noted(t, rc); /* nothing was issued */
+}
+
 TETHER_API int tether_step_stats(tether_t *t, tether_step_stats_t *s) {
     if (t == NULL || s == NULL)
         return TETHER_EINVAL;

@@ -136,6 +136,15 @@ typedef struct tt_coll_ops {
      * stages through the host. */
     int (*reduce_step_device)(void *inst, float *dgrads, size_t count, double local_count,
                               double *global_count, void *after, int64_t step);
+    /* Part `index` of the step's device buffer (0 starts the step's list
+     * afresh), final once `after` fires: its reduction is enqueued behind
+     * the event and not waited for, so it overlaps the rest of backward,
+     * and reduce_step_device then reduces only what no part covered.
+     * TT_OK with nothing enqueued where the row reduces the step as a
+     * whole at its end (nccl+ps before its switch). NULL for the rows
+     * without reduce_step_device. */
+    int (*reduce_part_device)(void *inst, float *dpart, size_t count, void *after, int index,
+                              int64_t step);
 } tt_coll_ops_t;
 
 /* The table for `kind` (never AUTO); NULL for an unknown kind. Static. */

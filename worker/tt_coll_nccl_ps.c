@@ -303,6 +303,19 @@ static int fb_step_device(void *inst, float *dgrads, size_t count, double local_
     return o->reduce_step_device(i, dgrads, count, local_count, global_count, after, step);
 }
 
+/* Before the switch the shards take the step whole at its end: a part
+ * has nothing to start early. */
+static int fb_part_device(void *inst, float *dpart, size_t count, void *after, int index,
+                          int64_t step) {
+    fb_inst_t *fi = inst;
+    const tt_coll_ops_t *o;
+    void *i;
+    int rc = route(fi, step, &o, &i);
+    if (rc != TT_OK || o == fi->pso)
+        return rc;
+    return o->reduce_part_device(i, dpart, count, after, index, step);
+}
+
 static const tt_coll_ops_t fb_ops = {
     .name = "nccl+ps",
     .create = fb_create,
@@ -322,6 +335,7 @@ static const tt_coll_ops_t fb_ops = {
     .write_ckpt = fb_write_ckpt,
     .whole_step = fb_whole_step,
     .reduce_step_device = fb_step_device,
+    .reduce_part_device = fb_part_device,
 };
 
 const tt_coll_ops_t *tt_coll_nccl_ps_ops(void) {

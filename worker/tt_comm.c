@@ -267,6 +267,12 @@ static int run_device_step(tt_comm_t *c, tt_comm_job_t *j) {
     return rc;
 }
 
+static int run_device_part(tt_comm_t *c, tt_comm_job_t *j) {
+    if (c->ops == NULL || c->ops->reduce_part_device == NULL)
+        return TT_ENODEV;
+    return c->ops->reduce_part_device(c->inst, j->buf, j->count, j->after, j->part, j->step);
+}
+
 /* The step's last bucket with the example count in the same collective
  * (the count job then has nothing left to do). */
 static int run_fused(tt_comm_t *c, tt_comm_job_t *j) {
@@ -290,6 +296,8 @@ static int run_op(tt_comm_t *c, tt_comm_job_t *j) {
                                           : TT_ENODEV;
     if (j->role == TT_COMM_JOB_DEVICE)
         return run_device_step(c, j);
+    if (j->role == TT_COMM_JOB_DEVICE_PART)
+        return run_device_part(c, j);
     if (c->ops->reduce_step != NULL && j->role != TT_COMM_JOB_PLAIN &&
         (c->ops->whole_step == NULL || c->ops->whole_step(c->inst, j->step)))
         return run_step_reduce(c, j);
@@ -318,6 +326,11 @@ static void describe_job(const tt_comm_job_t *j, char *buf, size_t n) {
     if (j->role == TT_COMM_JOB_DEVICE) {
         snprintf(buf, n, "step #%" PRIu64 " (float32 x %zu and the count, on the device)", j->seq,
                  j->count);
+        return;
+    }
+    if (j->role == TT_COMM_JOB_DEVICE_PART) {
+        snprintf(buf, n, "step part %d #%" PRIu64 " (float32 x %zu, on the device)", j->part,
+                 j->seq, j->count);
         return;
     }
     tt_coll_fp_t fp = {(uint8_t)j->kind, (uint8_t)(j->kind == TT_COLL_BARRIER ? 0 : j->dt),

@@ -235,11 +235,17 @@ int tt_comm_grad_ready(tt_comm_t *c, size_t id);
 int tt_comm_step_finish(tt_comm_t *c, int64_t local_count, int64_t *global_count);
 /* The step's gradient SUMS already in one device buffer (CUDA): reduced in
  * place with the example count, on the device, after the CUDA event
- * `after` (NULL: none). Replaces grad_ready/step_finish for that step.
+ * `after` (NULL: none), all but the parts started earlier with
+ * tt_comm_step_part_device. Replaces grad_ready/step_finish for that step.
  * TT_ENODEV, with nothing issued, unless the backend is NCCL (and the
  * update runs on the workers); otherwise as tt_comm_step_finish. */
 int tt_comm_step_finish_device(tt_comm_t *c, float *dgrads, size_t count, int64_t local_count,
                                int64_t *global_count, void *after);
+/* Part of a device step, final once the CUDA event `after` fires: its sum
+ * starts behind the event without waiting (see tether_step_ready_device).
+ * TT_OK, TT_EINVAL, TT_ENODEV (nothing issued), TT_EBUSY, or the gate's
+ * status when it opens the step. Step thread. */
+int tt_comm_step_part_device(tt_comm_t *c, float *dpart, size_t count, void *after);
 int tt_comm_audit(tt_comm_t *c, const float *params, size_t count, int64_t step);
 int tt_comm_audit_params(tt_comm_t *c, const float *params, size_t count);
 void tt_comm_step_stats(tt_comm_t *c, tt_comm_stats_t *s);

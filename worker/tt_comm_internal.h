@@ -19,9 +19,12 @@ enum {
     TT_COMM_JOB_BUCKET = 1,
     TT_COMM_JOB_COUNT = 2,
     TT_COMM_JOB_STATE = 3,
-    TT_COMM_JOB_CKPT = 4,  /* the shards write a checkpoint (buf: the directory) */
-    TT_COMM_JOB_DEVICE = 5 /* the whole step on device memory (buf), count in io_count */
+    TT_COMM_JOB_CKPT = 4,       /* the shards write a checkpoint (buf: the directory) */
+    TT_COMM_JOB_DEVICE = 5,     /* the step's end on device memory (buf), count in io_count */
+    TT_COMM_JOB_DEVICE_PART = 6 /* part `part` of a device step, started early (buf) */
 };
+
+#define TT_COMM_DEV_PARTS 32 /* parts of a device step started early; later ones wait */
 
 /* One queued collective. Owned by whoever waits for it (a stack frame or
  * the step's job array); the thread touches it only until `done`. */
@@ -40,6 +43,7 @@ typedef struct tt_comm_job {
     size_t *nwritten;
     void *after;       /* DEVICE: CUDA event the reduction waits for (NULL: none) */
     int64_t *io_count; /* DEVICE: local example count in, global out */
+    int part;          /* DEVICE_PART: its index in the step */
     void *buf;
     size_t count;
     tt_dtype_t dt;
@@ -84,6 +88,9 @@ struct tt_comm {
     int reported_rank;
     tt_flight_t *flight;
     uint64_t device_steps; /* step thread: tt_comm_step_finish_device successes */
+    /* step thread: the open device step's parts (tt_comm_step_part_device) */
+    tt_comm_job_t dev_parts[TT_COMM_DEV_PARTS];
+    int ndev_parts, dev_open;
     /* step state: the thread that drives the step */
     tt_comm_tensor_t *tensors;
     size_t ntensors, tcap;

@@ -26,6 +26,7 @@
 #include "tt_status.h"
 
 #include <inttypes.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,6 +205,15 @@ int tt_comm_resume_at(tt_comm_t *c, int64_t step) {
     return TT_OK;
 }
 
+/* A step begun on the device ends there: its parts are in flight. */
+static int host_step_ok(tt_comm_t *c) {
+    if (!c->dev_open)
+        return TT_OK;
+    tt_comm_set_error(c, "this step started on the device (step_ready_device): end it with "
+                         "step_finish_device");
+    return TT_EBUSY;
+}
+
 static void launch_bucket(tt_comm_t *c, size_t b) {
     size_t off, n;
     tt_buckets_bucket_span(c->buckets, b, &off, &n);
@@ -239,6 +249,8 @@ int tt_comm_grad_ready(tt_comm_t *c, size_t id) {
     int rc = finalize(c);
     if (rc == TT_OK && id >= c->ntensors)
         rc = TT_ENOTFOUND;
+    if (rc == TT_OK)
+        rc = host_step_ok(c);
     if (rc == TT_OK)
         rc = open_step(c);
     if (rc != TT_OK)
@@ -366,6 +378,8 @@ int tt_comm_step_finish(tt_comm_t *c, int64_t local_count, int64_t *global_count
     uint64_t t0 = tt_clock_mono_ns(), comm_ns = 0;
     int rc = finalize(c);
     if (rc == TT_OK)
+        rc = host_step_ok(c);
+    if (rc == TT_OK)
         rc = open_step(c);
     if (rc != TT_OK)
         return rc;
@@ -383,25 +397,90 @@ int tt_comm_step_finish(tt_comm_t *c, int64_t local_count, int64_t *global_count
     return rc == TT_OK ? audit_if_due(c, step) : rc;
 }
 
-/* The whole step on device memory: one job, no buckets, no host copy. It
- * is offered only where the configured backend reads device memory
- * (NCCL); elsewhere TT_ENODEV before anything is issued, and the caller
- * stages through the host as before. No averaging: the caller scales by
- * the global count in its optimizer. */
+/* Device steps: gradients reduced in device memory, no buckets, no host
+ * copy. They are offered only where the configured backend reads device
+ * memory (NCCL); elsewhere TT_ENODEV before anything is issued, and the
+ * caller stages through the host as before. No averaging: the caller
+ * scales by the global count in its optimizer. */
+static int device_step_ok(tt_comm_t *c) {
+    if (c->opts.backend != TT_COLL_NCCL || c->opts.shard_update)
+        return TT_ENODEV;
+    if (c->step_open && !c->dev_open) {
+        tt_comm_set_error(c, "this step already started with grad_ready: finish it on the host");
+        return TT_EBUSY;
+    }
+    return TT_OK;
+}
+
+/* Waits for the open device step's parts (their jobs are free again);
+ * the first failure in issue order is the answer. */
+static int settle_parts(tt_comm_t *c, uint64_t *ns) {
+    int first = TT_OK;
+    for (int i = 0; i < c->ndev_parts; i++) {
+        int rc = tt_comm_wait(c, &c->dev_parts[i]);
+        *ns += c->dev_parts[i].run_ns;
+        first = first == TT_OK ? rc : first;
+    }
+    c->ndev_parts = 0;
+    return first;
+}
+
+static int overlaps_a_part(const tt_comm_t *c, const float *d, size_t count) {
+    for (int i = 0; i < c->ndev_parts; i++) {
+        const float *p = c->dev_parts[i].buf;
+        if ((uintptr_t)d < (uintptr_t)(p + c->dev_parts[i].count) &&
+            (uintptr_t)p < (uintptr_t)(d + count))
+            return 1;
+    }
+    return 0;
+}
+
+int tt_comm_step_part_device(tt_comm_t *c, float *dpart, size_t count, void *after) {
+    if (c == NULL || dpart == NULL || count == 0)
+        return TT_EINVAL;
+    int rc = device_step_ok(c);
+    if (rc != TT_OK)
+        return rc;
+    if (c->dev_open && overlaps_a_part(c, dpart, count)) {
+        /* The same gradients again: the attempt before was given up before
+         * its end (a failed backward). Its parts finish, the step restarts. */
+        uint64_t ns = 0;
+        TT_DEBUG(SUBSYS, "device step %" PRId64 " restarted: a part came again (%s)", c->step_index,
+                 tt_strerror(settle_parts(c, &ns)));
+        c->dev_open = c->step_open = 0;
+    }
+    if ((rc = open_step(c)) != TT_OK)
+        return rc; /* only when no step was open: no part is in flight */
+    c->dev_open = 1;
+    if (c->ndev_parts == TT_COMM_DEV_PARTS)
+        return TT_OK; /* the step's end reduces it with the rest */
+    tt_comm_job_t *j = &c->dev_parts[c->ndev_parts];
+    *j = (tt_comm_job_t){.kind = TT_COLL_ALLREDUCE,
+                         .role = TT_COMM_JOB_DEVICE_PART,
+                         .buf = dpart,
+                         .count = count,
+                         .dt = TT_DT_FLOAT32,
+                         .op = TT_RED_SUM,
+                         .root = -1,
+                         .after = after,
+                         .part = c->ndev_parts,
+                         .gen = c->step_gen,
+                         .step = c->step_index};
+    c->ndev_parts++;
+    tt_comm_enqueue(c, j);
+    return TT_OK;
+}
+
 int tt_comm_step_finish_device(tt_comm_t *c, float *dgrads, size_t count, int64_t local_count,
                                int64_t *global_count, void *after) {
     if (c == NULL || dgrads == NULL || count == 0 || local_count < 0)
         return TT_EINVAL;
-    if (c->opts.backend != TT_COLL_NCCL || c->opts.shard_update)
-        return TT_ENODEV;
-    if (c->step_open) {
-        tt_comm_set_error(c, "this step already started with grad_ready: finish it on the host");
-        return TT_EBUSY;
-    }
-    uint64_t t0 = tt_clock_mono_ns();
-    int rc = open_step(c);
+    int rc = device_step_ok(c);
     if (rc != TT_OK)
         return rc;
+    uint64_t t0 = tt_clock_mono_ns(), part_ns = 0; /* the wait is the time blocked here */
+    if ((rc = open_step(c)) != TT_OK)
+        return rc; /* only when no step was open: no part is in flight */
     int64_t n = local_count, step = c->step_index;
     tt_comm_job_t j = {.kind = TT_COLL_ALLREDUCE,
                        .role = TT_COMM_JOB_DEVICE,
@@ -415,17 +494,21 @@ int tt_comm_step_finish_device(tt_comm_t *c, float *dgrads, size_t count, int64_
                        .gen = c->step_gen,
                        .step = c->step_index};
     tt_comm_enqueue(c, &j);
+    int nparts = c->ndev_parts, prc = settle_parts(c, &part_ns);
     rc = tt_comm_wait(c, &j);
+    rc = prc != TT_OK ? prc : rc;
     if (rc == TT_OK) {
         if (global_count != NULL)
             *global_count = n;
         c->step_index++;
-        note_stats(c, t0, j.run_ns);
+        note_stats(c, t0, j.run_ns + part_ns);
         if (c->device_steps++ == 0)
-            TT_INFO(SUBSYS, "step %lld: gradients reduced in device memory (NCCL), no host copy",
-                    (long long)step);
+            TT_INFO(SUBSYS,
+                    "step %lld: gradients reduced in device memory (NCCL), no host copy; %d "
+                    "part(s) started during backward",
+                    (long long)step, nparts);
     }
-    c->step_open = 0;
+    c->step_open = c->dev_open = 0;
     return rc == TT_OK ? audit_if_due(c, step) : rc;
 }
 

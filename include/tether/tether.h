@@ -561,6 +561,22 @@ TETHER_API int tether_step_finish_device(tether_t *t, float *dgrads, size_t coun
                                          int64_t local_count, int64_t *global_count,
                                          void *cuda_event);
 
+/* Bucket overlap on the device: part [dpart, dpart + count) of the step's
+ * device buffer holds its final sums once `cuda_event` (recorded on the
+ * compute stream; NULL: now) fires. Its sum over the ranks is enqueued on
+ * the communication stream behind that event and this returns without
+ * waiting, so it runs while backward computes the layers below. Every rank
+ * reports the same parts in the same order; parts do not overlap and lie
+ * inside the buffer given to tether_step_finish_device, which ends the
+ * step (also after a failed part: it returns the first failure) and
+ * reduces only what no part covered, with the count. Do not record the
+ * event again before that returns. Reporting a part again before the end
+ * gives up the attempt (a backward that failed) and starts the step over.
+ * TETHER_ENODEV, with nothing issued, where tether_step_finish_device
+ * would say so; TETHER_EINVAL, TETHER_EBUSY (a step begun on the host),
+ * or the membership gate's status when it begins the step. */
+TETHER_API int tether_step_ready_device(tether_t *t, float *dpart, size_t count, void *cuda_event);
+
 /* TETHER_UPDATE_SHARDS: the learning rate the shards apply in the steps
  * that follow (every rank sets the same one for the same step). TETHER_OK,
  * TETHER_EINVAL (not finite or negative, or the update is local). */

@@ -139,10 +139,14 @@ static void coll_nccl_generation_after_regroup_starts_on_shards(void) {
     CU_ASSERT_PTR_NOT_NULL(fb->reduce_step);
     CU_ASSERT_PTR_NOT_NULL(fb->whole_step);
     CU_ASSERT_PTR_NOT_NULL(fb->reduce_step_device);
+    CU_ASSERT_PTR_NOT_NULL(fb->reduce_part_device);
     CU_ASSERT_PTR_NOT_NULL(fb->state_io);
     CU_ASSERT_PTR_NOT_NULL(tt_coll_nccl_ops()->reduce_step_device);
+    CU_ASSERT_PTR_NOT_NULL(tt_coll_nccl_ops()->reduce_part_device);
     CU_ASSERT_PTR_NULL(tt_coll_ops(TT_COLL_RING)->reduce_step_device);
     CU_ASSERT_PTR_NULL(tt_coll_ops(TT_COLL_PS)->reduce_step_device);
+    CU_ASSERT_PTR_NULL(tt_coll_ops(TT_COLL_RING)->reduce_part_device);
+    CU_ASSERT_PTR_NULL(tt_coll_ops(TT_COLL_PS)->reduce_part_device);
     /* No GPU: the row's first check. A GPU: its ps half has no
      * coordinator to ask (the plain nccl row would name the ring). */
     CU_ASSERT_EQUAL(rc, TT_ENODEV);

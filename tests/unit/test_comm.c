@@ -3,10 +3,12 @@
  * on a one-rank world through a fake membership (the communication thread
  * runs, but no socket is opened and nothing sleeps). */
 #include "tt_comm.h"
+#include "tt_cuda.h"
 #include "tt_cunit.h"
 #include "tt_status.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -260,6 +262,9 @@ static void comm_device_step_needs_nccl(void) {
     CU_ASSERT_EQUAL(tt_comm_step_finish_device(c, grads, 4, -1, &global, NULL), TT_EINVAL);
     CU_ASSERT_EQUAL(tt_comm_step_finish_device(c, grads, 4, 2, &global, NULL), TT_ENODEV);
     CU_ASSERT_EQUAL(global, -1);
+    CU_ASSERT_EQUAL(tt_comm_step_part_device(c, NULL, 2, NULL), TT_EINVAL);
+    CU_ASSERT_EQUAL(tt_comm_step_part_device(c, grads, 0, NULL), TT_EINVAL);
+    CU_ASSERT_EQUAL(tt_comm_step_part_device(c, grads + 2, 2, NULL), TT_ENODEV);
     tt_comm_stats_t s;
     tt_comm_step_stats(c, &s);
     CU_ASSERT_EQUAL(s.steps, 0);
@@ -269,6 +274,56 @@ static void comm_device_step_needs_nccl(void) {
     tt_comm_step_stats(c, &s);
     CU_ASSERT_EQUAL(s.steps, 1);
     tt_comm_destroy(&c);
+}
+
+/* The parts of a device step, through the real communication thread on a
+ * host whose NCCL backend cannot open (no GPU): the parts queue without
+ * waiting, the host step is refused while they are open, the step's end
+ * waits for them and reports the backend's sentence, and a part given
+ * again starts the step over. On a host with a GPU the backend would open
+ * and need device memory: not this test's business. */
+static void comm_device_parts_end_with_the_step(void) {
+    int ndev = 0;
+    char why[256] = "";
+    if (tt_cuda_device_count(&ndev, why, sizeof(why)) == TT_OK && ndev > 0) {
+        printf("\n    (a CUDA device is present: the no-GPU half is not run here) ");
+        return;
+    }
+    fake_t f;
+    pthread_mutex_init(&f.mu, NULL);
+    f.v = (tt_comm_view_t){.status = TT_OK, .generation = 1, .app_generation = 1, .world = 1};
+    tt_comm_opts_t o;
+    tt_comm_opts_default(&o);
+    o.backend = TT_COLL_NCCL;
+    tt_comm_hooks_t h = {&f, fake_view, fake_endpoint, fake_report};
+    tt_comm_t *c = NULL;
+    CU_ASSERT_EQUAL_FATAL(tt_comm_create(&c, &o, &h), TT_OK);
+    float grads[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    size_t id;
+    int64_t global = -1;
+    CU_ASSERT_EQUAL(tt_comm_grad_register(c, grads, 8, &id), TT_OK);
+    CU_ASSERT_EQUAL(tt_comm_step_part_device(c, grads + 4, 4, NULL), TT_OK);
+    CU_ASSERT_EQUAL(tt_comm_step_part_device(c, grads, 2, NULL), TT_OK);
+    CU_ASSERT_EQUAL(tt_comm_grad_ready(c, id), TT_EBUSY);
+    CU_ASSERT_EQUAL(tt_comm_step_finish(c, 2, &global), TT_EBUSY);
+    char err[640];
+    tt_comm_last_error(c, err, sizeof(err));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "step_finish_device"));
+    int rc = tt_comm_step_finish_device(c, grads, 8, 2, &global, NULL);
+    CU_ASSERT(rc != TT_OK && rc != TT_EBUSY);
+    CU_ASSERT_EQUAL(global, -1);
+    tt_comm_last_error(c, err, sizeof(err));
+    CU_ASSERT(strstr(err, "no CUDA device") != NULL || strstr(err, "without NCCL") != NULL);
+    /* A new attempt; the same part again gives it up and starts over. */
+    CU_ASSERT_EQUAL(tt_comm_step_part_device(c, grads + 4, 4, NULL), TT_OK);
+    CU_ASSERT_EQUAL(tt_comm_step_part_device(c, grads + 5, 1, NULL), TT_OK);
+    CU_ASSERT_NOT_EQUAL(tt_comm_step_finish_device(c, grads, 8, 2, &global, NULL), TT_OK);
+    tt_comm_stats_t s;
+    tt_comm_step_stats(c, &s);
+    CU_ASSERT_EQUAL(s.steps, 0);
+    CU_ASSERT_DOUBLE_EQUAL(grads[7], 8.0, 0.0); /* nothing touched host memory */
+    tt_comm_destroy(&c);
+    pthread_mutex_destroy(&f.mu);
 }
 
 static void comm_new_generation_fails_once_acknowledged(void) {
@@ -366,6 +421,7 @@ static const tt_cunit_test_t tests[] = {
     {"comm_step_copy_path_averages", comm_step_copy_path_averages},
     {"comm_step_zero_copy_and_exact_count", comm_step_zero_copy_and_exact_count},
     {"comm_device_step_needs_nccl", comm_device_step_needs_nccl},
+    {"comm_device_parts_end_with_the_step", comm_device_parts_end_with_the_step},
     {"comm_new_generation_fails_once_acknowledged", comm_new_generation_fails_once_acknowledged},
     {"comm_audit_single_rank_passes", comm_audit_single_rank_passes},
     {"comm_resume_at_numbers_the_next_step", comm_resume_at_numbers_the_next_step},
