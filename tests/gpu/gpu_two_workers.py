@@ -11,6 +11,7 @@ the single-process CUDA run matches it too. Exits 77 (skipped) without a
 GPU, a CUDA build or the Fashion-MNIST data, and says why.
 """
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
@@ -85,6 +86,12 @@ def test_two_workers_share_one_gpu(h):
             logs += f.read()
     if "gradients reduced in device memory" not in logs:
         bad.append("nccl1 did not keep the gradients on the device")
+    # Bucket overlap: each layer's sums leave during backward.
+    parts = re.search(r"(\d+) part\(s\) started during backward", logs)
+    if parts is None or int(parts.group(1)) < 1:
+        bad.append("nccl1 started no layer's reduction during backward")
+    else:
+        print(f"  nccl1: {parts.group(1)} layer part(s) reduced during backward")
     for name in runs:
         d, dc = diff(h, name, ref), diff(h, name, cuda1)
         print(f"  {name}: relative difference after 50 steps: {d:.2e} to the CPU run, "

@@ -41,6 +41,12 @@ static int gate_finish_device(void *ctx, float *dgrads, size_t n, double local, 
     return rc;
 }
 
+/* A part changes no parameter: nothing to guard. */
+static int gate_ready_device(void *ctx, float *dpart, size_t n, void *event) {
+    tt_train_ckpt_gate_t *g = ctx;
+    return g->inner.ready_device(g->inner.ctx, dpart, n, event);
+}
+
 static int gate_reduce(void *ctx, double *vals, size_t n) {
     tt_train_ckpt_gate_t *g = ctx;
     return g->inner.reduce_sum(g->inner.ctx, vals, n);
@@ -62,7 +68,8 @@ void tt_train_ckpt_gate_init(tt_train_ckpt_gate_t *g, const tt_train_coll_t *inn
                                 gate_reduce,
                                 inner->updates_params,
                                 inner->set_lr != NULL ? gate_set_lr : NULL,
-                                inner->finish_device != NULL ? gate_finish_device : NULL};
+                                inner->finish_device != NULL ? gate_finish_device : NULL,
+                                inner->ready_device != NULL ? gate_ready_device : NULL};
 }
 
 void tt_train_ckpt_gate_attach(tt_train_ckpt_gate_t *g, tt_train_ckpt_t *ck) {

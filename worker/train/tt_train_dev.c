@@ -66,9 +66,35 @@ int tt_train_dev_begin(tt_train_dev_t *d, const float *s1, const float *s2) {
     return rc == TT_OK ? tt_mlp_cuda_zero_grads(d->gpu) : rc;
 }
 
+typedef struct {
+    tt_train_dev_t *d;
+    tt_train_dev_part_fn part;
+    void *ctx;
+} part_hook_t;
+
+/* The bias of layer l is enqueued after its weights on the one compute
+ * stream, so its event closes the layer; the two lie back to back in the
+ * flat layout, one part. */
+static int layer_hook(void *ctx, int tensor) {
+    part_hook_t *h = ctx;
+    if (tensor % 2 == 0)
+        return TT_OK;
+    size_t woff, wlen, boff, blen;
+    tt_mlp_tensor(h->d->host, tensor - 1, &woff, &wlen);
+    tt_mlp_tensor(h->d->host, tensor, &boff, &blen);
+    float *g = tt_mlp_cuda_dev_grads(h->d->gpu);
+    void *ev = tt_mlp_cuda_grad_event(h->d->gpu, tensor);
+    if (woff + wlen == boff)
+        return h->part(h->ctx, g + woff, wlen + blen, ev);
+    int rc = h->part(h->ctx, g + woff, wlen, ev);
+    return rc < 0 ? rc : h->part(h->ctx, g + boff, blen, ev);
+}
+
 int tt_train_dev_batch(tt_train_dev_t *d, const float *x, const uint8_t *y, size_t rows,
-                       double *loss) {
-    return tt_mlp_cuda_train_batch(d->gpu, x, y, rows, NULL, NULL, loss, NULL);
+                       tt_train_dev_part_fn part, void *ctx, double *loss) {
+    part_hook_t h = {d, part, ctx};
+    return tt_mlp_cuda_train_batch(d->gpu, x, y, rows, part != NULL ? layer_hook : NULL, &h, loss,
+                                   NULL);
 }
 
 int tt_train_dev_grads_out(tt_train_dev_t *d, int (*ready)(void *ctx, int tensor), void *ctx) {

@@ -40,10 +40,17 @@ void tt_train_dev_mark_dirty(tt_train_dev_t *d, int which);
  * dirty, and zeroes the device gradients. 0 or TT_ECUDA. */
 int tt_train_dev_begin(tt_train_dev_t *d, const float *s1, const float *s2);
 
+/* Receives layer by layer, as backward enqueues them, the device slice
+ * of a layer's gradients (weights and bias) and the CUDA event after
+ * which it is final. */
+typedef int (*tt_train_dev_part_fn)(void *ctx, float *dpart, size_t n, void *event);
+
 /* One micro-batch on the device (accumulating gradient sums); *loss gets
- * its summed loss. 0, TT_EINVAL, TT_ECUDA. */
+ * its summed loss. `part` (may be NULL) is told of each layer's gradients
+ * during backward, last layer first. 0, TT_EINVAL, TT_ECUDA, or part's
+ * negative status. */
 int tt_train_dev_batch(tt_train_dev_t *d, const float *x, const uint8_t *y, size_t rows,
-                       double *loss);
+                       tt_train_dev_part_fn part, void *ctx, double *loss);
 
 /* Copies the gradient sums into the host model's gradient buffer, then
  * calls `ready` (may be NULL) for every tensor in backward order, as the

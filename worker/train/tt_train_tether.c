@@ -202,6 +202,14 @@ static int coll_finish_device(void *ctx, float *dgrads, size_t n, double local_c
     return TT_OK;
 }
 
+static int coll_ready_device(void *ctx, float *dpart, size_t n, void *event) {
+    tt_train_tether_t *tt = ctx;
+    int rc = tether_step_ready_device(tt->t, dpart, n, event);
+    if (rc == TETHER_ENODEV)
+        return TT_ENODEV; /* not this backend; nothing was issued */
+    return rc == TETHER_OK ? TT_OK : failed(tt, "gradient all-reduce (device)", rc);
+}
+
 static int coll_set_lr(void *ctx, float lr) {
     tt_train_tether_t *tt = ctx;
     int rc = tether_set_lr(tt->t, lr);
@@ -224,6 +232,7 @@ void tt_train_tether_coll(tt_train_tether_t *tt, tt_train_coll_t *coll) {
     coll->grad_ready = coll_grad_ready;
     coll->finish = coll_finish;
     coll->finish_device = tt->on_shards ? NULL : coll_finish_device;
+    coll->ready_device = tt->on_shards ? NULL : coll_ready_device;
     coll->reduce_sum = coll_reduce_sum;
     coll->updates_params = tt->on_shards;
     coll->set_lr = tt->on_shards ? coll_set_lr : NULL;

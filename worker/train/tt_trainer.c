@@ -194,6 +194,28 @@ static int trainer_update(tt_trainer_t *t, double global_count) {
     return TT_OK;
 }
 
+/* The collective cannot read device memory (the first TT_ENODEV says so,
+ * with nothing issued): gradients go through the host for good. */
+static void leave_device(tt_trainer_t *t) {
+    t->resident = 0;
+    TT_INFO("train", "the %s collective cannot read device memory: gradients go through the host",
+            t->coll.name);
+}
+
+/* A layer's device sums are final behind `event`: their reduction starts
+ * while backward computes the layers below. */
+static int trainer_part(void *ctx, float *dpart, size_t n, void *event) {
+    tt_trainer_t *t = ctx;
+    if (!t->resident)
+        return TT_OK;
+    int rc = t->coll.ready_device(t->coll.ctx, dpart, n, event);
+    if (rc == TT_ENODEV) {
+        leave_device(t);
+        return TT_OK;
+    }
+    return rc;
+}
+
 /* Forward+backward over this rank's slice, micro-batch by micro-batch. */
 static int trainer_compute(tt_trainer_t *t, tt_range_t slice, double *loss) {
     uint64_t nm = tt_sampler_micro_count(slice, t->micro);
@@ -208,7 +230,9 @@ static int trainer_compute(tt_trainer_t *t, tt_range_t slice, double *loss) {
          * leave the rank, only during the last one's backward pass. */
         int last = i + 1 == nm;
         if (t->dev != NULL)
-            rc = tt_train_dev_batch(t->dev, t->xbuf, t->ybuf, mb.end - mb.begin, &ls);
+            rc = tt_train_dev_batch(
+                t->dev, t->xbuf, t->ybuf, mb.end - mb.begin,
+                last && t->resident && t->coll.ready_device ? trainer_part : NULL, t, &ls);
         else
             rc = tt_mlp_train_batch(t->mlp, t->xbuf, t->ybuf, mb.end - mb.begin,
                                     last ? t->coll.grad_ready : NULL, t->coll.ctx, &ls, NULL);
@@ -231,11 +255,7 @@ static int trainer_finish(tt_trainer_t *t, double local, double *global) {
                                        NULL); /* train_batch returns with the stream idle */
         if (rc != TT_ENODEV)
             return rc;
-        t->resident = 0;
-        TT_INFO("train",
-                "the %s collective cannot read device memory: gradients go through "
-                "the host",
-                t->coll.name);
+        leave_device(t);
         if ((rc = tt_train_dev_grads_out(t->dev, t->coll.grad_ready, t->coll.ctx)) < 0)
             return rc;
     }

@@ -50,6 +50,13 @@ typedef struct {
      * gradients through the host for the rest of the run. */
     int (*finish_device)(void *ctx, float *dgrads, size_t n, double local_count,
                          double *global_count, void *event);
+    /* May be NULL (then finish_device reduces everything at the end).
+     * With finish_device: dpart[0..n) of the device sums is final once
+     * `event` fires; its reduction may start now, behind the event, while
+     * backward goes on (bucket overlap). Called during the last
+     * micro-batch's backward, last layer first; finish_device ends the
+     * step. TT_ENODEV, with nothing issued, as finish_device's. */
+    int (*ready_device)(void *ctx, float *dpart, size_t n, void *event);
 } tt_train_coll_t;
 
 /* Fills *coll with the single-process backend (rank 0 of 1, generation 0,
