@@ -17,6 +17,7 @@
 #include "tt_trainer.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,7 +134,40 @@ static void run_pair(tt_opt_kind_t kind, const tt_idx_set_t *tr, const tt_idx_se
  * ring and ps do). */
 typedef struct {
     int refuse, device_calls, host_calls;
+    /* the layers handed over during backward, this step and in all */
+    uintptr_t part_at[8];
+    size_t part_n[8];
+    int nparts, parts_total, bad_parts;
 } fake_dev_t;
+
+/* Each layer (weights and bias together) comes once, last layer first. */
+static int fake_ready_device(void *ctx, float *dpart, size_t n, void *event) {
+    fake_dev_t *f = ctx;
+    if (f->refuse) { /* the first refusal comes here now, before finish_device */
+        f->device_calls++;
+        return TT_ENODEV;
+    }
+    if (f->nparts == 8 || event == NULL || n == 0 ||
+        (f->nparts > 0 && (uintptr_t)(dpart + n) != f->part_at[f->nparts - 1]))
+        f->bad_parts++;
+    else {
+        f->part_at[f->nparts] = (uintptr_t)dpart;
+        f->part_n[f->nparts++] = n;
+    }
+    f->parts_total++;
+    return 0;
+}
+
+/* The parts must tile the whole device buffer: nothing left for the end,
+ * nothing twice. */
+static void check_tiling(fake_dev_t *f, const float *dgrads, size_t n) {
+    size_t covered = 0;
+    for (int i = 0; i < f->nparts; i++)
+        covered += f->part_n[i];
+    if (f->nparts == 0 || f->part_at[f->nparts - 1] != (uintptr_t)dgrads || covered != n)
+        f->bad_parts++;
+    f->nparts = 0;
+}
 
 static int fake_finish(void *ctx, float *grads, size_t n, double local, double *global) {
     (void)grads, (void)n;
@@ -145,10 +179,11 @@ static int fake_finish(void *ctx, float *grads, size_t n, double local, double *
 static int fake_finish_device(void *ctx, float *dgrads, size_t n, double local, double *global,
                               void *event) {
     fake_dev_t *f = ctx;
-    (void)dgrads, (void)n, (void)event;
+    (void)event;
     f->device_calls++;
     if (f->refuse)
         return TT_ENODEV;
+    check_tiling(f, dgrads, n);
     *global = local;
     return 0;
 }
@@ -164,6 +199,7 @@ static void run_resident(int refuse, const tt_idx_set_t *tr, const tt_idx_set_t 
     coll[1].ctx = &f;
     coll[1].finish = fake_finish;
     coll[1].finish_device = fake_finish_device;
+    coll[1].ready_device = fake_ready_device;
     tt_trainer_t *t[2];
     if (!make_pair(t, TT_OPT_SGD, coll, tr, te, "trainers on the CPU and on the GPU (device step)"))
         return;
@@ -172,6 +208,11 @@ static void run_resident(int refuse, const tt_idx_set_t *tr, const tt_idx_set_t 
         check(f.device_calls == 1 && f.host_calls == 30, "refused once, then through the host");
     else
         check(f.device_calls == 30 && f.host_calls == 0, "every step reduced on the device");
+    if (!refuse) {
+        printf("  %d layer part(s) handed over during backward in 30 steps\n", f.parts_total);
+        check(f.parts_total > 0 && f.parts_total % 30 == 0 && f.bad_parts == 0,
+              "every layer handed over once per step, last first, tiling the buffer");
+    }
     double e = rel_err(tt_mlp_params(tt_trainer_model(t[1])), tt_mlp_params(tt_trainer_model(t[0])),
                        tt_mlp_param_count(tt_trainer_model(t[0])));
     printf("  device step %s: parameter relative error after 30 steps %.3g\n",
