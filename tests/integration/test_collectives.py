@@ -34,14 +34,6 @@ def start_ranks(h, coord, job, w, extra=(), env=None, hb_timeout_ms=3000):
     return procs
 
 
-def shard(h, coord, sid):
-    argv = [binary("tether-shard"), "--listen", "tcp://127.0.0.1:0", "--coordinator",
-            coord.endpoint, "--id", sid, "--heartbeat-ms", "200", "--log-level", "info"]
-    p = h.spawn(sid, argv)
-    p.wait_line(lambda l: l.startswith("LISTENING"), 10, "LISTENING")
-    return p
-
-
 def result_of(p, timeout):
     line = p.wait_line(lambda l: l.startswith("RESULT"), timeout, "RESULT")
     head, _, msg = line.partition(" msg=")
@@ -150,7 +142,7 @@ def test_kill_then_rebuild_on_new_generation(h):
 def test_steps_on_ps_backend(h):
     coord = h.coordinator()
     for i in range(2):
-        shard(h, coord, f"s{i}")
+        h.shard(coord, f"s{i}")
     wait_for(lambda: sum(1 for s in h.ctl_json(coord.endpoint, "shards")["shards"]
                          if s.get("alive")) == 2, 10, "two live shards")
     procs = start_ranks(h, coord, "ps", 2, ["--scenario", "steps"],
@@ -170,7 +162,7 @@ def test_ps_waits_for_a_late_shard(h):
     procs = start_ranks(h, coord, "late", 2, ["--scenario", "steps"],
                         env={"TETHER_BACKEND": "ps"})
     time.sleep(1.0)
-    shard(h, coord, "s-late")
+    h.shard(coord, "s-late")
     for r, p in enumerate(procs):
         assert p.wait(60) == 0, f"rank {r}: " + " | ".join(p.lines()[-6:])
         assert any(l.startswith("OK buckets") for l in p.lines()), p.lines()
@@ -194,7 +186,7 @@ def test_shard_wait_is_the_workers_choice(h):
     procs = start_ranks(h, coord, "slow", 2, ["--scenario", "steps"],
                         env={"TETHER_BACKEND": "ps", "TETHER_SHARD_WAIT_MS": "20000"})
     time.sleep(11.0)
-    shard(h, coord, "s-slow")
+    h.shard(coord, "s-slow")
     for r, p in enumerate(procs):
         assert p.wait(60) == 0, f"rank {r}: " + " | ".join(p.lines()[-6:])
         assert any(l.startswith("OK buckets") for l in p.lines()), p.lines()

@@ -457,14 +457,6 @@ def test_drain_at_a_step_boundary(h):
     assert rows[-1]["world_size"] == 2, rows[-1]
 
 
-def shard(h, coord):
-    argv = [binary("tether-shard"), "--listen", "tcp://127.0.0.1:0", "--coordinator",
-            coord.endpoint, "--id", "s0", "--heartbeat-ms", "200", "--log-level", "info"]
-    p = h.spawn("s0", argv)
-    p.wait_line(lambda l: l.startswith("LISTENING"), 10, "LISTENING")
-    return p
-
-
 def job_status(h, coord, job):
     jobs = [j for j in h.ctl_json(coord.endpoint, "status")["jobs"] if j["job_id"] == job]
     assert len(jobs) == 1, jobs
@@ -481,7 +473,7 @@ def test_finished_job_refuses_late_worker(h):
     `tetherctl forget` drops the record (refused while a run is going on)
     and the same job id trains again from the start."""
     coord = h.coordinator()
-    shard(h, coord)
+    h.shard(coord)
     env = dict(FAST)
     env.update({"TETHER_COORDINATOR": coord.endpoint, "TETHER_JOB": "finish",
                 "TETHER_MIN_WORKERS": "2", "TETHER_MAX_WORKERS": "3"})

@@ -79,10 +79,7 @@ def value(ms, name, **labels):
 
 def shard(h, coord, sid):
     addr = f"127.0.0.1:{free_port()}"
-    argv = [binary("tether-shard"), "--listen", "tcp://127.0.0.1:0", "--coordinator",
-            coord.endpoint, "--id", sid, "--heartbeat-ms", "200", "--http", addr]
-    p = h.spawn(sid, argv)
-    p.wait_line(lambda l: l.startswith("LISTENING"), 10, "LISTENING")
+    p = h.shard(coord, sid, extra=["--http", addr])
     p.http = addr
     return p
 

@@ -11,18 +11,9 @@ import time
 from tt_harness import binary, run_tests, wait_for
 
 
-def shard(h, coord, sid, extra=()):
-    argv = [binary("tether-shard"), "--listen", "tcp://127.0.0.1:0", "--coordinator",
-            coord.endpoint, "--id", sid, "--heartbeat-ms", "200", "--log-level", "info", *extra]
-    p = h.spawn(sid, argv)
-    line = p.wait_line(lambda l: l.startswith("LISTENING"), 10, "LISTENING")
-    p.endpoint = line.split()[1]
-    return p
-
-
 def cluster(h, nshards=2):
     coord = h.coordinator()
-    shards = [shard(h, coord, f"s{i}") for i in range(nshards)]
+    shards = [h.shard(coord, f"s{i}") for i in range(nshards)]
     return coord, shards
 
 
@@ -101,14 +92,14 @@ def test_first_placement_waits_for_min_shards(h):
     chunks on one. With min_shards the coordinator answers EAGAIN until
     that many are alive, and the first placement spans them."""
     coord = h.coordinator()
-    shard(h, coord, "s0")
+    h.shard(coord, "s0")
     wait_for(lambda: len(h.ctl_json(coord.endpoint, "shards")["shards"]) == 1, 5, "s0 registered")
     early = ps_check(h, coord, "layout", "early", "--job", "one", "--min-shards", "1")
     assert "shards=1" in finish(early, 30)[-1]  # the control: placed on what is there
     p = ps_check(h, coord, "layout", "waits", "--job", "both", "--min-shards", "2")
     time.sleep(1.0)
     assert p.alive() and not p.lines(), p.lines()
-    shard(h, coord, "s1")
+    h.shard(coord, "s1")
     line = finish(p, 30)[-1]
     print(f"  job 'both': {line} (s1 started after 1 s)")
     assert line.startswith("LAYOUT") and "shards=2" in line and "chunks=5" in line, line

@@ -16,14 +16,6 @@ from tt_harness import binary, committed, read_params, rel_diff, run_tests, veri
 STEPS = 12
 
 
-def shard(h, coord, sid, env=None):
-    argv = [binary("tether-shard"), "--listen", "tcp://127.0.0.1:0", "--coordinator",
-            coord.endpoint, "--id", sid, "--heartbeat-ms", "200", "--log-level", "info"]
-    p = h.spawn(sid, argv, env=env)
-    p.endpoint = p.wait_line(lambda l: l.startswith("LISTENING"), 10, "LISTENING").split()[1]
-    return p
-
-
 def ranks(h, coord, job, world, shards, *args):
     return [h.spawn(f"{job}-r{r}", [binary("ps_ckpt_check"), "--coordinator", coord.endpoint,
                                     "--job", job, "--rank", str(r), "--world", str(world),
@@ -41,7 +33,7 @@ def finish(ps, timeout=120):
 
 def test_shards_write_and_a_resharded_run_continues(h):
     coord = h.coordinator()
-    shards = [shard(h, coord, f"s{i}") for i in range(2)]
+    shards = [h.shard(coord, f"s{i}") for i in range(2)]
     root = os.path.join(h.dir, "ckpt")
     straight = os.path.join(h.dir, "straight.bin")
     out = finish(ranks(h, coord, "a", 3, 2, "--save-at", "6", "--ckpt", root, "--out", straight))
@@ -74,7 +66,7 @@ def test_shards_write_and_a_resharded_run_continues(h):
     rc, text = verify_checkpoint(cdir2)
     assert rc == 0, text
 
-    shards.append(shard(h, coord, "s2"))
+    shards.append(h.shard(coord, "s2"))
     same = os.path.join(h.dir, "same-world.bin")
     finish(ranks(h, coord, "b", 3, 3, "--resume", cdir, "--out", same))
     a, b = read_params(straight), read_params(same)
@@ -91,8 +83,8 @@ def test_shards_write_and_a_resharded_run_continues(h):
 
 def test_shard_killed_while_writing_never_commits(h):
     coord = h.coordinator()
-    s0 = shard(h, coord, "s0")
-    s1 = shard(h, coord, "s1", env={"TETHER_SHARD_TEST_CKPT_STALL": "60000@9"})
+    s0 = h.shard(coord, "s0")
+    s1 = h.shard(coord, "s1", env={"TETHER_SHARD_TEST_CKPT_STALL": "60000@9"})
     root = os.path.join(h.dir, "ckpt")
     ps = ranks(h, coord, "k", 2, 2, "--save-at", "5,10", "--ckpt", root, "--deadline-ms", "4000")
     ps[0].wait_line(lambda l: l.startswith("CKPT") and "step-000000005" in l, 60, "first ckpt")
@@ -110,7 +102,7 @@ def test_shard_killed_while_writing_never_commits(h):
 
     # The previous checkpoint loads into the shards left plus a new one and
     # gives the run it would have had.
-    shard(h, coord, "s2")
+    h.shard(coord, "s2")
     wait_for(lambda: sorted(s["shard_id"] for s in h.ctl_json(coord.endpoint, "shards")["shards"]
                             if s["alive"]) == ["s0", "s2"], 15, "s1 declared dead, s2 live")
     ref = os.path.join(h.dir, "ref.bin")
@@ -128,8 +120,8 @@ def test_a_stopped_shard_does_not_hold_the_question(h):
     # call that waited for the answer would have been one call, ending in
     # the timeout.
     coord = h.coordinator()
-    s0 = shard(h, coord, "s0")
-    s1 = shard(h, coord, "s1")
+    s0 = h.shard(coord, "s0")
+    s1 = h.shard(coord, "s1")
     root = os.path.join(h.dir, "ckpt")
     go = os.path.join(h.dir, "go")
     ps = ranks(h, coord, "q", 2, 2, "--ckpt", root, "--deadline-ms", "1500", "--unanswered", go)
