@@ -102,6 +102,10 @@ grep -hE 'FP32 products|free-running|forced:|drift:|relative difference after' \
     "$build"/device-check-gpu_mlp_cuda.log "$build"/device-check-gpu_trainer_cuda.log \
     "$build"/device-check-gpu_two_workers.log 2>/dev/null
 echo
+echo "== device steps (docs/gpu.md: layers reduced during backward)"
+grep -hE 'part\(s\)' "$build"/device-check-gpu_trainer_cuda.log \
+    "$build"/device-check-gpu_two_workers.log 2>/dev/null
+echo
 echo "| check                  | st   |      s | note"
 echo "|------------------------|------|--------|-----"
 printf '%s\n' "${rows[@]}"
