@@ -599,9 +599,12 @@ int tt_coll_nccl_reduce_step_device(void *inst, float *dgrads, size_t count, dou
     int nrest = 0;
     uint64_t seq;
     int rc = step_rest(ni, dgrads, count, rest, &nrest);
-    if (rc == TT_OK)
-        rc = begin(ni, after, &seq);
-    if (rc < 0)
+    if (rc != TT_OK) {
+        /* The parts still write into the buffer the step's redo fills. */
+        (void)tt_coll_nccl_wait(ni);
+        return rc;
+    }
+    if ((rc = begin(ni, after, &seq)) < 0)
         return rc;
     *ni->hcount = local_count;
     rc = cu_rc(

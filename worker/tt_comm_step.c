@@ -443,10 +443,15 @@ int tt_comm_step_part_device(tt_comm_t *c, float *dpart, size_t count, void *aft
         return rc;
     if (c->dev_open && overlaps_a_part(c, dpart, count)) {
         /* The same gradients again: the attempt before was given up before
-         * its end (a failed backward). Its parts finish, the step restarts. */
+         * its end (a failed backward). Its parts' jobs finish and the step
+         * restarts. Their collectives may still run on the GPU while the
+         * redo's backward, enqueued already, writes the same buffer: a
+         * known gap, left because only a CUDA error fails a backward half
+         * way, and most of those end the process. */
         uint64_t ns = 0;
+        int was = settle_parts(c, &ns); /* not inside the log macro: it must run */
         TT_DEBUG(SUBSYS, "device step %" PRId64 " restarted: a part came again (%s)", c->step_index,
-                 tt_strerror(settle_parts(c, &ns)));
+                 tt_strerror(was));
         c->dev_open = c->step_open = 0;
     }
     if ((rc = open_step(c)) != TT_OK)
