@@ -42,7 +42,6 @@ import re
 import signal
 import time
 
-from test_collectives import shard
 from test_failover import DATA, FAST, global_step, have_data, reference, train_args
 from tt_harness import binary, free_port, read_params, rel_diff, run_tests
 
@@ -212,7 +211,7 @@ def test_shard_lost_for_good(h):
     seed = SEEDS[0] + 30
     rng = random.Random(seed)
     coord = h.coordinator(extra=("--shard-timeout-ms", "1500"))  # shards beat every 200 ms
-    shards = {sid: shard(h, coord, sid) for sid in ("s0", "s1")}
+    shards = {sid: h.shard(coord, sid) for sid in ("s0", "s1")}
     out, metrics = os.path.join(h.dir, "lost.bin"), os.path.join(h.dir, "lost.json")
     # a collective deadline far beyond the coordinator's shard timeout (5 s):
     # only the regroup can end the steps stuck on the dead shard in time
@@ -262,7 +261,7 @@ def test_coordinator_restart_after_shard_loss(h):
     seed, epochs = SEEDS[0] + 40, 4
     coord_flags = ("--shard-timeout-ms", "1500")
     coord = h.coordinator(extra=coord_flags)
-    shards = {sid: shard(h, coord, sid) for sid in ("s0", "s1")}
+    shards = {sid: h.shard(coord, sid) for sid in ("s0", "s1")}
     out, metrics = os.path.join(h.dir, "again.bin"), os.path.join(h.dir, "again.json")
     env = dict(FAST, TETHER_COORDINATOR=coord.endpoint, TETHER_JOB="again",
                TETHER_MIN_WORKERS="2", TETHER_MAX_WORKERS="3")
