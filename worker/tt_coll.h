@@ -78,6 +78,15 @@ typedef struct tt_coll_cfg {
 /* One backend. Every function but `name` receives the instance made by
  * `create`. Status codes are those of tt_ring_allreduce (TT_EINVAL leaves
  * the instance usable; any other error poisons it). */
+/* A slice of a step's gradient buffer, in elements. */
+typedef struct {
+    size_t off, count;
+} tt_coll_span_t;
+
+/* Parts of one step a device step starts early (reduce_part_device); a
+ * caller with more leaves the others to the step's end. */
+#define TT_COLL_EARLY_MAX 32
+
 typedef struct tt_coll_ops {
     const char *name;
     int (*create)(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t errlen);
@@ -132,19 +141,19 @@ typedef struct tt_coll_ops {
     /* The step's reduction in device memory (the NCCL rows): sums
      * dgrads[0..count) and the example count over all ranks, in place,
      * after `after` (a cudaEvent_t, may be NULL) completes, and waits for
-     * it. NULL for backends that read host memory only: the caller then
-     * stages through the host. */
-    int (*reduce_step_device)(void *inst, float *dgrads, size_t count, double local_count,
-                              double *global_count, void *after, int64_t step);
-    /* Part `index` of the step's device buffer (0 starts the step's list
-     * afresh), final once `after` fires: its reduction is enqueued behind
-     * the event and not waited for, so it overlaps the rest of backward,
-     * and reduce_step_device then reduces only what no part covered.
-     * TT_OK with nothing enqueued where the row reduces the step as a
-     * whole at its end (nccl+ps before its switch). NULL for the rows
-     * without reduce_step_device. */
-    int (*reduce_part_device)(void *inst, float *dpart, size_t count, void *after, int index,
+     * it; early[0..nearly) are the slices this step already gave to
+     * reduce_part_device, which the row does not sum again where it
+     * started them. NULL for backends that read host memory only: the
+     * caller then stages through the host. */
+    int (*reduce_step_device)(void *inst, float *dgrads, size_t count, const tt_coll_span_t *early,
+                              int nearly, double local_count, double *global_count, void *after,
                               int64_t step);
+    /* A part of the step's device buffer, final once `after` fires: its
+     * reduction is enqueued behind the event and not waited for, so it
+     * overlaps the rest of backward. TT_OK with nothing enqueued where the
+     * row reduces the step as a whole at its end (nccl+ps before its
+     * switch). NULL for the rows without reduce_step_device. */
+    int (*reduce_part_device)(void *inst, float *dpart, size_t count, void *after, int64_t step);
 } tt_coll_ops_t;
 
 /* The table for `kind` (never AUTO); NULL for an unknown kind. Static. */

@@ -35,7 +35,6 @@
 
 #define SUBSYS     "nccl"
 #define NSLOT      64 /* device collectives in flight, one event each */
-#define NPART      32 /* parts of one step reduced early; the rest waits for its end */
 #define DEFAULT_MS 60000
 #define INIT_MS    60000
 #define ABORT_MS   10000 /* ncclCommAbort joins NCCL's threads: not instant */
@@ -50,10 +49,7 @@ typedef struct nccl_inst {
     void *scratch;     /* device staging for host-buffer collectives */
     void *hscratch;    /* its pinned host twin: async copies both ways */
     size_t scratch_bytes;
-    double *dcount, *hcount;  /* device / pinned example count */
-    uintptr_t part_at[NPART]; /* this step's parts reduced early (device addresses) */
-    size_t part_n[NPART];
-    int nparts;
+    double *dcount, *hcount; /* device / pinned example count */
     tt_nccl_wd_t *wd;
     tt_coll_nccl_report_fn report;
     void *report_ctx;
@@ -526,50 +522,9 @@ int tt_coll_nccl_allreduce_device(void *inst, void *dbuf, size_t count, tt_dtype
     return rc == TT_OK ? end(ni, seq) : rc;
 }
 
-int tt_coll_nccl_part_device(void *inst, float *dpart, size_t count, void *after, int index) {
-    nccl_inst_t *ni = inst;
-    if (index == 0)
-        ni->nparts = 0;
-    if (dpart == NULL || count == 0 || index < 0)
-        return set_err(ni, TT_EINVAL, "part %d of the step: no memory or no elements", index);
-    if (ni->nparts == NPART)
-        return TT_OK; /* the step's end reduces it with the rest */
-    int rc = tt_coll_nccl_allreduce_device(ni, dpart, count, TT_DT_FLOAT32, TT_RED_SUM, after);
-    if (rc == TT_OK) {
-        ni->part_at[ni->nparts] = (uintptr_t)dpart;
-        ni->part_n[ni->nparts++] = count;
-    }
-    return rc;
-}
-
-/* What the step's parts left of dgrads[0..count), as slices; the parts
- * are forgotten, whatever the answer. */
-static int step_rest(nccl_inst_t *ni, const float *dgrads, size_t count, tt_nccl_span_t *rest,
-                     int *nrest) {
-    tt_nccl_span_t spans[NPART];
-    uintptr_t base = (uintptr_t)dgrads, end = base + count * sizeof(float);
-    int n = ni->nparts, rc = TT_OK;
-    ni->nparts = 0;
-    for (int i = 0; i < n && rc == TT_OK; i++) {
-        uintptr_t at = ni->part_at[i];
-        if (at < base || at >= end || (at - base) % sizeof(float) != 0)
-            rc = TT_EINVAL;
-        else
-            spans[i] = (tt_nccl_span_t){(at - base) / sizeof(float), ni->part_n[i]};
-    }
-    if (rc == TT_OK)
-        rc = tt_nccl_rest_plan(spans, n, count, rest, nrest);
-    if (rc != TT_OK)
-        return set_err(ni, TT_EINVAL,
-                       "the step's %d part(s) reduced early overlap or lie outside its "
-                       "buffer of %zu floats",
-                       n, count);
-    return TT_OK;
-}
-
 /* What is left of the gradients and the example count in one NCCL group:
  * one launch, so the count can never pair with another step's gradients. */
-static int group_grads_count(nccl_inst_t *ni, float *dgrads, const tt_nccl_span_t *rest,
+static int group_grads_count(nccl_inst_t *ni, float *dgrads, const tt_coll_span_t *rest,
                              int nrest) {
     int rc = comm_lock(ni);
     if (rc != TT_OK)
@@ -592,19 +547,32 @@ static int group_grads_count(nccl_inst_t *ni, float *dgrads, const tt_nccl_span_
     return rc;
 }
 
-int tt_coll_nccl_reduce_step_device(void *inst, float *dgrads, size_t count, double local_count,
+/* What the parts started early left of dgrads[0..count), as slices
+ * (room for TT_COLL_EARLY_MAX + 1). Refused parts still write into the buffer the
+ * step's redo fills: they are waited for first. */
+static int step_rest(nccl_inst_t *ni, size_t count, const tt_coll_span_t *early, int nearly,
+                     tt_coll_span_t *rest, int *nrest) {
+    if (nearly <= TT_COLL_EARLY_MAX &&
+        tt_nccl_rest_plan(early, nearly, count, rest, nrest) == TT_OK)
+        return TT_OK;
+    (void)tt_coll_nccl_wait(ni);
+    return set_err(ni, TT_EINVAL,
+                   "the step's %d part(s) reduced early overlap or lie outside its buffer of "
+                   "%zu floats",
+                   nearly, count);
+}
+
+int tt_coll_nccl_reduce_step_device(void *inst, float *dgrads, size_t count,
+                                    const tt_coll_span_t *early, int nearly, double local_count,
                                     double *global_count, void *after) {
     nccl_inst_t *ni = inst;
-    tt_nccl_span_t rest[NPART + 1];
+    tt_coll_span_t rest[TT_COLL_EARLY_MAX + 1];
     int nrest = 0;
     uint64_t seq;
-    int rc = step_rest(ni, dgrads, count, rest, &nrest);
-    if (rc != TT_OK) {
-        /* The parts still write into the buffer the step's redo fills. */
-        (void)tt_coll_nccl_wait(ni);
-        return rc;
-    }
-    if ((rc = begin(ni, after, &seq)) < 0)
+    int rc = step_rest(ni, count, early, nearly, rest, &nrest);
+    if (rc == TT_OK)
+        rc = begin(ni, after, &seq);
+    if (rc < 0)
         return rc;
     *ni->hcount = local_count;
     rc = cu_rc(
@@ -806,16 +774,17 @@ fail:
     return rc;
 }
 
-static int nccl_step_device(void *inst, float *dgrads, size_t count, double local_count,
-                            double *global_count, void *after, int64_t step) {
+static int nccl_step_device(void *inst, float *dgrads, size_t count, const tt_coll_span_t *early,
+                            int nearly, double local_count, double *global_count, void *after,
+                            int64_t step) {
     (void)step; /* set_step named it already */
-    return tt_coll_nccl_reduce_step_device(inst, dgrads, count, local_count, global_count, after);
+    return tt_coll_nccl_reduce_step_device(inst, dgrads, count, early, nearly, local_count,
+                                           global_count, after);
 }
 
-static int nccl_part_device(void *inst, float *dpart, size_t count, void *after, int index,
-                            int64_t step) {
-    (void)step;
-    return tt_coll_nccl_part_device(inst, dpart, count, after, index);
+static int nccl_part_device(void *inst, float *dpart, size_t count, void *after, int64_t step) {
+    (void)step; /* set_step named it already */
+    return tt_coll_nccl_allreduce_device(inst, dpart, count, TT_DT_FLOAT32, TT_RED_SUM, after);
 }
 
 static const tt_coll_ops_t nccl_ops = {

@@ -13,7 +13,8 @@
  * on the caller's event (recorded on the compute stream after the bucket's
  * gradient) so buckets overlap the rest of backward: the trainer hands
  * each layer over as a part when backward has enqueued it, and the step's
- * end reduces only what the parts left, with the example count. Host-buffer
+ * end reduces only what the parts (listed by its caller) left, with the
+ * example count. Host-buffer
  * collectives (the ops table) are staged through a device scratch buffer.
  * Every collective is tracked by a tt_nccl_watchdog: on an asynchronous
  * NCCL error or an expired deadline it records the error, calls the
@@ -66,20 +67,17 @@ void tt_coll_nccl_set_reporter(void *inst, tt_coll_nccl_report_fn fn, void *ctx)
 int tt_coll_nccl_allreduce_device(void *inst, void *dbuf, size_t count, tt_dtype_t dt,
                                   tt_redop_t op, void *after);
 
-/* A part of the step's gradient buffer reduced early: enqueues the sum of
- * `count` floats at `dpart` after `after`, like allreduce_device, and
- * notes the slice so the step's end does not reduce it again. Part `index`
- * 0 forgets the slices of an earlier, abandoned attempt. Beyond 32 parts
- * nothing is enqueued (the step's end covers the slice). Same codes. */
-int tt_coll_nccl_part_device(void *inst, float *dpart, size_t count, void *after, int index);
-
 /* The step's last reduction on the device: sums the floats of
- * dgrads[0..count) that no part of this step covered, and the example
- * count (a double, in the same NCCL group, so the count travels with the
+ * dgrads[0..count) that none of early[0..nearly) covers (the slices this
+ * step already summed with allreduce_device), and the example count (a
+ * double, in the same NCCL group, so the count travels with the
  * gradients), after `after`; then waits for every enqueued collective and
  * sets *global_count. Same codes as above, plus TT_ETIMEDOUT from the
- * watchdog and TT_EINVAL for parts outside the buffer or overlapping. */
-int tt_coll_nccl_reduce_step_device(void *inst, float *dgrads, size_t count, double local_count,
+ * watchdog and TT_EINVAL (after waiting for what is in flight) for early
+ * slices that overlap, leave the buffer or number over
+ * TT_COLL_EARLY_MAX. */
+int tt_coll_nccl_reduce_step_device(void *inst, float *dgrads, size_t count,
+                                    const tt_coll_span_t *early, int nearly, double local_count,
                                     double *global_count, void *after);
 
 /* Waits until every enqueued collective finished or the watchdog failed

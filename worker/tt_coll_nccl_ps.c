@@ -290,8 +290,11 @@ static int staged_step(fb_inst_t *fi, float *dgrads, size_t count, double local_
     return rc;
 }
 
-static int fb_step_device(void *inst, float *dgrads, size_t count, double local_count,
-                          double *global_count, void *after, int64_t step) {
+/* Before the switch no part started early (fb_part_device): the shards
+ * take the whole buffer. */
+static int fb_step_device(void *inst, float *dgrads, size_t count, const tt_coll_span_t *early,
+                          int nearly, double local_count, double *global_count, void *after,
+                          int64_t step) {
     fb_inst_t *fi = inst;
     const tt_coll_ops_t *o;
     void *i;
@@ -300,20 +303,20 @@ static int fb_step_device(void *inst, float *dgrads, size_t count, double local_
         return rc;
     if (o == fi->pso) /* the shards read host memory */
         return staged_step(fi, dgrads, count, local_count, global_count, after, step);
-    return o->reduce_step_device(i, dgrads, count, local_count, global_count, after, step);
+    return o->reduce_step_device(i, dgrads, count, early, nearly, local_count, global_count, after,
+                                 step);
 }
 
 /* Before the switch the shards take the step whole at its end: a part
  * has nothing to start early. */
-static int fb_part_device(void *inst, float *dpart, size_t count, void *after, int index,
-                          int64_t step) {
+static int fb_part_device(void *inst, float *dpart, size_t count, void *after, int64_t step) {
     fb_inst_t *fi = inst;
     const tt_coll_ops_t *o;
     void *i;
     int rc = route(fi, step, &o, &i);
     if (rc != TT_OK || o == fi->pso)
         return rc;
-    return o->reduce_part_device(i, dpart, count, after, index, step);
+    return o->reduce_part_device(i, dpart, count, after, step);
 }
 
 static const tt_coll_ops_t fb_ops = {

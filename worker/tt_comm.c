@@ -260,8 +260,8 @@ static int run_device_step(tt_comm_t *c, tt_comm_job_t *j) {
     if (c->ops == NULL || c->ops->reduce_step_device == NULL)
         return TT_ENODEV;
     double global = 0.0;
-    int rc = c->ops->reduce_step_device(c->inst, j->buf, j->count, (double)*j->io_count, &global,
-                                        j->after, j->step);
+    int rc = c->ops->reduce_step_device(c->inst, j->buf, j->count, j->early, j->nearly,
+                                        (double)*j->io_count, &global, j->after, j->step);
     if (rc == TT_OK)
         *j->io_count = (int64_t)(global + 0.5);
     return rc;
@@ -270,7 +270,7 @@ static int run_device_step(tt_comm_t *c, tt_comm_job_t *j) {
 static int run_device_part(tt_comm_t *c, tt_comm_job_t *j) {
     if (c->ops == NULL || c->ops->reduce_part_device == NULL)
         return TT_ENODEV;
-    return c->ops->reduce_part_device(c->inst, j->buf, j->count, j->after, j->part, j->step);
+    return c->ops->reduce_part_device(c->inst, j->buf, j->count, j->after, j->step);
 }
 
 /* The step's last bucket with the example count in the same collective
@@ -329,8 +329,7 @@ static void describe_job(const tt_comm_job_t *j, char *buf, size_t n) {
         return;
     }
     if (j->role == TT_COMM_JOB_DEVICE_PART) {
-        snprintf(buf, n, "step part %d #%" PRIu64 " (float32 x %zu, on the device)", j->part,
-                 j->seq, j->count);
+        snprintf(buf, n, "step part #%" PRIu64 " (float32 x %zu, on the device)", j->seq, j->count);
         return;
     }
     tt_coll_fp_t fp = {(uint8_t)j->kind, (uint8_t)(j->kind == TT_COLL_BARRIER ? 0 : j->dt),

@@ -21,10 +21,8 @@ enum {
     TT_COMM_JOB_STATE = 3,
     TT_COMM_JOB_CKPT = 4,       /* the shards write a checkpoint (buf: the directory) */
     TT_COMM_JOB_DEVICE = 5,     /* the step's end on device memory (buf), count in io_count */
-    TT_COMM_JOB_DEVICE_PART = 6 /* part `part` of a device step, started early (buf) */
+    TT_COMM_JOB_DEVICE_PART = 6 /* a part of a device step, started early (buf) */
 };
-
-#define TT_COMM_DEV_PARTS 32 /* parts of a device step started early; later ones wait */
 
 /* One queued collective. Owned by whoever waits for it (a stack frame or
  * the step's job array); the thread touches it only until `done`. */
@@ -41,9 +39,10 @@ typedef struct tt_comm_job {
     struct tt_ps_written **written; /* CKPT: the parts written */
     int phase;                      /* CKPT: tt_coll_ops_t.write_ckpt's */
     size_t *nwritten;
-    void *after;       /* DEVICE: CUDA event the reduction waits for (NULL: none) */
-    int64_t *io_count; /* DEVICE: local example count in, global out */
-    int part;          /* DEVICE_PART: its index in the step */
+    void *after;                 /* DEVICE: CUDA event the reduction waits for (NULL: none) */
+    int64_t *io_count;           /* DEVICE: local example count in, global out */
+    const tt_coll_span_t *early; /* DEVICE: the parts started early, in elements of buf */
+    int nearly;
     void *buf;
     size_t count;
     tt_dtype_t dt;
@@ -88,9 +87,11 @@ struct tt_comm {
     int reported_rank;
     tt_flight_t *flight;
     uint64_t device_steps; /* step thread: tt_comm_step_finish_device successes */
-    /* step thread: the open device step's parts (tt_comm_step_part_device) */
-    tt_comm_job_t dev_parts[TT_COMM_DEV_PARTS];
-    int ndev_parts, dev_open;
+    /* step thread: the open device step's parts (tt_comm_step_part_device);
+     * a device step is open while it has any */
+    tt_comm_job_t dev_parts[TT_COLL_EARLY_MAX];
+    tt_coll_span_t dev_spans[TT_COLL_EARLY_MAX];
+    int ndev_parts;
     /* step state: the thread that drives the step */
     tt_comm_tensor_t *tensors;
     size_t ntensors, tcap;

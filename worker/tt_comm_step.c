@@ -207,7 +207,7 @@ int tt_comm_resume_at(tt_comm_t *c, int64_t step) {
 
 /* A step begun on the device ends there: its parts are in flight. */
 static int host_step_ok(tt_comm_t *c) {
-    if (!c->dev_open)
+    if (c->ndev_parts == 0)
         return TT_OK;
     tt_comm_set_error(c, "this step started on the device (step_ready_device): end it with "
                          "step_finish_device");
@@ -405,7 +405,7 @@ int tt_comm_step_finish(tt_comm_t *c, int64_t local_count, int64_t *global_count
 static int device_step_ok(tt_comm_t *c) {
     if (c->opts.backend != TT_COLL_NCCL || c->opts.shard_update)
         return TT_ENODEV;
-    if (c->step_open && !c->dev_open) {
+    if (c->step_open && c->ndev_parts == 0) {
         tt_comm_set_error(c, "this step already started with grad_ready: finish it on the host");
         return TT_EBUSY;
     }
@@ -435,13 +435,41 @@ static int overlaps_a_part(const tt_comm_t *c, const float *d, size_t count) {
     return 0;
 }
 
+/* A device step's job, bound to the open step. */
+static tt_comm_job_t device_job(const tt_comm_t *c, int role, float *buf, size_t count,
+                                void *after) {
+    return (tt_comm_job_t){.kind = TT_COLL_ALLREDUCE,
+                           .role = role,
+                           .buf = buf,
+                           .count = count,
+                           .dt = TT_DT_FLOAT32,
+                           .op = TT_RED_SUM,
+                           .root = -1,
+                           .after = after,
+                           .gen = c->step_gen,
+                           .step = c->step_index};
+}
+
+/* The parts as slices of dgrads, for the backend that knows which it
+ * started; one outside the buffer gets an offset the backend refuses. */
+static int early_spans(tt_comm_t *c, const float *dgrads) {
+    uintptr_t base = (uintptr_t)dgrads;
+    for (int i = 0; i < c->ndev_parts; i++) {
+        uintptr_t at = (uintptr_t)c->dev_parts[i].buf;
+        int inside = at >= base && (at - base) % sizeof(float) == 0;
+        c->dev_spans[i] = (tt_coll_span_t){inside ? (at - base) / sizeof(float) : SIZE_MAX,
+                                           c->dev_parts[i].count};
+    }
+    return c->ndev_parts;
+}
+
 int tt_comm_step_part_device(tt_comm_t *c, float *dpart, size_t count, void *after) {
     if (c == NULL || dpart == NULL || count == 0)
         return TT_EINVAL;
     int rc = device_step_ok(c);
     if (rc != TT_OK)
         return rc;
-    if (c->dev_open && overlaps_a_part(c, dpart, count)) {
+    if (overlaps_a_part(c, dpart, count)) {
         /* The same gradients again: the attempt before was given up before
          * its end (a failed backward). Its parts' jobs finish and the step
          * restarts. Their collectives may still run on the GPU while the
@@ -452,26 +480,14 @@ int tt_comm_step_part_device(tt_comm_t *c, float *dpart, size_t count, void *aft
         int was = settle_parts(c, &ns); /* not inside the log macro: it must run */
         TT_DEBUG(SUBSYS, "device step %" PRId64 " restarted: a part came again (%s)", c->step_index,
                  tt_strerror(was));
-        c->dev_open = c->step_open = 0;
+        c->step_open = 0;
     }
     if ((rc = open_step(c)) != TT_OK)
         return rc; /* only when no step was open: no part is in flight */
-    c->dev_open = 1;
-    if (c->ndev_parts == TT_COMM_DEV_PARTS)
+    if (c->ndev_parts == TT_COLL_EARLY_MAX)
         return TT_OK; /* the step's end reduces it with the rest */
-    tt_comm_job_t *j = &c->dev_parts[c->ndev_parts];
-    *j = (tt_comm_job_t){.kind = TT_COLL_ALLREDUCE,
-                         .role = TT_COMM_JOB_DEVICE_PART,
-                         .buf = dpart,
-                         .count = count,
-                         .dt = TT_DT_FLOAT32,
-                         .op = TT_RED_SUM,
-                         .root = -1,
-                         .after = after,
-                         .part = c->ndev_parts,
-                         .gen = c->step_gen,
-                         .step = c->step_index};
-    c->ndev_parts++;
+    tt_comm_job_t *j = &c->dev_parts[c->ndev_parts++];
+    *j = device_job(c, TT_COMM_JOB_DEVICE_PART, dpart, count, after);
     tt_comm_enqueue(c, j);
     return TT_OK;
 }
@@ -487,19 +503,12 @@ int tt_comm_step_finish_device(tt_comm_t *c, float *dgrads, size_t count, int64_
     if ((rc = open_step(c)) != TT_OK)
         return rc; /* only when no step was open: no part is in flight */
     int64_t n = local_count, step = c->step_index;
-    tt_comm_job_t j = {.kind = TT_COLL_ALLREDUCE,
-                       .role = TT_COMM_JOB_DEVICE,
-                       .buf = dgrads,
-                       .count = count,
-                       .dt = TT_DT_FLOAT32,
-                       .op = TT_RED_SUM,
-                       .root = -1,
-                       .after = after,
-                       .io_count = &n,
-                       .gen = c->step_gen,
-                       .step = c->step_index};
+    tt_comm_job_t j = device_job(c, TT_COMM_JOB_DEVICE, dgrads, count, after);
+    j.io_count = &n;
+    j.early = c->dev_spans;
+    j.nearly = early_spans(c, dgrads);
     tt_comm_enqueue(c, &j);
-    int nparts = c->ndev_parts, prc = settle_parts(c, &part_ns);
+    int prc = settle_parts(c, &part_ns);
     rc = tt_comm_wait(c, &j);
     rc = prc != TT_OK ? prc : rc;
     if (rc == TT_OK) {
@@ -511,9 +520,9 @@ int tt_comm_step_finish_device(tt_comm_t *c, float *dgrads, size_t count, int64_
             TT_INFO(SUBSYS,
                     "step %lld: gradients reduced in device memory (NCCL), no host copy; %d "
                     "part(s) started during backward",
-                    (long long)step, nparts);
+                    (long long)step, j.nearly);
     }
-    c->step_open = c->dev_open = 0;
+    c->step_open = 0;
     return rc == TT_OK ? audit_if_due(c, step) : rc;
 }
 

@@ -59,7 +59,7 @@ int tt_nccl_shrink_applies(const char *const *prev, int prev_world, const char *
 }
 
 /* Parts are few (one per layer): an insertion sort of their order. */
-static void order_parts(const tt_nccl_span_t *parts, int n, int *idx) {
+static void order_parts(const tt_coll_span_t *parts, int n, int *idx) {
     for (int i = 0; i < n; i++) {
         int k = i;
         while (k > 0 && parts[idx[k - 1]].off > parts[i].off) {
@@ -70,7 +70,7 @@ static void order_parts(const tt_nccl_span_t *parts, int n, int *idx) {
     }
 }
 
-int tt_nccl_rest_plan(const tt_nccl_span_t *parts, int n, size_t total, tt_nccl_span_t *rest,
+int tt_nccl_rest_plan(const tt_coll_span_t *parts, int n, size_t total, tt_coll_span_t *rest,
                       int *nrest) {
     if (n < 0 || (n > 0 && parts == NULL) || rest == NULL || nrest == NULL)
         return TT_EINVAL;
@@ -81,7 +81,7 @@ int tt_nccl_rest_plan(const tt_nccl_span_t *parts, int n, size_t total, tt_nccl_
     size_t at = 0;
     int k = 0, rc = TT_OK;
     for (int i = 0; i < n && rc == TT_OK; i++) {
-        const tt_nccl_span_t *p = &parts[idx[i]];
+        const tt_coll_span_t *p = &parts[idx[i]];
         if (p->count == 0)
             continue;
         if (p->off > total || p->count > total - p->off || p->off < at) {
@@ -89,11 +89,11 @@ int tt_nccl_rest_plan(const tt_nccl_span_t *parts, int n, size_t total, tt_nccl_
             break;
         }
         if (p->off > at)
-            rest[k++] = (tt_nccl_span_t){at, p->off - at};
+            rest[k++] = (tt_coll_span_t){at, p->off - at};
         at = p->off + p->count;
     }
     if (rc == TT_OK && at < total)
-        rest[k++] = (tt_nccl_span_t){at, total - at};
+        rest[k++] = (tt_coll_span_t){at, total - at};
     free(idx);
     *nrest = rc == TT_OK ? k : 0;
     return rc;

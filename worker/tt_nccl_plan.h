@@ -13,6 +13,8 @@
 #ifndef TT_NCCL_PLAN_H
 #define TT_NCCL_PLAN_H
 
+#include "tt_coll.h"
+
 #include <stddef.h>
 
 /* Checks `exclude[0..n)` against a communicator of `world` ranks and
@@ -33,17 +35,12 @@ int tt_nccl_shrink_plan(int rank, int world, const int *exclude, int n, int *sor
 int tt_nccl_shrink_applies(const char *const *prev, int prev_world, const char *const *next,
                            int next_world, int *exclude, int *n);
 
-/* A slice of a step's gradient buffer, in elements. */
-typedef struct {
-    size_t off, count;
-} tt_nccl_span_t;
-
 /* The step's buffer has `total` elements, of which parts[0..n) (any order,
  * any count of zero is ignored) were reduced early: writes the slices not
  * covered, in buffer order, into rest[0..*nrest) (room for n + 1). 0, or
  * TT_EINVAL when a part leaves the buffer or two parts overlap: the same
  * elements would be summed twice. Sorts nothing of the caller's. */
-int tt_nccl_rest_plan(const tt_nccl_span_t *parts, int n, size_t total, tt_nccl_span_t *rest,
+int tt_nccl_rest_plan(const tt_coll_span_t *parts, int n, size_t total, tt_coll_span_t *rest,
                       int *nrest);
 
 #endif

@@ -29,14 +29,11 @@ int tt_coll_nccl_allreduce_device(void *inst, void *dbuf, size_t count, tt_dtype
     return TT_ENODEV;
 }
 
-int tt_coll_nccl_part_device(void *inst, float *dpart, size_t count, void *after, int index) {
-    (void)inst, (void)dpart, (void)count, (void)after, (void)index;
-    return TT_ENODEV;
-}
-
-int tt_coll_nccl_reduce_step_device(void *inst, float *dgrads, size_t count, double local_count,
+int tt_coll_nccl_reduce_step_device(void *inst, float *dgrads, size_t count,
+                                    const tt_coll_span_t *early, int nearly, double local_count,
                                     double *global_count, void *after) {
-    (void)inst, (void)dgrads, (void)count, (void)local_count, (void)global_count, (void)after;
+    (void)inst, (void)dgrads, (void)count, (void)early, (void)nearly, (void)local_count;
+    (void)global_count, (void)after;
     return TT_ENODEV;
 }
 

@@ -40,66 +40,74 @@ static void host_collectives(const tt_coll_ops_t *ops, void *inst) {
     check(ops->barrier(inst) == 0, "barrier");
 }
 
+#define NDEV 4096
+
+/* A device copy of h[0..NDEV) and an event recorded after it. */
+static float *upload(const float *h, cudaEvent_t *ev) {
+    float *dbuf = NULL;
+    check(cudaMalloc((void **)&dbuf, NDEV * sizeof(float)) == cudaSuccess, "cudaMalloc");
+    check(cudaEventCreate(ev) == cudaSuccess, "cudaEventCreate");
+    check(cudaMemcpy(dbuf, h, NDEV * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess,
+          "upload");
+    check(cudaEventRecord(*ev, 0) == cudaSuccess, "record producer event");
+    return dbuf;
+}
+
+/* A one-rank sum leaves the data as it was. */
+static int unchanged(const float *dbuf, const float *h) {
+    float back[NDEV];
+    return cudaMemcpy(back, dbuf, sizeof(back), cudaMemcpyDeviceToHost) == cudaSuccess &&
+           memcmp(back, h, sizeof(back)) == 0;
+}
+
 static void device_collectives(void *inst) {
-    float h[4096], *dbuf = NULL;
+    float h[NDEV];
     cudaEvent_t ev = NULL;
-    for (int i = 0; i < 4096; i++)
+    for (int i = 0; i < NDEV; i++)
         h[i] = (float)(i % 13);
-    check(cudaMalloc((void **)&dbuf, sizeof(h)) == cudaSuccess, "cudaMalloc");
-    check(cudaEventCreate(&ev) == cudaSuccess, "cudaEventCreate");
-    check(cudaMemcpy(dbuf, h, sizeof(h), cudaMemcpyHostToDevice) == cudaSuccess, "upload");
-    check(cudaEventRecord(ev, 0) == cudaSuccess, "record producer event");
+    float *dbuf = upload(h, &ev);
     check(tt_coll_nccl_allreduce_device(inst, dbuf, 2048, TT_DT_FLOAT32, TT_RED_SUM, ev) == 0,
           "device allreduce enqueued");
     double global = 0.0;
-    check(tt_coll_nccl_reduce_step_device(inst, dbuf, 4096, 37.0, &global, ev) == 0,
+    check(tt_coll_nccl_reduce_step_device(inst, dbuf, NDEV, NULL, 0, 37.0, &global, ev) == 0,
           "device step reduction");
     check(global == 37.0, "example count travels with the gradients");
-    float back[4096];
-    check(cudaMemcpy(back, dbuf, sizeof(back), cudaMemcpyDeviceToHost) == cudaSuccess &&
-              memcmp(back, h, sizeof(h)) == 0,
-          "device data unchanged by a one-rank sum");
+    check(unchanged(dbuf, h), "device data unchanged by a one-rank sum");
     cudaEventDestroy(ev);
     cudaFree(dbuf);
 }
 
-/* Bucket overlap: two layers handed over early behind their events, the
- * step's end reduces what they left; a part outside the buffer is refused
- * at the end and does not poison the communicator. */
+/* Bucket overlap: two layers handed over early behind the producer's
+ * event, the step's end reduces what they left; overlapping parts are
+ * refused at the end and do not poison the communicator. */
 static void device_parts(const tt_coll_ops_t *ops, void *inst) {
-    float h[4096], *dbuf = NULL;
-    cudaEvent_t ev[2] = {NULL, NULL};
-    for (int i = 0; i < 4096; i++)
+    float h[NDEV];
+    cudaEvent_t ev = NULL;
+    for (int i = 0; i < NDEV; i++)
         h[i] = (float)(i % 29) - 7.0f;
-    check(cudaMalloc((void **)&dbuf, sizeof(h)) == cudaSuccess, "cudaMalloc");
-    check(cudaEventCreate(&ev[0]) == cudaSuccess && cudaEventCreate(&ev[1]) == cudaSuccess,
-          "cudaEventCreate");
-    check(cudaMemcpy(dbuf, h, sizeof(h), cudaMemcpyHostToDevice) == cudaSuccess, "upload");
-    check(cudaEventRecord(ev[0], 0) == cudaSuccess && cudaEventRecord(ev[1], 0) == cudaSuccess,
-          "record layer events");
+    float *dbuf = upload(h, &ev);
     ops->set_step(inst, 11);
-    check(ops->reduce_part_device(inst, dbuf + 3000, 1096, ev[0], 0, 11) == 0,
+    check(ops->reduce_part_device(inst, dbuf + 3000, 1096, ev, 11) == 0,
           "last layer enqueued early");
-    check(ops->reduce_part_device(inst, dbuf, 1000, ev[1], 1, 11) == 0,
-          "first layer enqueued early");
+    check(ops->reduce_part_device(inst, dbuf, 1000, ev, 11) == 0, "first layer enqueued early");
     double global = 0.0;
-    check(ops->reduce_step_device(inst, dbuf, 4096, 5.0, &global, NULL, 11) == 0,
+    tt_coll_span_t early[2] = {{3000, 1096}, {0, 1000}};
+    check(ops->reduce_step_device(inst, dbuf, NDEV, early, 2, 5.0, &global, NULL, 11) == 0,
           "the step's end reduces the rest");
     check(global == 5.0, "example count after early parts");
-    float back[4096];
-    check(cudaMemcpy(back, dbuf, sizeof(back), cudaMemcpyDeviceToHost) == cudaSuccess &&
-              memcmp(back, h, sizeof(h)) == 0,
-          "parts and rest leave a one-rank sum unchanged");
+    check(unchanged(dbuf, h), "parts and rest leave a one-rank sum unchanged");
     ops->set_step(inst, 12);
-    check(ops->reduce_part_device(inst, dbuf + 100, 50, NULL, 0, 12) == 0, "part of step 12");
-    check(ops->reduce_part_device(inst, dbuf + 120, 50, NULL, 1, 12) == 0, "overlapping part");
-    check(ops->reduce_step_device(inst, dbuf, 4096, 1.0, &global, NULL, 12) == TT_EINVAL &&
+    check(ops->reduce_part_device(inst, dbuf + 100, 50, NULL, 12) == 0, "part of step 12");
+    check(ops->reduce_part_device(inst, dbuf + 120, 50, NULL, 12) == 0, "overlapping part");
+    tt_coll_span_t overlap[2] = {{100, 50}, {120, 50}};
+    check(ops->reduce_step_device(inst, dbuf, NDEV, overlap, 2, 1.0, &global, NULL, 12) ==
+                  TT_EINVAL &&
               strstr(ops->last_error(inst), "overlap") != NULL,
           "overlapping parts refused at the step's end, with a sentence");
-    check(ops->reduce_step_device(inst, dbuf, 4096, 2.0, &global, NULL, 12) == 0 && global == 2.0,
+    check(ops->reduce_step_device(inst, dbuf, NDEV, NULL, 0, 2.0, &global, NULL, 12) == 0 &&
+              global == 2.0,
           "the communicator still works after the refusal");
-    cudaEventDestroy(ev[0]);
-    cudaEventDestroy(ev[1]);
+    cudaEventDestroy(ev);
     cudaFree(dbuf);
 }
 #endif

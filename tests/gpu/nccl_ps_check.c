@@ -61,7 +61,7 @@ static int device_step(const tt_coll_ops_t *ops, void *inst, float *dg, const fl
     ops->set_step(inst, step);
     if (cudaMemcpy(dg, h, N * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess)
         return TT_ECUDA;
-    int rc = ops->reduce_step_device(inst, dg, N, 37.0, global, NULL, step);
+    int rc = ops->reduce_step_device(inst, dg, N, NULL, 0, 37.0, global, NULL, step);
     if (rc == TT_OK && cudaMemcpy(back, dg, N * sizeof(float), cudaMemcpyDeviceToHost))
         rc = TT_ECUDA;
     return rc;
@@ -119,7 +119,8 @@ static int run(const char *coord) {
         steps(ops, inst, dg);
     ops->abort(inst);
     double global = 0.0;
-    check(dg != NULL && ops->reduce_step_device(inst, dg, N, 1.0, &global, NULL, FROM + 4) < 0,
+    check(dg != NULL &&
+              ops->reduce_step_device(inst, dg, N, NULL, 0, 1.0, &global, NULL, FROM + 4) < 0,
           "a device step after the abort fails");
     ops->destroy(&inst);
     check(inst == NULL, "destroy clears the pointer");

@@ -56,13 +56,13 @@ static void nccl_plan_shrink_applies_only_to_pure_removals(void) {
 /* The trainer's layers in backward order: the rest is what lies between
  * and around the parts, in buffer order. */
 static void nccl_plan_rest_covers_what_parts_left(void) {
-    tt_nccl_span_t parts[3] = {{90, 10}, {40, 20}, {0, 0}}, rest[4];
+    tt_coll_span_t parts[3] = {{90, 10}, {40, 20}, {0, 0}}, rest[4];
     int n = -1;
     CU_ASSERT_EQUAL(tt_nccl_rest_plan(parts, 3, 100, rest, &n), 0);
     CU_ASSERT_EQUAL(n, 2);
     CU_ASSERT(rest[0].off == 0 && rest[0].count == 40);
     CU_ASSERT(rest[1].off == 60 && rest[1].count == 30);
-    tt_nccl_span_t whole[3] = {{60, 40}, {0, 10}, {10, 50}};
+    tt_coll_span_t whole[3] = {{60, 40}, {0, 10}, {10, 50}};
     CU_ASSERT_EQUAL(tt_nccl_rest_plan(whole, 3, 100, rest, &n), 0);
     CU_ASSERT_EQUAL(n, 0);
     CU_ASSERT_EQUAL(tt_nccl_rest_plan(NULL, 0, 7, rest, &n), 0); /* no parts: all of it */
@@ -71,16 +71,16 @@ static void nccl_plan_rest_covers_what_parts_left(void) {
 }
 
 static void nccl_plan_rest_refuses_overlap_and_overrun(void) {
-    tt_nccl_span_t rest[3];
+    tt_coll_span_t rest[3];
     int n = -1;
-    tt_nccl_span_t overlap[2] = {{0, 50}, {49, 10}};
+    tt_coll_span_t overlap[2] = {{0, 50}, {49, 10}};
     CU_ASSERT_EQUAL(tt_nccl_rest_plan(overlap, 2, 100, rest, &n), TT_EINVAL);
     CU_ASSERT_EQUAL(n, 0);
-    tt_nccl_span_t twice[2] = {{10, 5}, {10, 5}};
+    tt_coll_span_t twice[2] = {{10, 5}, {10, 5}};
     CU_ASSERT_EQUAL(tt_nccl_rest_plan(twice, 2, 100, rest, &n), TT_EINVAL);
-    tt_nccl_span_t past[1] = {{95, 6}};
+    tt_coll_span_t past[1] = {{95, 6}};
     CU_ASSERT_EQUAL(tt_nccl_rest_plan(past, 1, 100, rest, &n), TT_EINVAL);
-    tt_nccl_span_t wrap[1] = {{10, SIZE_MAX}};
+    tt_coll_span_t wrap[1] = {{10, SIZE_MAX}};
     CU_ASSERT_EQUAL(tt_nccl_rest_plan(wrap, 1, 100, rest, &n), TT_EINVAL);
     CU_ASSERT_EQUAL(tt_nccl_rest_plan(past, -1, 100, rest, &n), TT_EINVAL);
 }
