@@ -130,19 +130,27 @@ class Proc:
         with open(path, "r", errors="replace") as f:
             return f.read().splitlines()
 
+    def complete_lines(self, stream="out"):
+        """Like lines(), without a last line still being written: a line
+        read half-way must be looked at again once it is whole."""
+        path = self.out_path if stream == "out" else self.log_path
+        with open(path, "r", errors="replace") as f:
+            text = f.read()
+        return text[:text.rfind("\n") + 1].splitlines()
+
     def wait_line(self, pred, timeout, what="", stream="out"):
         """Waits for a line (stdout, or stderr with stream="log") for which
         pred(line) is true; returns it."""
         deadline = time.monotonic() + timeout
         seen = 0
         while time.monotonic() < deadline:
-            ls = self.lines(stream)
+            ls = self.complete_lines(stream)
             for line in ls[seen:]:
                 if pred(line):
                     return line
             seen = len(ls)
             if self.p.poll() is not None:
-                ls = self.lines(stream)
+                ls = self.lines(stream)  # exited: a last line without newline is whole
                 for line in ls[seen:]:
                     if pred(line):
                         return line
