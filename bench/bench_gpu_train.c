@@ -4,8 +4,10 @@
  * pinned memory, forward, softmax cross-entropy, backward, SGD-Nesterov
  * update, as tether-train --device cuda --backend local runs it minus the
  * host copies of the parameters. Random inputs; timed after a warm-up.
- * Prints one table row per size; bench_gpu_train.py runs PyTorch's eager
- * step beside it. Exits 77 without CUDA support or a GPU.
+ * Prints one table row per size and product math: FP32 (the default, the
+ * CPU's arithmetic) and TF32 (tether-train --tf32); bench_gpu_train.py runs
+ * PyTorch's eager step beside it with TF32 off and on. Exits 77 without
+ * CUDA support or a GPU.
  * Usage: bench_gpu_train [--batch N] [--steps N] */
 #include "tt_clock.h"
 #include "tt_cuda.h"
@@ -22,7 +24,7 @@ typedef struct {
     tt_mlp_opts_t o;
 } size_case_t;
 
-static int bench_one(const size_case_t *c, size_t batch, int steps) {
+static int bench_one(const size_case_t *c, tt_mlp_cuda_math_t math, size_t batch, int steps) {
     char err[256] = "";
     tt_mlp_cuda_t *m = NULL;
     tt_mlp_opts_t o = c->o;
@@ -41,6 +43,8 @@ static int bench_one(const size_case_t *c, size_t batch, int steps) {
         y[i] = (uint8_t)(tt_rng_next(&s) % 10);
     tt_optim_sgd_hp_t hp = {.momentum = 0.9f, .weight_decay = 1e-4f, .nesterov = 1};
     rc = x && y ? tt_mlp_cuda_init(m, 0) : TT_ENOMEM;
+    if (rc == TT_OK)
+        rc = tt_mlp_cuda_set_math(m, math);
     uint64_t t0 = 0;
     for (int i = -20; rc == TT_OK && i < steps; i++) {
         if (i == 0)
@@ -56,7 +60,8 @@ static int bench_one(const size_case_t *c, size_t batch, int steps) {
         rc = tt_mlp_cuda_sync(m);
     double ms = (double)(tt_clock_mono_ns() - t0) * 1e-6 / steps;
     if (rc == TT_OK)
-        printf("| %-18s | %5zu | %9.3f | %12.0f |\n", c->name, batch, ms, (double)batch / ms * 1e3);
+        printf("| %-18s | %-4s | %5zu | %9.3f | %12.0f |\n", c->name, tt_mlp_cuda_math_name(math),
+               batch, ms, (double)batch / ms * 1e3);
     else
         fprintf(stderr, "bench_gpu_train: %s: %s\n", c->name, tt_mlp_cuda_last_error(m));
     free(x);
@@ -86,10 +91,12 @@ int main(int argc, char **argv) {
         {"784-256-256-10", {.nlayers = 3, .dims = {784, 256, 256, 10}}},
         {"784-2048-2048-10", {.nlayers = 3, .dims = {784, 2048, 2048, 10}}},
     };
-    printf("| model              | batch | ms / step | examples / s |\n"
-           "|--------------------|-------|-----------|--------------|\n");
+    static const tt_mlp_cuda_math_t maths[] = {TT_MLP_CUDA_FP32, TT_MLP_CUDA_TF32};
+    printf("| model              | math | batch | ms / step | examples / s |\n"
+           "|--------------------|------|-------|-----------|--------------|\n");
     int rc = 0;
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-        rc |= bench_one(&cases[i], batch, steps) != TT_OK;
+        for (size_t k = 0; k < sizeof(maths) / sizeof(maths[0]); k++)
+            rc |= bench_one(&cases[i], maths[k], batch, steps) != TT_OK;
     return rc;
 }

@@ -2,9 +2,10 @@
 """PyTorch's eager training step for the MLPs of bench_gpu_train, on the
 same GPU: Linear-ReLU-Linear-ReLU-Linear, cross-entropy with reduction
 'sum', SGD momentum 0.9 Nesterov, weight decay 1e-4, batch 256, FP32 with
-TF32 off (as tether's cuBLAS path). The batch is copied host -> device every
-step from pinned memory, as tether stages it. Prints the same table rows
-as bench_gpu_train; exits 77 when PyTorch or a GPU is missing.
+TF32 off (tether's default) and on (tether-train --tf32). The batch is
+copied host -> device every step from pinned memory, as tether stages it.
+Prints the same table rows as bench_gpu_train; exits 77 when PyTorch or a
+GPU is missing.
 Usage: bench_gpu_train.py [--batch N] [--steps N]"""
 import argparse
 import sys
@@ -24,12 +25,12 @@ def main():
     if not torch.cuda.is_available():
         print("SKIPPED: PyTorch sees no CUDA device")
         return 77
-    torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     dev = torch.device("cuda")
-    print(f"| model (PyTorch {torch.__version__}) | batch | ms / step | examples / s |")
-    print("|--------------------|-------|-----------|--------------|")
-    for hidden in (256, 2048):
+    print(f"| model (PyTorch {torch.__version__}) | math | batch | ms / step | examples / s |")
+    print("|--------------------|------|-------|-----------|--------------|")
+    for hidden, tf32 in ((256, False), (256, True), (2048, False), (2048, True)):
+        torch.backends.cuda.matmul.allow_tf32 = tf32
         model = torch.nn.Sequential(torch.nn.Linear(784, hidden), torch.nn.ReLU(),
                                     torch.nn.Linear(hidden, hidden), torch.nn.ReLU(),
                                     torch.nn.Linear(hidden, 10)).to(dev)
@@ -51,7 +52,8 @@ def main():
         torch.cuda.synchronize()
         ms = (time.perf_counter() - t0) * 1e3 / a.steps
         name = f"784-{hidden}-{hidden}-10"
-        print(f"| {name:<18} | {a.batch:5d} | {ms:9.3f} | {a.batch / ms * 1e3:12.0f} |")
+        math = "tf32" if tf32 else "fp32"
+        print(f"| {name:<18} | {math:<4} | {a.batch:5d} | {ms:9.3f} | {a.batch / ms * 1e3:12.0f} |")
     return 0
 
 

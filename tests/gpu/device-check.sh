@@ -89,16 +89,20 @@ if [ -f "$data/train-images-idx3-ubyte.gz" ] && "$build/tests/gpu/gpu_cuda_smoke
         run "train_$dev" "$build/worker/train/tether-train" --backend local --device "$dev" \
             --data "$data" --epochs 3 --log-every 0
     done
+    run train_cuda_tf32 "$build/worker/train/tether-train" --backend local --device cuda --tf32 \
+        --data "$data" --epochs 3 --log-every 0
 fi
 
 echo
 echo "== benchmark (batch 256; ms per training step, examples/s)"
 grep -h '^|' "$build/device-check-bench_gpu_train.log" "$build/device-check-bench_gpu_torch.log" \
     2>/dev/null
-grep -h '^done:' "$build"/device-check-train_*.log 2>/dev/null
+for f in "$build"/device-check-train_*.log; do
+    [ -f "$f" ] && echo "$(basename "$f" .log | sed 's/device-check-//'): $(grep -h '^done:' "$f")"
+done
 echo
 echo "== CUDA vs CPU arithmetic (docs/gpu.md: where the drift comes from)"
-grep -hE 'FP32 products|free-running|forced:|drift:|relative difference after' \
+grep -hE ' products: |free-running|forced, |drift:|relative difference after' \
     "$build"/device-check-gpu_mlp_cuda.log "$build"/device-check-gpu_trainer_cuda.log \
     "$build"/device-check-gpu_two_workers.log 2>/dev/null
 echo

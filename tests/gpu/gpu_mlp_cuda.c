@@ -4,8 +4,8 @@
  * after SGD-Nesterov and AdamW steps agree with tt_mlp / tt_optim to a
  * relative error under 1e-4 in float32; the hook sees the tensors in the
  * same order; bad rows and labels are refused; cuBLAS multiplies in full
- * FP32, not TF32. Exits 77 (skipped) without
- * CUDA support or a GPU, and says so. */
+ * FP32 unless TF32 is asked for (and then visibly not). Exits 77 (skipped)
+ * without CUDA support or a GPU, and says so. */
 #include "tt_cuda.h"
 #include "tt_mlp.h"
 #include "tt_mlp_cuda.h"
@@ -157,8 +157,10 @@ static void compare_forward_and_errors(pair_t *p) {
  * of 1 + 2^-12 sum to 784.19140625 exactly in FP32 (every partial sum is
  * representable), but to 784 where the inputs are rounded to TF32's 10
  * mantissa bits. Shapes of tether-train's first layer, so the library's
- * choice of kernel is the trainer's. */
-static void check_fp32_products(void) {
+ * choice of kernel is the trainer's. The default and the strict mode must
+ * give the FP32 sum everywhere; TF32 (tether-train --tf32) must not, which
+ * shows the probe can see TF32 on this GPU. */
+static void check_products(tt_mlp_cuda_math_t math) {
     tt_mlp_opts_t o = {.nlayers = 1, .dims = {784, 256}, .max_batch = 256};
     tt_mlp_cuda_t *m = NULL;
     char err[256] = "";
@@ -170,21 +172,27 @@ static void check_fp32_products(void) {
     float *w = malloc(np * sizeof(float)), *x = malloc(nx * sizeof(float));
     float *z = malloc(nz * sizeof(float));
     const float want = 784.19140625f;
-    size_t off = 0;
+    size_t exact = 0, ran = 0;
     if (w != NULL && x != NULL && z != NULL) {
         for (size_t i = 0; i < np; i++)
             w[i] = i < 784 * 256 ? 1.0f + 0x1p-12f : 0.0f; /* weights, then zero biases */
         for (size_t i = 0; i < nx; i++)
             x[i] = 1.0f;
-        if (tt_mlp_cuda_set_params(m, w, np) == 0 && tt_mlp_cuda_forward(m, x, 256, z) == 0) {
-            while (off < nz && z[off] == want)
-                off++;
-        }
+        ran = tt_mlp_cuda_set_math(m, math) == 0 && tt_mlp_cuda_set_params(m, w, np) == 0 &&
+              tt_mlp_cuda_forward(m, x, 256, z) == 0;
+        for (size_t i = 0; ran && i < nz; i++)
+            exact += z[i] == want;
     }
-    const char *env = getenv("NVIDIA_TF32_OVERRIDE");
-    printf("  FP32 products: logit %zu is %.8f (FP32 %.8f, TF32 784); NVIDIA_TF32_OVERRIDE=%s\n",
-           off < nz ? off : 0, z != NULL && off < nz ? z[off] : want, want, env ? env : "(unset)");
-    check(z != NULL && off == nz, "cuBLAS products are full FP32 (no TF32)");
+    const char *env = getenv("NVIDIA_TF32_OVERRIDE"), *name = tt_mlp_cuda_math_name(math);
+    printf("  %s products: %zu of %zu logits are the FP32 sum %.8f (TF32 gives 784), logit 0 "
+           "is %.8f; NVIDIA_TF32_OVERRIDE=%s\n",
+           name, exact, nz, want, ran ? z[0] : 0.0f, env ? env : "(unset)");
+    char what[96];
+    if (math == TT_MLP_CUDA_TF32)
+        snprintf(what, sizeof(what), "tf32 products round (the probe sees TF32)");
+    else
+        snprintf(what, sizeof(what), "%s products are full FP32 (no TF32)", name);
+    check(ran && (math == TT_MLP_CUDA_TF32 ? exact < nz : exact == nz), what);
     free(w), free(x), free(z);
     tt_mlp_cuda_destroy(&m);
 }
@@ -218,7 +226,10 @@ int main(void) {
     compare_forward_and_errors(&p);
     compare_training(&p);
     compare_optim(&p);
-    check_fp32_products();
+    check_products(TT_MLP_CUDA_FP32);
+    check_products(TT_MLP_CUDA_STRICT);
+    check_products(TT_MLP_CUDA_TF32);
+    check(tt_mlp_cuda_set_math(p.gpu, (tt_mlp_cuda_math_t)7) == TT_EINVAL, "unknown math refused");
     tt_mlp_cuda_destroy(&p.gpu);
     check(p.gpu == NULL, "destroy clears the pointer");
     tt_mlp_destroy(&p.cpu);

@@ -7,8 +7,9 @@
  * evaluation agrees. With a collective that reduces device memory (as
  * NCCL does) the gradients never leave the device, and one that refuses
  * (TT_ENODEV) makes the trainer stage them through the host from then on;
- * both still match the CPU. Exits 77 (skipped) without CUDA support or a
- * GPU. */
+ * both still match the CPU. tether-train's own configuration on
+ * Fashion-MNIST runs in lockstep (below). Exits 77 (skipped) without CUDA
+ * support or a GPU. */
 #include "tt_cuda.h"
 #include "tt_idx.h"
 #include "tt_mlp_cuda.h"
@@ -233,11 +234,14 @@ static void run_resident(int refuse, const tt_idx_set_t *tr, const tt_idx_set_t 
  * 5, 10, 25 and 50 steps, and, with the GPU trainer put back on the CPU
  * trainer's parameters and momentum before every step, each step's error
  * relative to the size of the step's update (1e-6 is rounding; 1e-3 is a
- * difference in the arithmetic). */
+ * difference in the arithmetic). The forced run goes three ways: the
+ * default FP32 products, cuBLAS's pedantic mode and TF32 on purpose (the
+ * control: it must stand out, and if the default looks like it, the
+ * default was TF32). */
 
 #define REF_STEPS 50
 
-static tt_trainer_opts_t ref_opts(int device) {
+static tt_trainer_opts_t ref_opts(int device, tt_mlp_cuda_math_t math) {
     tt_trainer_opts_t o = {.nlayers = 3,
                            .dims = {784, 256, 256, 10},
                            .epochs = 10,
@@ -245,7 +249,8 @@ static tt_trainer_opts_t ref_opts(int device) {
                            .seed = 7,
                            .train_limit = 12800,
                            .opt = TT_OPT_SGD,
-                           .device = device};
+                           .device = device,
+                           .cuda_math = (int)math};
     o.sgd = (tt_optim_sgd_hp_t){0.9f, 1e-4f, 1};
     o.sched = (tt_lr_sched_t){TT_LR_COSINE, 0.05, 0.0, 100, 0};
     return o;
@@ -276,13 +281,17 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static void run_reference(const tt_idx_set_t *tr, const tt_idx_set_t *te, int forced) {
+/* Returns the median of the forced steps' errors (-1 when it did not run). */
+static double run_reference(const tt_idx_set_t *tr, const tt_idx_set_t *te, int forced,
+                            tt_mlp_cuda_math_t math) {
     tt_train_coll_t coll;
     tt_train_coll_local(&coll);
     tt_trainer_t *t[2] = {NULL, NULL};
-    char err[256] = "";
+    char err[256] = "", what[128];
+    const char *name = tt_mlp_cuda_math_name(math);
+    double median = -1.0;
     for (int d = 0; d < 2; d++) {
-        tt_trainer_opts_t o = ref_opts(d);
+        tt_trainer_opts_t o = ref_opts(d, math);
         if (tt_trainer_create(&t[d], &o, tr, te, &coll, err, sizeof(err)) != 0)
             printf("  create: %s\n", err);
     }
@@ -307,9 +316,13 @@ static void run_reference(const tt_idx_set_t *tr, const tt_idx_set_t *te, int fo
     check(before != NULL && bad == 0, "50 steps succeed");
     if (forced && before != NULL) {
         qsort(errs, REF_STEPS, sizeof(double), cmp_double);
-        printf("  forced: one step's error relative to its update: median %.3g, worst %.3g\n",
-               errs[REF_STEPS / 2], errs[REF_STEPS - 1]);
-        check(errs[REF_STEPS - 1] < 1e-4, "each step's update matches the CPU's");
+        median = errs[REF_STEPS / 2];
+        printf("  forced, %s products: one step's error relative to its update: median %.3g, "
+               "worst %.3g\n",
+               name, median, errs[REF_STEPS - 1]);
+        snprintf(what, sizeof(what), "%s: each step's update matches the CPU's", name);
+        if (math != TT_MLP_CUDA_TF32)
+            check(errs[REF_STEPS - 1] < 1e-4, what);
     } else if (before != NULL) {
         check(last < 1e-4, "GPU trainer matches the CPU trainer after 50 steps");
     }
@@ -317,6 +330,7 @@ static void run_reference(const tt_idx_set_t *tr, const tt_idx_set_t *te, int fo
 out:
     tt_trainer_destroy(&t[0]);
     tt_trainer_destroy(&t[1]);
+    return median;
 }
 
 static void run_reference_config(void) {
@@ -333,8 +347,13 @@ static void run_reference_config(void) {
         tt_idx_free(&tr);
         return;
     }
-    run_reference(&tr, &te, 0);
-    run_reference(&tr, &te, 1);
+    run_reference(&tr, &te, 0, TT_MLP_CUDA_FP32);
+    double fp32 = run_reference(&tr, &te, 1, TT_MLP_CUDA_FP32);
+    run_reference(&tr, &te, 1, TT_MLP_CUDA_STRICT);
+    /* The control: TF32 on purpose must stand out, or the case could not
+     * have told TF32 from FP32. */
+    double tf32 = run_reference(&tr, &te, 1, TT_MLP_CUDA_TF32);
+    check(fp32 >= 0.0 && tf32 > 10.0 * fp32, "the lockstep case tells TF32 products from FP32");
     tt_idx_free(&tr);
     tt_idx_free(&te);
 }

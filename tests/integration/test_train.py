@@ -9,7 +9,8 @@ libtether, with workers started by tether-launch.
     test accuracy and writes valid metrics JSON;
   * a running job's place in its data shows in `tetherctl status` (epoch,
     examples of it consumed, epoch size: tether_progress on the heartbeats),
-    and SIGTERM to the launcher mid-run leaves no process behind.
+    and SIGTERM to the launcher mid-run leaves no process behind;
+  * bad arguments are refused before anything starts, with the reason.
 
 The equivalence runs use --lr 0.05: at the default peak rate the first
 epoch passes through unstable steps where the last-bit differences of
@@ -169,10 +170,31 @@ def test_sigterm_leaves_nothing(h):
     wait_for(lambda: not descendants_alive(marker), 10, "every child of the launcher gone")
 
 
+BAD_ARGS = [
+    (["--device", "gpu"], "bad --device 'gpu': cpu or cuda"),
+    (["--tf32"], "--tf32 is for --device cuda"),
+    (["--optimizer", "lamb"], "bad --optimizer 'lamb'"),
+    (["--layers", "784"], "bad --layers '784'"),
+    (["--batch", "0"], "--batch"),
+]
+
+
+def test_bad_arguments_refused(h):
+    """Exit status 2 and one line naming the mistake, before any data is
+    read or any process joined (no coordinator is given)."""
+    for args, want in BAD_ARGS:
+        r = subprocess.run([binary("tether-train"), "--backend", "local", "--data", DATA, *args],
+                           capture_output=True, text=True, timeout=30)
+        print(f"  {' '.join(args)}: exit {r.returncode}: {r.stderr.strip().splitlines()[-1:]}")
+        assert r.returncode == 2, (args, r.returncode, r.stderr)
+        assert want in r.stderr, (args, r.stderr)
+        assert "epoch" not in r.stdout + r.stderr, (args, r.stdout)
+
+
 if __name__ == "__main__":
     if not have_data():
         print(f"SKIPPED: no Fashion-MNIST at {DATA} (install dataset-fashion-mnist)")
         raise SystemExit(77)
     run_tests([test_equivalence_ring, test_equivalence_ps, test_equivalence_update_on_shards,
                test_end_to_end_launch,
-               test_sigterm_leaves_nothing])
+               test_sigterm_leaves_nothing, test_bad_arguments_refused])

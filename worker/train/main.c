@@ -12,6 +12,7 @@
 #include "tt_idx.h"
 #include "tt_clock.h"
 #include "tt_log.h"
+#include "tt_mlp_cuda.h"
 #include "tt_progress.h"
 #include "tt_status.h"
 #include "tt_train_ckpt.h"
@@ -35,7 +36,7 @@ typedef struct {
     char layers[256];
     uint64_t epochs, batch, micro, warmup, seed, train_limit, max_steps, log_every, threads;
     double lr, min_lr, momentum, weight_decay, beta1, beta2, eps;
-    int nesterov, scale_lr, help;
+    int nesterov, scale_lr, tf32, help;
     char optimizer[16], schedule[16], backend[16], device[16], update[16];
     char data[1024], metrics[1024], dump[1024];
     char ckpt_dir[1024], resume[1024]; /* checkpoints: tt_train_ckpt */
@@ -93,6 +94,8 @@ static const opt_t OPTS[] = {
         "local | ring | ps | nccl | auto (auto: ring, local when TETHER_COORDINATOR is unset)"),
     U64("threads", threads, 1, 256, "BLAS threads (1)"),
     STR("device", device, "cpu | cuda: where forward/backward/update run (cpu)"),
+    FLAG("tf32", tf32,
+         "cuda: products on TF32 tensor cores; faster for wide layers, not the CPU's FP32 (off)"),
     STR("update", update,
         "local | shards: who applies the optimizer; shards needs --backend ps (local)"),
     STR("checkpoint-dir", ckpt_dir, "checkpoint root shared by all ranks (none)"),
@@ -262,6 +265,11 @@ static int build_opts(const cli_t *c, tt_trainer_opts_t *o) {
         fprintf(stderr, "tether-train: bad --device '%s': cpu or cuda\n", c->device);
         return -1;
     }
+    if (c->tf32 && !o->device) {
+        fprintf(stderr, "tether-train: --tf32 is for --device cuda (the CPU computes in FP32)\n");
+        return -1;
+    }
+    o->cuda_math = c->tf32 ? TT_MLP_CUDA_TF32 : TT_MLP_CUDA_FP32;
     return 0;
 }
 

@@ -305,13 +305,27 @@ static int setup(tt_mlp_cuda_t *m) {
     CK(cu(m, cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking), "cudaStreamCreate"));
     CK(cb(m, m->api.create(&m->blas), "cublasCreate"));
     CK(cb(m, m->api.set_stream(m->blas, m->stream), "cublasSetStream"));
-    /* Plain FP32 (no TF32 tensor cores): the CPU model is the reference. */
-    CK(cb(m, m->api.set_math_mode(m->blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode"));
+    /* Plain FP32 (no TF32 tensor cores) until told otherwise: the CPU
+     * model is the reference. */
+    CK(tt_mlp_cuda_set_math(m, TT_MLP_CUDA_FP32));
     for (int i = 0; i < 2 * m->nl; i++)
         CK(cu(m, cudaEventCreateWithFlags(&m->ev[i], cudaEventDisableTiming), "cudaEventCreate"));
     CK(alloc_device(m));
     CK(alloc_host(m));
     return cu(m, cudaStreamSynchronize(m->stream), "cudaStreamSynchronize(setup)");
+}
+
+extern "C" const char *tt_mlp_cuda_math_name(tt_mlp_cuda_math_t math) {
+    static const char *const names[] = {"fp32", "tf32", "strict"};
+    return (unsigned)math < sizeof(names) / sizeof(names[0]) ? names[math] : "?";
+}
+
+extern "C" int tt_mlp_cuda_set_math(tt_mlp_cuda_t *m, tt_mlp_cuda_math_t math) {
+    static const cublasMath_t modes[] = {CUBLAS_DEFAULT_MATH, CUBLAS_TF32_TENSOR_OP_MATH,
+                                         CUBLAS_PEDANTIC_MATH};
+    if (m == NULL || (unsigned)math >= sizeof(modes) / sizeof(modes[0]))
+        return TT_EINVAL;
+    return cb(m, m->api.set_math_mode(m->blas, modes[math]), "cublasSetMathMode");
 }
 
 extern "C" int tt_mlp_cuda_compiled(void) {

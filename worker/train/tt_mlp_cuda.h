@@ -107,6 +107,21 @@ int tt_mlp_cuda_sgd_step(tt_mlp_cuda_t *m, float lr, float grad_scale, const tt_
 int tt_mlp_cuda_adamw_step(tt_mlp_cuda_t *m, float lr, float grad_scale, uint64_t t,
                            const tt_optim_adamw_hp_t *hp);
 
+/* How cuBLAS computes the products (the element-wise kernels are FP32
+ * always). FP32, the default: full float32 inputs, what the CPU model
+ * computes. TF32: tensor cores with the inputs rounded to 10 mantissa
+ * bits (Ampere and later); faster for wide layers, and each product is
+ * about 1e-3 (relative) from the CPU's, so runs drift apart from a CPU
+ * run. STRICT: CUBLAS_PEDANTIC_MATH, no reduced precision in any phase,
+ * for checking that FP32 really is FP32. */
+typedef enum { TT_MLP_CUDA_FP32 = 0, TT_MLP_CUDA_TF32, TT_MLP_CUDA_STRICT } tt_mlp_cuda_math_t;
+
+/* Products enqueued from now on use `math`. 0, TT_EINVAL (unknown mode),
+ * TT_ECUDA (cuBLAS refused it) or TT_ENODEV (no CUDA build). */
+int tt_mlp_cuda_set_math(tt_mlp_cuda_t *m, tt_mlp_cuda_math_t math);
+/* "fp32", "tf32", "strict"; "?" for anything else. */
+const char *tt_mlp_cuda_math_name(tt_mlp_cuda_math_t math);
+
 /* Waits for everything enqueued on the compute stream. 0 or TT_ECUDA. */
 int tt_mlp_cuda_sync(tt_mlp_cuda_t *m);
 

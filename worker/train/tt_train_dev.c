@@ -20,12 +20,18 @@ struct tt_train_dev {
 };
 
 int tt_train_dev_create(tt_train_dev_t **out, tt_mlp_t *host, const tt_mlp_opts_t *mo, int device,
-                        char *err, size_t errlen) {
+                        int math, char *err, size_t errlen) {
     tt_train_dev_t *d = calloc(1, sizeof(*d));
     if (d == NULL)
         return TT_ENOMEM;
     int rc = tt_mlp_cuda_create(&d->gpu, mo, device, err, errlen);
+    if (rc == TT_OK && (rc = tt_mlp_cuda_set_math(d->gpu, (tt_mlp_cuda_math_t)math)) != TT_OK &&
+        err != NULL)
+        snprintf(err, errlen, "CUDA products as %s: %s",
+                 tt_mlp_cuda_math_name((tt_mlp_cuda_math_t)math),
+                 rc == TT_EINVAL ? "no such mode" : tt_mlp_cuda_last_error(d->gpu));
     if (rc != TT_OK) {
+        tt_mlp_cuda_destroy(&d->gpu);
         free(d);
         return rc;
     }

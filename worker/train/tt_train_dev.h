@@ -21,11 +21,12 @@
 typedef struct tt_train_dev tt_train_dev_t;
 
 /* Builds the twin of `host` (borrowed, must outlive it) on CUDA device
- * `device` with the same dims and max_batch, and marks both dirty. Returns
- * 0, TT_ENODEV (no CUDA build or device) or TT_ECUDA/TT_ENOMEM with a
- * sentence in err. */
+ * `device` with the same dims and max_batch, its products computed as
+ * `math` says (tt_mlp_cuda_math_t), and marks both dirty. Returns 0,
+ * TT_ENODEV (no CUDA build or device), TT_EINVAL (unknown math) or
+ * TT_ECUDA/TT_ENOMEM with a sentence in err. */
 int tt_train_dev_create(tt_train_dev_t **out, tt_mlp_t *host, const tt_mlp_opts_t *mo, int device,
-                        char *err, size_t errlen);
+                        int math, char *err, size_t errlen);
 
 /* Accepts NULL; sets *d = NULL. */
 void tt_train_dev_destroy(tt_train_dev_t **d);
