@@ -763,7 +763,7 @@ int tt_coll_nccl_shrink(void *inst, const int *exclude, int n, uint64_t generati
     TT_CHECK_GOTO(cuda_setup(ni), rc, fail);
     TT_CHECK_GOTO(shrink_comm(old, ni, sorted, n), rc, fail);
     TT_CHECK_GOTO(start_watchdog(ni), rc, fail);
-    TT_INFO(SUBSYS, "gen=%llu rank %d/%d: communicator shrunk from gen %llu (%d left)",
+    TT_INFO(SUBSYS, "gen=%llu rank %d/%d: communicator shrunk from gen %llu (%d rank(s) excluded)",
             (unsigned long long)generation, new_rank, new_world,
             (unsigned long long)old->generation, n);
     *out = ni;
