@@ -10,7 +10,8 @@
 # PyTorch. Prints a table at the end; exit status 1 when anything failed
 # (skips are not failures, but the table shows them as SKIP).
 # TETHER_FMNIST names the data folder (default: Debian's package);
-# TETHER_CHECK_TIMEOUT bounds each check in seconds (default 600).
+# TETHER_CHECK_TIMEOUT bounds each check in seconds (default 180: a hung
+# check must leave time for the others in a short device session).
 # Usage: tests/gpu/device-check.sh [--build DIR] [--libs DIR] [--steps N]
 set -u
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -67,7 +68,7 @@ run() { # name command...
     local name=$1; shift
     local log=$build/device-check-$name.log t0 rc
     t0=$(date +%s.%N)
-    timeout "${TETHER_CHECK_TIMEOUT:-600}" "$@" >"$log" 2>&1
+    timeout "${TETHER_CHECK_TIMEOUT:-180}" "$@" >"$log" 2>&1
     rc=$?
     echo "== $name (exit $rc)"; tail -n 25 "$log"
     record "$name" $rc "$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{print b - a}')" "$log"
