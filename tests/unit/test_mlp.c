@@ -253,6 +253,17 @@ static void mlp_cuda_opens_cublas_on_demand(void) {
     CU_ASSERT_TRUE(mapped("libcublas"));
 }
 
+/* The product math's names are what tether-train and the GPU tests print;
+ * a mode outside the enum is refused in every build, without a model. */
+static void mlp_cuda_math_modes(void) {
+    CU_ASSERT_STRING_EQUAL(tt_mlp_cuda_math_name(TT_MLP_CUDA_FP32), "fp32");
+    CU_ASSERT_STRING_EQUAL(tt_mlp_cuda_math_name(TT_MLP_CUDA_TF32), "tf32");
+    CU_ASSERT_STRING_EQUAL(tt_mlp_cuda_math_name(TT_MLP_CUDA_STRICT), "strict");
+    CU_ASSERT_STRING_EQUAL(tt_mlp_cuda_math_name((tt_mlp_cuda_math_t)3), "?");
+    int rc = tt_mlp_cuda_set_math(NULL, TT_MLP_CUDA_FP32);
+    CU_ASSERT_EQUAL(rc, tt_mlp_cuda_compiled() ? TT_EINVAL : TT_ENODEV);
+}
+
 static const tt_cunit_test_t tests[] = {
     {"mlp_layout_and_counts", mlp_layout_and_counts},
     {"mlp_forward_matches_naive_reference", mlp_forward_matches_naive_reference},
@@ -264,6 +275,7 @@ static const tt_cunit_test_t tests[] = {
     {"mlp_xent_row_stable_for_large_logits", mlp_xent_row_stable_for_large_logits},
     {"mlp_create_rejects_bad_options", mlp_create_rejects_bad_options},
     {"mlp_cuda_opens_cublas_on_demand", mlp_cuda_opens_cublas_on_demand},
+    {"mlp_cuda_math_modes", mlp_cuda_math_modes},
     {NULL, NULL},
 };
 
