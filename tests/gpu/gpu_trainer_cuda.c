@@ -281,6 +281,30 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+#define REF_TENSORS 6 /* W and b of 3 layers */
+
+/* Each tensor's gradient sums on the GPU against the CPU's after a step
+ * from the same parameters (both are staged to the host model's buffer):
+ * the products (W) and the column sums (b) apart, so a difference in the
+ * arithmetic names its kernel before the optimizer mixes it in. */
+static void grad_errs(tt_trainer_t *t[2], double g[REF_TENSORS][REF_STEPS], int step) {
+    tt_mlp_t *m0 = tt_trainer_model(t[0]), *m1 = tt_trainer_model(t[1]);
+    for (int i = 0; i < REF_TENSORS && i < tt_mlp_tensor_count(m0); i++) {
+        size_t off = 0, len = 0;
+        tt_mlp_tensor(m0, i, &off, &len);
+        g[i][step] = rel_err(tt_mlp_grads(m1) + off, tt_mlp_grads(m0) + off, len);
+    }
+}
+
+static void print_grad_errs(const char *name, double g[REF_TENSORS][REF_STEPS]) {
+    printf("  forced, %s products: gradient error per tensor (median over steps):", name);
+    for (int i = 0; i < REF_TENSORS; i++) {
+        qsort(g[i], REF_STEPS, sizeof(double), cmp_double);
+        printf(" %c%d %.3g", i % 2 ? 'b' : 'W', i / 2 + 1, g[i][REF_STEPS / 2]);
+    }
+    printf("\n");
+}
+
 /* Returns the median of the forced steps' errors (-1 when it did not run). */
 static double run_reference(const tt_idx_set_t *tr, const tt_idx_set_t *te, int forced,
                             tt_mlp_cuda_math_t math) {
@@ -300,7 +324,7 @@ static double run_reference(const tt_idx_set_t *tr, const tt_idx_set_t *te, int 
         goto out;
     size_t n = tt_mlp_param_count(tt_trainer_model(t[0]));
     float *before = malloc(n * sizeof(float));
-    double errs[REF_STEPS], last = 0.0;
+    double errs[REF_STEPS], gerr[REF_TENSORS][REF_STEPS] = {{0}}, last = 0.0;
     int bad = 0;
     for (int s = 1; before != NULL && s <= REF_STEPS; s++) {
         if (forced)
@@ -310,11 +334,13 @@ static double run_reference(const tt_idx_set_t *tr, const tt_idx_set_t *te, int 
         last = rel_err(tt_mlp_params(tt_trainer_model(t[1])), tt_mlp_params(tt_trainer_model(t[0])),
                        n);
         errs[s - 1] = update_err(t, before, n);
+        grad_errs(t, gerr, s - 1);
         if (!forced && (s == 1 || s == 2 || s == 5 || s == 10 || s == 25 || s == 50))
             printf("  free-running: after %2d steps the parameters differ by %.3g\n", s, last);
     }
     check(before != NULL && bad == 0, "50 steps succeed");
     if (forced && before != NULL) {
+        print_grad_errs(name, gerr);
         qsort(errs, REF_STEPS, sizeof(double), cmp_double);
         median = errs[REF_STEPS / 2];
         printf("  forced, %s products: one step's error relative to its update: median %.3g, "
