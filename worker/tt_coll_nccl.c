@@ -1,146 +1,25 @@
-/* tt_coll_nccl: NCCL behind the ops table. What it adds to NCCL is what
- * NCCL lacks: deadlines (every collective is tracked by tt_nccl_watchdog,
- * whose thread probes the completion events and ncclCommGetAsyncError), a
- * non-blocking init with its own deadline, per-generation communicators
- * from a relayed unique id (tt_coll_nccl_id.c), and messages that say what
- * failed. In non-blocking mode any NCCL call may return ncclInProgress;
- * `settle` then polls the asynchronous error until the call has taken
- * effect, as the NCCL documentation requires before the next call.
- * ncclCommAbort frees the communicator from the watchdog thread while the
- * caller's thread may be about to use it, so every use of `comm` after
- * create holds a read lock (NCCL calls return at once in non-blocking mode,
- * so it is held only briefly) and the abort takes it for writing. It does
- * not own membership or retries: a failed instance is poisoned and tt_comm
- * builds the next generation's. */
+/* tt_coll_nccl: NCCL behind the ops table: the collectives an instance
+ * (tt_nccl_inst.c) runs. Device buffers are reduced in place on the
+ * communication stream, behind the compute stream's event; host buffers
+ * are staged through pinned memory. Every collective gets a sequence
+ * number and a completion event that the watchdog tracks against the
+ * deadline, so no wait here can outlast it. It does not own membership or
+ * retries: a failed instance is poisoned and tt_comm builds the next
+ * generation's. */
 #include "tt_coll_nccl.h"
 #include "tt_coll_nccl_int.h"
+#include "tt_nccl_inst.h"
 
 #include "tt_clock.h"
-#include "tt_log.h"
 #include "tt_nccl_plan.h"
-#include "tt_nccl_watchdog.h"
 #include "tt_status.h"
 
-#include <cuda_runtime.h>
-#include <nccl.h>
-#include <pthread.h>
-#include <stdarg.h>
-#include <stdatomic.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
-
-#define SUBSYS     "nccl"
-#define NSLOT      64 /* device collectives in flight, one event each */
-#define DEFAULT_MS 60000
-#define INIT_MS    60000
-#define ABORT_MS   10000 /* ncclCommAbort joins NCCL's threads: not instant */
-
-typedef struct nccl_inst {
-    int rank, world, device, deadline_ms;
-    uint64_t generation;
-    ncclComm_t comm;
-    cudaStream_t stream;
-    cudaEvent_t ev[NSLOT];
-    uint64_t next_seq; /* of the next collective; seqs start at 1 */
-    void *scratch;     /* device staging for host-buffer collectives */
-    void *hscratch;    /* its pinned host twin: async copies both ways */
-    size_t scratch_bytes;
-    double *dcount, *hcount; /* device / pinned example count */
-    tt_nccl_wd_t *wd;
-    tt_coll_nccl_report_fn report;
-    void *report_ctx;
-    int settled;         /* the non-blocking init (or shrink) completed */
-    atomic_int aborted;  /* ncclCommAbort returned: the comm is gone */
-    atomic_int stop;     /* tt_nccl_inst_stop: a settle in progress gives up */
-    atomic_int poisoned; /* negative status once failed */
-    _Atomic int64_t step;
-    pthread_mutex_t emu;
-    pthread_rwlock_t cl; /* read: using comm; write: aborting it */
-    char err[512];
-} nccl_inst_t;
 
 int tt_coll_nccl_compiled(void) {
     return 1;
-}
-
-/* ---- errors ---- */
-
-static int set_err(nccl_inst_t *ni, int rc, const char *fmt, ...) {
-    char buf[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
-    pthread_mutex_lock(&ni->emu);
-    if (ni->err[0] == '\0') /* the first failure is the cause; keep it */
-        snprintf(ni->err, sizeof(ni->err), "nccl gen=%llu rank %d/%d step %lld: %s",
-                 (unsigned long long)ni->generation, ni->rank, ni->world,
-                 (long long)atomic_load(&ni->step), buf);
-    pthread_mutex_unlock(&ni->emu);
-    if (rc < 0 && rc != TT_EINVAL) {
-        int expected = 0;
-        atomic_compare_exchange_strong(&ni->poisoned, &expected, rc);
-    }
-    return rc;
-}
-
-static int cu_rc(nccl_inst_t *ni, cudaError_t e, const char *what) {
-    if (e == cudaSuccess)
-        return TT_OK;
-    return set_err(ni, TT_ECUDA, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
-}
-
-/* Caller holds the comm lock (ncclGetLastError reads the communicator). */
-static int nc_rc(nccl_inst_t *ni, ncclResult_t r, const char *what) {
-    if (r == ncclSuccess)
-        return TT_OK;
-    const char *last = ni->comm != NULL ? ncclGetLastError(ni->comm) : NULL;
-    return set_err(ni, TT_ENCCL, "%s: %s%s%s", what, ncclGetErrorString(r),
-                   last != NULL && last[0] ? ": " : "", last != NULL ? last : "");
-}
-
-/* Takes the comm lock for reading; TT_ECLOSED (lock not held) once the
- * communicator was aborted. */
-static int comm_lock(nccl_inst_t *ni) {
-    pthread_rwlock_rdlock(&ni->cl);
-    if (!atomic_load(&ni->aborted))
-        return TT_OK;
-    pthread_rwlock_unlock(&ni->cl);
-    return set_err(ni, TT_ECLOSED, "the communicator was aborted");
-}
-
-static void comm_unlock(nccl_inst_t *ni) {
-    pthread_rwlock_unlock(&ni->cl);
-}
-
-/* Completes a non-blocking NCCL call: polls the async error while it is
- * ncclInProgress, under a deadline. Called and returns with the comm lock
- * held; drops it between polls so the watchdog can abort meanwhile. */
-static int settle_within(nccl_inst_t *ni, ncclResult_t r, const char *what, int ms) {
-    uint64_t end = tt_clock_mono_ms() + (uint64_t)ms;
-    while (r == ncclInProgress) {
-        if (tt_clock_mono_ms() >= end)
-            return set_err(ni, TT_ETIMEDOUT, "%s: still in progress after %d ms", what, ms);
-        comm_unlock(ni);
-        tt_clock_sleep_us(100);
-        pthread_rwlock_rdlock(&ni->cl);
-        if (atomic_load(&ni->aborted) || atomic_load(&ni->stop))
-            return set_err(ni, TT_ECLOSED, "%s: %s", what,
-                           atomic_load(&ni->aborted) ? "the communicator was aborted"
-                                                     : "given up: the generation ended");
-        ncclResult_t q = ncclCommGetAsyncError(ni->comm, &r);
-        if (q != ncclSuccess)
-            r = q;
-    }
-    return nc_rc(ni, r, what);
-}
-
-static int settle(nccl_inst_t *ni, ncclResult_t r, const char *what) {
-    return settle_within(ni, r, what, ni->deadline_ms);
 }
 
 static int map_dt(tt_dtype_t dt, ncclDataType_t *out, size_t *size) {
@@ -171,253 +50,11 @@ static int map_op(tt_redop_t op, ncclRedOp_t *out) {
     return TT_OK;
 }
 
-/* ---- watchdog callbacks (watchdog / monitor threads) ---- */
-
-static tt_wd_probe_t wd_probe(void *ctx, uint64_t seq) {
-    nccl_inst_t *ni = ctx;
-    /* The watchdog thread's current device is whatever it was born with. */
-    cudaError_t e = cudaSetDevice(ni->device);
-    if (e == cudaSuccess)
-        e = cudaEventQuery(ni->ev[seq % NSLOT]);
-    if (e == cudaSuccess)
-        return TT_WD_DONE;
-    if (e == cudaErrorNotReady)
-        return TT_WD_PENDING;
-    return TT_WD_FAILED;
-}
-
-static int wd_async(void *ctx, char *why, size_t len) {
-    nccl_inst_t *ni = ctx;
-    ncclResult_t st = ncclSuccess;
-    ncclResult_t q = ncclCommGetAsyncError(ni->comm, &st);
-    if (q != ncclSuccess)
-        st = q;
-    if (st == ncclSuccess || st == ncclInProgress)
-        return TT_OK;
-    const char *last = ncclGetLastError(ni->comm);
-    snprintf(why, len, "NCCL asynchronous error: %s%s%s (a peer failed or left)",
-             ncclGetErrorString(st), last != NULL && last[0] ? ": " : "", last != NULL ? last : "");
-    return TT_ENCCL;
-}
-
-static void wd_report(void *ctx, uint64_t seq, int status, const char *why) {
-    nccl_inst_t *ni = ctx;
-    (void)seq; /* `why` names it */
-    set_err(ni, status, "%s", why);
-    if (ni->report != NULL)
-        ni->report(ni->report_ctx, -1, status, why);
-}
-
-static void wd_abort(void *ctx) {
-    nccl_inst_t *ni = ctx;
-    pthread_rwlock_wrlock(&ni->cl);
-    ncclResult_t r = ncclCommAbort(ni->comm);
-    atomic_store(&ni->aborted, 1);
-    pthread_rwlock_unlock(&ni->cl);
-    if (r != ncclSuccess)
-        TT_WARN(SUBSYS, "ncclCommAbort: %s", ncclGetErrorString(r));
-}
-
-/* The one place libtether ends the process: a wedged device cannot be
- * recovered from inside it, and a hung rank would stall the whole job. */
-static void wd_abort_hung(void *ctx, const char *why) {
-    (void)ctx;
-    const char *mode = getenv("TETHER_NCCL_ABORT_HANG");
-    if (mode != NULL && strcmp(mode, "log") == 0)
-        return;
-    fprintf(stderr,
-            "tether: fatal: %s; ending the process (set TETHER_NCCL_ABORT_HANG=log to "
-            "keep it)\n",
-            why);
-    _exit(70);
-}
-
-static int abort_ms(const nccl_inst_t *ni) {
-    return ni->deadline_ms > ABORT_MS ? ni->deadline_ms : ABORT_MS;
-}
-
-static int start_watchdog(nccl_inst_t *ni) {
-    tt_nccl_wd_opts_t o = {.deadline_ms = ni->deadline_ms,
-                           .abort_deadline_ms = abort_ms(ni),
-                           .poll_ms = 5,
-                           .ctx = ni,
-                           .probe = wd_probe,
-                           .async_error = wd_async,
-                           .report = wd_report,
-                           .abort = wd_abort,
-                           .abort_hung = wd_abort_hung};
-    int rc = tt_nccl_wd_create(&ni->wd, &o);
-    if (rc == TT_OK)
-        rc = tt_nccl_wd_start(ni->wd);
-    return rc < 0 ? set_err(ni, rc, "cannot start the watchdog: %s", tt_strerror(rc)) : TT_OK;
-}
-
-/* ---- creation ---- */
-
-static int cuda_setup(nccl_inst_t *ni) {
-    int rc = cu_rc(ni, cudaGetDevice(&ni->device), "cudaGetDevice");
-    if (rc == TT_OK)
-        rc = cu_rc(ni, cudaStreamCreateWithFlags(&ni->stream, cudaStreamNonBlocking),
-                   "cudaStreamCreate(communication)");
-    for (int i = 0; rc == TT_OK && i < NSLOT; i++)
-        rc = cu_rc(ni, cudaEventCreateWithFlags(&ni->ev[i], cudaEventDisableTiming),
-                   "cudaEventCreate");
-    if (rc == TT_OK)
-        rc = cu_rc(ni, cudaMalloc((void **)&ni->dcount, sizeof(double)), "cudaMalloc(count)");
-    if (rc == TT_OK)
-        rc = cu_rc(ni, cudaMallocHost((void **)&ni->hcount, sizeof(double)),
-                   "cudaMallocHost(count)");
-    return rc;
-}
-
-/* Non-blocking init: NCCL returns at once and connects in the background
- * (its own threads); comm_settle waits for it. */
-static int comm_start(nccl_inst_t *ni, const ncclUniqueId *id) {
-    ncclConfig_t conf = NCCL_CONFIG_INITIALIZER;
-    conf.blocking = 0;
-    ncclResult_t r = ncclCommInitRankConfig(&ni->comm, ni->world, *id, ni->rank, &conf);
-    if (r != ncclSuccess && r != ncclInProgress)
-        return nc_rc(ni, r, "ncclCommInitRankConfig");
-    return TT_OK;
-}
-
-/* The deadline here is what NCCL itself would never give up on. Bootstrap
- * and topology discovery take seconds on big nodes: the init gets at least
- * INIT_MS whatever the collective deadline. */
-static int comm_settle(nccl_inst_t *ni, const char *what) {
-    int ms = ni->deadline_ms > INIT_MS ? ni->deadline_ms : INIT_MS;
-    pthread_rwlock_rdlock(&ni->cl); /* no watchdog yet; settle expects it */
-    int rc = settle_within(ni, ncclInProgress, what, ms);
-    comm_unlock(ni);
-    if (rc != TT_OK && ni->comm != NULL) {
-        (void)ncclCommAbort(ni->comm); /* never destroy a half-built comm */
-        ni->comm = NULL;
-    }
-    ni->settled = rc == TT_OK;
-    return rc;
-}
-
-/* Lets a decided abort run on the watchdog thread (where the monitor sees
- * it) before the instance goes; the state it ended in. */
-static tt_wd_state_t settle_abort(nccl_inst_t *ni) {
-    if (ni->wd == NULL)
-        return TT_WD_RUNNING;
-    /* The monitor turns ABORTING into HUNG after the abort deadline. */
-    uint64_t end = tt_clock_mono_ms() + 2u * (uint64_t)abort_ms(ni);
-    tt_wd_state_t st = tt_nccl_wd_state(ni->wd);
-    while (st == TT_WD_ABORTING && tt_clock_mono_ms() < end) {
-        tt_clock_sleep_us(1000);
-        st = tt_nccl_wd_state(ni->wd);
-    }
-    return st;
-}
-
-static void inst_free(nccl_inst_t *ni) {
-    /* Work still in flight finishes or meets its deadline (and the abort)
-     * before anything is torn down; a plain stream sync could hang. */
-    if (ni->wd != NULL && tt_nccl_wd_state(ni->wd) == TT_WD_RUNNING)
-        (void)tt_coll_nccl_wait(ni);
-    tt_wd_state_t st = settle_abort(ni);
-    tt_nccl_wd_destroy(&ni->wd);
-    if (st == TT_WD_HUNG || st == TT_WD_ABORTING)
-        return; /* the abort is still running on the watchdog thread: leak */
-    if (ni->comm != NULL && comm_lock(ni) == TT_OK) { /* the threads are gone */
-        int rc = atomic_load(&ni->poisoned) == 0 && ni->settled
-                     ? settle(ni, ncclCommFinalize(ni->comm), "ncclCommFinalize")
-                     : TT_ENCCL; /* a broken or half-built comm is aborted */
-        if (rc == TT_OK)
-            (void)ncclCommDestroy(ni->comm);
-        else if (!atomic_load(&ni->aborted))
-            (void)ncclCommAbort(ni->comm); /* finalize cannot flush a broken comm */
-        comm_unlock(ni);
-    }
-    if (ni->stream != NULL)
-        (void)cudaStreamSynchronize(ni->stream);
-    for (int i = 0; i < NSLOT; i++) {
-        if (ni->ev[i] != NULL)
-            (void)cudaEventDestroy(ni->ev[i]);
-    }
-    (void)cudaFree(ni->scratch);
-    (void)cudaFreeHost(ni->hscratch);
-    (void)cudaFree(ni->dcount);
-    (void)cudaFreeHost(ni->hcount);
-    if (ni->stream != NULL)
-        (void)cudaStreamDestroy(ni->stream);
-    pthread_rwlock_destroy(&ni->cl);
-    pthread_mutex_destroy(&ni->emu);
-    free(ni);
-}
-
 static void nccl_destroy(void **inst) {
     if (inst == NULL || *inst == NULL)
         return;
-    inst_free(*inst);
+    tt_nccl_inst_free(*inst);
     *inst = NULL;
-}
-
-static nccl_inst_t *inst_alloc(int rank, int world, uint64_t generation, int deadline_ms) {
-    nccl_inst_t *ni = calloc(1, sizeof(*ni));
-    if (ni == NULL)
-        return NULL;
-    pthread_mutex_init(&ni->emu, NULL);
-    pthread_rwlock_init(&ni->cl, NULL);
-    ni->rank = rank, ni->world = world, ni->generation = generation;
-    ni->deadline_ms = deadline_ms > 0 ? deadline_ms : DEFAULT_MS;
-    ni->next_seq = 1;
-    atomic_init(&ni->aborted, 0);
-    atomic_init(&ni->stop, 0);
-    atomic_init(&ni->poisoned, 0);
-    atomic_init(&ni->step, -1);
-    return ni;
-}
-
-int tt_nccl_have_device(char *err, size_t errlen) {
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) == cudaSuccess && ndev > 0)
-        return TT_OK;
-    (void)cudaGetLastError();
-    snprintf(err, errlen, "nccl: no CUDA device on this host");
-    return TT_ENODEV;
-}
-
-int tt_nccl_inst_begin(void **inst, const tt_coll_cfg_t *cfg, tt_nccl_bcast_fn bcast, void *ctx,
-                       char *err, size_t errlen) {
-    ncclUniqueId id;
-    int rc = tt_nccl_have_device(err, errlen);
-    if (rc == TT_OK)
-        rc = tt_nccl_id_relay(cfg, bcast, ctx, &id, err, errlen);
-    if (rc != TT_OK)
-        return rc;
-    nccl_inst_t *ni = inst_alloc(cfg->rank, cfg->world, cfg->generation, cfg->deadline_ms);
-    if (ni == NULL)
-        return TT_ENOMEM;
-    TT_CHECK_GOTO(cuda_setup(ni), rc, fail);
-    TT_CHECK_GOTO(comm_start(ni, &id), rc, fail);
-    *inst = ni;
-    return TT_OK;
-fail:
-    snprintf(err, errlen, "%s", ni->err);
-    inst_free(ni);
-    return rc;
-}
-
-int tt_nccl_inst_finish(void *inst) {
-    nccl_inst_t *ni = inst;
-    if (ni->settled)
-        return atomic_load(&ni->poisoned);
-    int rc = atomic_load(&ni->poisoned);
-    if (rc == TT_OK)
-        rc = comm_settle(ni, "ncclCommInitRankConfig");
-    if (rc == TT_OK)
-        rc = start_watchdog(ni);
-    if (rc == TT_OK)
-        TT_INFO(SUBSYS, "gen=%llu rank %d/%d: communicator ready on device %d",
-                (unsigned long long)ni->generation, ni->rank, ni->world, ni->device);
-    return rc;
-}
-
-void tt_nccl_inst_stop(void *inst) {
-    atomic_store(&((nccl_inst_t *)inst)->stop, 1);
 }
 
 static int nccl_create(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t errlen) {
@@ -460,8 +97,8 @@ static int wait_seq(nccl_inst_t *ni, uint64_t seq) {
         if (r < 0) { /* the watchdog's sentence names the cause */
             char why[512];
             tt_nccl_wd_why(ni->wd, why, sizeof(why));
-            return set_err(ni, r, "collective #%llu: %s", (unsigned long long)seq,
-                           why[0] ? why : "failed");
+            return tt_nccl_set_err(ni, r, "collective #%llu: %s", (unsigned long long)seq,
+                                   why[0] ? why : "failed");
         }
         if (r == 1)
             return TT_OK;
@@ -469,7 +106,7 @@ static int wait_seq(nccl_inst_t *ni, uint64_t seq) {
         if (e == cudaSuccess)
             return TT_OK;
         if (e != cudaErrorNotReady)
-            return cu_rc(ni, e, "cudaEventQuery");
+            return tt_nccl_cu_rc(ni, e, "cudaEventQuery");
         tt_clock_sleep_us(20);
     }
 }
@@ -488,19 +125,19 @@ static int begin(nccl_inst_t *ni, void *after, uint64_t *seq) {
     if (*seq > NSLOT && (rc = wait_seq(ni, *seq - NSLOT)) < 0)
         return rc;
     if (after != NULL)
-        rc = cu_rc(ni, cudaStreamWaitEvent(ni->stream, (cudaEvent_t)after, 0),
-                   "cudaStreamWaitEvent(compute)");
+        rc = tt_nccl_cu_rc(ni, cudaStreamWaitEvent(ni->stream, (cudaEvent_t)after, 0),
+                           "cudaStreamWaitEvent(compute)");
     return rc;
 }
 
 /* Records the completion event of `seq` and hands it to the watchdog. */
 static int end(nccl_inst_t *ni, uint64_t seq) {
-    int rc = cu_rc(ni, cudaEventRecord(ni->ev[seq % NSLOT], ni->stream), "cudaEventRecord");
+    int rc = tt_nccl_cu_rc(ni, cudaEventRecord(ni->ev[seq % NSLOT], ni->stream), "cudaEventRecord");
     if (rc == TT_OK)
         rc = tt_nccl_wd_track(ni->wd, seq, tt_clock_mono_ms());
     if (rc == TT_OK)
         ni->next_seq = seq + 1;
-    return rc < 0 ? set_err(ni, rc, "collective #%llu not tracked", (unsigned long long)seq)
+    return rc < 0 ? tt_nccl_set_err(ni, rc, "collective #%llu not tracked", (unsigned long long)seq)
                   : TT_OK;
 }
 
@@ -512,12 +149,12 @@ int tt_coll_nccl_allreduce_device(void *inst, void *dbuf, size_t count, tt_dtype
     size_t sz;
     uint64_t seq;
     if (map_dt(dt, &t, &sz) < 0 || map_op(op, &o) < 0 || (dbuf == NULL && count > 0))
-        return set_err(ni, TT_EINVAL, "allreduce: bad dtype %d / op %d", (int)dt, (int)op);
+        return tt_nccl_set_err(ni, TT_EINVAL, "allreduce: bad dtype %d / op %d", (int)dt, (int)op);
     int rc = begin(ni, after, &seq);
-    if (rc == TT_OK && (rc = comm_lock(ni)) == TT_OK) {
-        rc = settle(ni, ncclAllReduce(dbuf, dbuf, count, t, o, ni->comm, ni->stream),
-                    "ncclAllReduce");
-        comm_unlock(ni);
+    if (rc == TT_OK && (rc = tt_nccl_comm_lock(ni)) == TT_OK) {
+        rc = tt_nccl_settle(ni, ncclAllReduce(dbuf, dbuf, count, t, o, ni->comm, ni->stream),
+                            "ncclAllReduce");
+        tt_nccl_comm_unlock(ni);
     }
     return rc == TT_OK ? end(ni, seq) : rc;
 }
@@ -526,24 +163,24 @@ int tt_coll_nccl_allreduce_device(void *inst, void *dbuf, size_t count, tt_dtype
  * one launch, so the count can never pair with another step's gradients. */
 static int group_grads_count(nccl_inst_t *ni, float *dgrads, const tt_coll_span_t *rest,
                              int nrest) {
-    int rc = comm_lock(ni);
+    int rc = tt_nccl_comm_lock(ni);
     if (rc != TT_OK)
         return rc;
-    rc = nc_rc(ni, ncclGroupStart(), "ncclGroupStart");
+    rc = tt_nccl_nc_rc(ni, ncclGroupStart(), "ncclGroupStart");
     for (int i = 0; i < nrest && rc == TT_OK; i++) {
         float *d = dgrads + rest[i].off;
-        rc = nc_rc(ni,
-                   ncclAllReduce(d, d, rest[i].count, ncclFloat32, ncclSum, ni->comm, ni->stream),
-                   "ncclAllReduce(gradients)");
+        rc = tt_nccl_nc_rc(
+            ni, ncclAllReduce(d, d, rest[i].count, ncclFloat32, ncclSum, ni->comm, ni->stream),
+            "ncclAllReduce(gradients)");
     }
     if (rc == TT_OK)
-        rc = nc_rc(
+        rc = tt_nccl_nc_rc(
             ni,
             ncclAllReduce(ni->dcount, ni->dcount, 1, ncclFloat64, ncclSum, ni->comm, ni->stream),
             "ncclAllReduce(count)");
     ncclResult_t r = ncclGroupEnd(); /* always close the group */
-    rc = rc == TT_OK ? settle(ni, r, "ncclGroupEnd") : rc;
-    comm_unlock(ni);
+    rc = rc == TT_OK ? tt_nccl_settle(ni, r, "ncclGroupEnd") : rc;
+    tt_nccl_comm_unlock(ni);
     return rc;
 }
 
@@ -556,10 +193,11 @@ static int step_rest(nccl_inst_t *ni, size_t count, const tt_coll_span_t *early,
         tt_nccl_rest_plan(early, nearly, count, rest, nrest) == TT_OK)
         return TT_OK;
     (void)tt_coll_nccl_wait(ni);
-    return set_err(ni, TT_EINVAL,
-                   "the step's %d part(s) reduced early overlap or lie outside its buffer of "
-                   "%zu floats",
-                   nearly, count);
+    return tt_nccl_set_err(
+        ni, TT_EINVAL,
+        "the step's %d part(s) reduced early overlap or lie outside its buffer of "
+        "%zu floats",
+        nearly, count);
 }
 
 int tt_coll_nccl_reduce_step_device(void *inst, float *dgrads, size_t count,
@@ -575,17 +213,17 @@ int tt_coll_nccl_reduce_step_device(void *inst, float *dgrads, size_t count,
     if (rc < 0)
         return rc;
     *ni->hcount = local_count;
-    rc = cu_rc(
+    rc = tt_nccl_cu_rc(
         ni,
         cudaMemcpyAsync(ni->dcount, ni->hcount, sizeof(double), cudaMemcpyHostToDevice, ni->stream),
         "copy count");
     if (rc == TT_OK)
         rc = group_grads_count(ni, dgrads, rest, nrest);
     if (rc == TT_OK)
-        rc = cu_rc(ni,
-                   cudaMemcpyAsync(ni->hcount, ni->dcount, sizeof(double), cudaMemcpyDeviceToHost,
-                                   ni->stream),
-                   "copy count back");
+        rc = tt_nccl_cu_rc(ni,
+                           cudaMemcpyAsync(ni->hcount, ni->dcount, sizeof(double),
+                                           cudaMemcpyDeviceToHost, ni->stream),
+                           "copy count back");
     if (rc == TT_OK)
         rc = end(ni, seq);
     if (rc == TT_OK)
@@ -610,9 +248,9 @@ static int ensure_scratch(nccl_inst_t *ni, size_t bytes) {
     (void)cudaFreeHost(ni->hscratch);
     ni->scratch = ni->hscratch = NULL;
     ni->scratch_bytes = 0;
-    rc = cu_rc(ni, cudaMalloc(&ni->scratch, bytes), "cudaMalloc(staging)");
+    rc = tt_nccl_cu_rc(ni, cudaMalloc(&ni->scratch, bytes), "cudaMalloc(staging)");
     if (rc == TT_OK)
-        rc = cu_rc(ni, cudaMallocHost(&ni->hscratch, bytes), "cudaMallocHost(staging)");
+        rc = tt_nccl_cu_rc(ni, cudaMallocHost(&ni->hscratch, bytes), "cudaMallocHost(staging)");
     if (rc == TT_OK)
         ni->scratch_bytes = bytes;
     return rc;
@@ -626,17 +264,17 @@ typedef struct {
 
 /* The NCCL call of a host collective, on the scratch buffer. */
 static int host_nccl(nccl_inst_t *ni, size_t count, const host_op_t *h) {
-    int rc = comm_lock(ni);
+    int rc = tt_nccl_comm_lock(ni);
     if (rc != TT_OK)
         return rc;
     void *b = ni->scratch;
     if (h->bcast)
-        rc = settle(ni, ncclBroadcast(b, b, count, h->t, h->root, ni->comm, ni->stream),
-                    "ncclBroadcast");
+        rc = tt_nccl_settle(ni, ncclBroadcast(b, b, count, h->t, h->root, ni->comm, ni->stream),
+                            "ncclBroadcast");
     else
-        rc = settle(ni, ncclAllReduce(b, b, count, h->t, h->o, ni->comm, ni->stream),
-                    "ncclAllReduce");
-    comm_unlock(ni);
+        rc = tt_nccl_settle(ni, ncclAllReduce(b, b, count, h->t, h->o, ni->comm, ni->stream),
+                            "ncclAllReduce");
+    tt_nccl_comm_unlock(ni);
     return rc;
 }
 
@@ -649,7 +287,7 @@ static int host_coll(nccl_inst_t *ni, void *buf, size_t bytes, size_t count, con
         rc = ensure_scratch(ni, bytes > 0 ? bytes : 8);
     if (rc == TT_OK && bytes > 0) {
         memcpy(ni->hscratch, buf, bytes); /* the previous collective has completed */
-        rc = cu_rc(
+        rc = tt_nccl_cu_rc(
             ni,
             cudaMemcpyAsync(ni->scratch, ni->hscratch, bytes, cudaMemcpyHostToDevice, ni->stream),
             "stage to device");
@@ -657,7 +295,7 @@ static int host_coll(nccl_inst_t *ni, void *buf, size_t bytes, size_t count, con
     if (rc == TT_OK)
         rc = host_nccl(ni, count, h);
     if (rc == TT_OK && bytes > 0)
-        rc = cu_rc(
+        rc = tt_nccl_cu_rc(
             ni,
             cudaMemcpyAsync(ni->hscratch, ni->scratch, bytes, cudaMemcpyDeviceToHost, ni->stream),
             "stage to host");
@@ -675,7 +313,7 @@ static int nccl_allreduce(void *inst, void *buf, size_t count, tt_dtype_t dt, tt
     host_op_t h = {0};
     size_t sz;
     if (map_dt(dt, &h.t, &sz) < 0 || map_op(op, &h.o) < 0)
-        return set_err(ni, TT_EINVAL, "allreduce: bad dtype %d / op %d", (int)dt, (int)op);
+        return tt_nccl_set_err(ni, TT_EINVAL, "allreduce: bad dtype %d / op %d", (int)dt, (int)op);
     return host_coll(ni, buf, count * sz, count, &h);
 }
 
@@ -684,7 +322,7 @@ static int nccl_broadcast(void *inst, void *buf, size_t count, tt_dtype_t dt, in
     host_op_t h = {.bcast = 1, .root = root};
     size_t sz;
     if (map_dt(dt, &h.t, &sz) < 0 || root < 0 || root >= ni->world)
-        return set_err(ni, TT_EINVAL, "broadcast: bad dtype %d / root %d", (int)dt, root);
+        return tt_nccl_set_err(ni, TT_EINVAL, "broadcast: bad dtype %d / root %d", (int)dt, root);
     return host_coll(ni, buf, count * sz, count, &h);
 }
 
@@ -724,54 +362,6 @@ static char *nccl_dump(void *inst) {
 
 static void nccl_set_step(void *inst, int64_t step) {
     atomic_store(&((nccl_inst_t *)inst)->step, step);
-}
-
-/* ---- shrink ---- */
-
-/* ncclCommShrink of `old` (read-locked so the old watchdog cannot abort it
- * underneath) into ni->comm, non-blocking, with the parent's operations
- * terminated first (NCCL_SHRINK_ABORT: the old generation is over). */
-static int shrink_comm(nccl_inst_t *old, nccl_inst_t *ni, int *sorted, int n) {
-    int rc = comm_lock(old);
-    if (rc != TT_OK)
-        return set_err(ni, TT_ECLOSED, "ncclCommShrink: the old communicator was aborted");
-    ncclConfig_t conf = NCCL_CONFIG_INITIALIZER;
-    conf.blocking = 0;
-    ncclResult_t r = ncclCommShrink(old->comm, sorted, n, &ni->comm, &conf, NCCL_SHRINK_ABORT);
-    comm_unlock(old);
-    if (r != ncclSuccess && r != ncclInProgress)
-        return set_err(ni, TT_ENCCL, "ncclCommShrink: %s", ncclGetErrorString(r));
-    return comm_settle(ni, "ncclCommShrink");
-}
-
-int tt_coll_nccl_shrink(void *inst, const int *exclude, int n, uint64_t generation, void **out,
-                        char *err, size_t errlen) {
-    nccl_inst_t *old = inst;
-    int sorted[256], new_rank, new_world;
-    if (n > (int)(sizeof(sorted) / sizeof(sorted[0])))
-        return TT_EINVAL;
-    int rc = tt_nccl_shrink_plan(old->rank, old->world, exclude, n, sorted, &new_rank, &new_world);
-    if (rc != TT_OK) {
-        snprintf(err, errlen, "nccl: cannot shrink generation %llu by %d rank(s): %s",
-                 (unsigned long long)old->generation, n,
-                 rc == TT_EMEMBERSHIP ? "this rank is excluded" : "bad exclude list");
-        return rc;
-    }
-    nccl_inst_t *ni = inst_alloc(new_rank, new_world, generation, old->deadline_ms);
-    if (ni == NULL)
-        return TT_ENOMEM;
-    TT_CHECK_GOTO(cuda_setup(ni), rc, fail);
-    TT_CHECK_GOTO(shrink_comm(old, ni, sorted, n), rc, fail);
-    TT_CHECK_GOTO(start_watchdog(ni), rc, fail);
-    TT_INFO(SUBSYS, "gen=%llu rank %d/%d: communicator shrunk from gen %llu (%d rank(s) excluded)",
-            (unsigned long long)generation, new_rank, new_world,
-            (unsigned long long)old->generation, n);
-    *out = ni;
-    return TT_OK;
-fail:
-    snprintf(err, errlen, "%s", ni->err);
-    inst_free(ni);
-    return rc;
 }
 
 static int nccl_step_device(void *inst, float *dgrads, size_t count, const tt_coll_span_t *early,

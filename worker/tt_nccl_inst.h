@@ -1,0 +1,67 @@
+/* tt_nccl_inst: one NCCL instance of the nccl rows, shared by the two
+ * files that make it up, not part of any interface: tt_nccl_inst.c owns
+ * its life (errors, the comm lock, settling non-blocking calls, the
+ * watchdog's callbacks, creation, shrink, teardown), tt_coll_nccl.c the
+ * collectives it runs and the ops table. Compiled only where NCCL is. */
+#ifndef TT_NCCL_INST_H
+#define TT_NCCL_INST_H
+
+#include "tt_coll_nccl.h"
+#include "tt_nccl_watchdog.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define NSLOT 64 /* device collectives in flight, one event each */
+
+typedef struct nccl_inst {
+    int rank, world, device, deadline_ms;
+    uint64_t generation;
+    ncclComm_t comm;
+    cudaStream_t stream;
+    cudaEvent_t ev[NSLOT];
+    uint64_t next_seq; /* of the next collective; seqs start at 1 */
+    void *scratch;     /* device staging for host-buffer collectives */
+    void *hscratch;    /* its pinned host twin: async copies both ways */
+    size_t scratch_bytes;
+    double *dcount, *hcount; /* device / pinned example count */
+    tt_nccl_wd_t *wd;
+    tt_coll_nccl_report_fn report;
+    void *report_ctx;
+    int settled;         /* the non-blocking init (or shrink) completed */
+    atomic_int aborted;  /* ncclCommAbort returned: the comm is gone */
+    atomic_int stop;     /* tt_nccl_inst_stop: a settle in progress gives up */
+    atomic_int poisoned; /* negative status once failed */
+    _Atomic int64_t step;
+    pthread_mutex_t emu;
+    pthread_rwlock_t cl; /* read: using comm; write: aborting it */
+    char err[512];
+} nccl_inst_t;
+
+/* Keeps the first failure's sentence (prefixed with generation, rank and
+ * step) and poisons the instance with rc (not for TT_EINVAL: a bad
+ * argument leaves it usable). Returns rc. Any thread. */
+int tt_nccl_set_err(nccl_inst_t *ni, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int tt_nccl_cu_rc(nccl_inst_t *ni, cudaError_t e, const char *what);
+/* Caller holds the comm lock (ncclGetLastError reads the communicator). */
+int tt_nccl_nc_rc(nccl_inst_t *ni, ncclResult_t r, const char *what);
+
+/* Read lock on the communicator; TT_ECLOSED (lock not held) once it was
+ * aborted. */
+int tt_nccl_comm_lock(nccl_inst_t *ni);
+void tt_nccl_comm_unlock(nccl_inst_t *ni);
+
+/* Completes a non-blocking NCCL call under the collective deadline. Called
+ * and returns with the comm lock held. */
+int tt_nccl_settle(nccl_inst_t *ni, ncclResult_t r, const char *what);
+
+/* Waits for work in flight (or the abort), finalizes or aborts the
+ * communicator and frees everything. */
+void tt_nccl_inst_free(nccl_inst_t *ni);
+
+#endif
