@@ -189,8 +189,7 @@ static int group_grads_count(nccl_inst_t *ni, float *dgrads, const tt_coll_span_
  * step's redo fills: they are waited for first. */
 static int step_rest(nccl_inst_t *ni, size_t count, const tt_coll_span_t *early, int nearly,
                      tt_coll_span_t *rest, int *nrest) {
-    if (nearly <= TT_COLL_EARLY_MAX &&
-        tt_nccl_rest_plan(early, nearly, count, rest, nrest) == TT_OK)
+    if (tt_nccl_rest_plan(early, nearly, count, rest, nrest) == TT_OK)
         return TT_OK;
     (void)tt_coll_nccl_wait(ni);
     return tt_nccl_set_err(

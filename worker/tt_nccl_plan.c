@@ -72,11 +72,9 @@ static void order_parts(const tt_coll_span_t *parts, int n, int *idx) {
 
 int tt_nccl_rest_plan(const tt_coll_span_t *parts, int n, size_t total, tt_coll_span_t *rest,
                       int *nrest) {
-    if (n < 0 || (n > 0 && parts == NULL) || rest == NULL || nrest == NULL)
+    int idx[TT_COLL_EARLY_MAX];
+    if (n < 0 || n > TT_COLL_EARLY_MAX || (n > 0 && parts == NULL) || rest == NULL || nrest == NULL)
         return TT_EINVAL;
-    int *idx = malloc((size_t)(n > 0 ? n : 1) * sizeof(int));
-    if (idx == NULL)
-        return TT_ENOMEM;
     order_parts(parts, n, idx);
     size_t at = 0;
     int k = 0, rc = TT_OK;
@@ -94,7 +92,6 @@ int tt_nccl_rest_plan(const tt_coll_span_t *parts, int n, size_t total, tt_coll_
     }
     if (rc == TT_OK && at < total)
         rest[k++] = (tt_coll_span_t){at, total - at};
-    free(idx);
     *nrest = rc == TT_OK ? k : 0;
     return rc;
 }

@@ -38,8 +38,9 @@ int tt_nccl_shrink_applies(const char *const *prev, int prev_world, const char *
 /* The step's buffer has `total` elements, of which parts[0..n) (any order,
  * any count of zero is ignored) were reduced early: writes the slices not
  * covered, in buffer order, into rest[0..*nrest) (room for n + 1). 0, or
- * TT_EINVAL when a part leaves the buffer or two parts overlap: the same
- * elements would be summed twice. Sorts nothing of the caller's. */
+ * TT_EINVAL when a part leaves the buffer or two parts overlap (the same
+ * elements would be summed twice) or n is over TT_COLL_EARLY_MAX. Sorts
+ * nothing of the caller's; allocates nothing (it runs every step). */
 int tt_nccl_rest_plan(const tt_coll_span_t *parts, int n, size_t total, tt_coll_span_t *rest,
                       int *nrest);
 

@@ -83,6 +83,7 @@ static void nccl_plan_rest_refuses_overlap_and_overrun(void) {
     tt_coll_span_t wrap[1] = {{10, SIZE_MAX}};
     CU_ASSERT_EQUAL(tt_nccl_rest_plan(wrap, 1, 100, rest, &n), TT_EINVAL);
     CU_ASSERT_EQUAL(tt_nccl_rest_plan(past, -1, 100, rest, &n), TT_EINVAL);
+    CU_ASSERT_EQUAL(tt_nccl_rest_plan(past, TT_COLL_EARLY_MAX + 1, 100, rest, &n), TT_EINVAL);
 }
 
 static const tt_cunit_test_t tests[] = {
