@@ -124,19 +124,14 @@ class Proc:
                                   stdin=subprocess.DEVNULL, start_new_session=True)
         self.pid = self.p.pid
 
-    def lines(self, stream="out"):
-        """The lines written so far to stdout ("out") or stderr ("log")."""
-        path = self.out_path if stream == "out" else self.log_path
-        with open(path, "r", errors="replace") as f:
-            return f.read().splitlines()
-
-    def complete_lines(self, stream="out"):
-        """Like lines(), without a last line still being written: a line
-        read half-way must be looked at again once it is whole."""
+    def lines(self, stream="out", complete=False):
+        """The lines written so far to stdout ("out") or stderr ("log");
+        with complete=True, without a last line still being written (a
+        line read half-way must be looked at again once it is whole)."""
         path = self.out_path if stream == "out" else self.log_path
         with open(path, "r", errors="replace") as f:
             text = f.read()
-        return text[:text.rfind("\n") + 1].splitlines()
+        return (text[:text.rfind("\n") + 1] if complete else text).splitlines()
 
     def wait_line(self, pred, timeout, what="", stream="out"):
         """Waits for a line (stdout, or stderr with stream="log") for which
@@ -144,7 +139,7 @@ class Proc:
         deadline = time.monotonic() + timeout
         seen = 0
         while time.monotonic() < deadline:
-            ls = self.complete_lines(stream)
+            ls = self.lines(stream, complete=True)
             for line in ls[seen:]:
                 if pred(line):
                     return line
