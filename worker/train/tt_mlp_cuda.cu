@@ -315,11 +315,6 @@ static int setup(tt_mlp_cuda_t *m) {
     return cu(m, cudaStreamSynchronize(m->stream), "cudaStreamSynchronize(setup)");
 }
 
-extern "C" const char *tt_mlp_cuda_math_name(tt_mlp_cuda_math_t math) {
-    static const char *const names[] = {"fp32", "tf32", "strict"};
-    return (unsigned)math < sizeof(names) / sizeof(names[0]) ? names[math] : "?";
-}
-
 extern "C" int tt_mlp_cuda_set_math(tt_mlp_cuda_t *m, tt_mlp_cuda_math_t math) {
     static const cublasMath_t modes[] = {CUBLAS_DEFAULT_MATH, CUBLAS_TF32_TENSOR_OP_MATH,
                                          CUBLAS_PEDANTIC_MATH};

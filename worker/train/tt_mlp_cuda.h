@@ -119,8 +119,12 @@ typedef enum { TT_MLP_CUDA_FP32 = 0, TT_MLP_CUDA_TF32, TT_MLP_CUDA_STRICT } tt_m
 /* Products enqueued from now on use `math`. 0, TT_EINVAL (unknown mode),
  * TT_ECUDA (cuBLAS refused it) or TT_ENODEV (no CUDA build). */
 int tt_mlp_cuda_set_math(tt_mlp_cuda_t *m, tt_mlp_cuda_math_t math);
-/* "fp32", "tf32", "strict"; "?" for anything else. */
-const char *tt_mlp_cuda_math_name(tt_mlp_cuda_math_t math);
+/* "fp32", "tf32", "strict"; "?" for anything else. The same in every
+ * build, so it lives here rather than in the model and its stub. */
+static inline const char *tt_mlp_cuda_math_name(tt_mlp_cuda_math_t math) {
+    static const char *const names[] = {"fp32", "tf32", "strict"};
+    return (unsigned)math < sizeof(names) / sizeof(names[0]) ? names[math] : "?";
+}
 
 /* Waits for everything enqueued on the compute stream. 0 or TT_ECUDA. */
 int tt_mlp_cuda_sync(tt_mlp_cuda_t *m);

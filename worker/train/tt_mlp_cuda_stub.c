@@ -123,10 +123,6 @@ int tt_mlp_cuda_set_math(tt_mlp_cuda_t *m, tt_mlp_cuda_math_t math) {
     (void)m, (void)math;
     return TT_ENODEV;
 }
-const char *tt_mlp_cuda_math_name(tt_mlp_cuda_math_t math) {
-    static const char *const names[] = {"fp32", "tf32", "strict"};
-    return (unsigned)math < sizeof(names) / sizeof(names[0]) ? names[math] : "?";
-}
 int tt_mlp_cuda_sync(tt_mlp_cuda_t *m) {
     (void)m;
     return TT_ENODEV;
