@@ -258,6 +258,22 @@ static int check_ckpt_body(const tt_env_t *e, const tt_wire_limits_t *lim, char 
     return tt_wire_check_str("checkpoint root", root, TT_WIRE_MAX_TEXT, err, errlen);
 }
 
+/* A collective bootstrap id: opaque bytes of a bounded size, no frames. */
+static int check_comm_id_body(const tt_env_t *e, char *err, size_t errlen) {
+    int rc = tt_wire_check_no_frames(e, tt_wire_body_name(e->body_case), err, errlen);
+    const ProtobufCBinaryData *id = NULL;
+    if (e->body_case == TETHER__ENVELOPE__BODY_COMM_ID_OFFER)
+        id = &e->comm_id_offer->id;
+    else if (e->body_case == TETHER__ENVELOPE__BODY_COMM_ID_REPLY)
+        id = &e->comm_id_reply->id;
+    if (rc == TT_OK && id != NULL && id->len > TT_WIRE_MAX_COMM_ID) {
+        WIRE_SET_ERR(err, errlen, "%s: an id of %zu bytes (at most %u)",
+                     tt_wire_body_name(e->body_case), id->len, TT_WIRE_MAX_COMM_ID);
+        rc = TT_ESIZE;
+    }
+    return rc;
+}
+
 /* protobuf-c sets the oneof case only with the submessage, but a decoder
  * that trusts that is one refactor away from a NULL dereference. */
 static int body_present(const tt_env_t *e) {
@@ -288,6 +304,10 @@ static int check_body(const tt_env_t *e, const tt_wire_limits_t *lim, char *err,
     case TETHER__ENVELOPE__BODY_DRAIN:
         return tt_wire_check_str("drained worker id", e->drain->worker_id, TT_WIRE_MAX_ID, err,
                                  errlen);
+    case TETHER__ENVELOPE__BODY_COMM_ID_OFFER:
+    case TETHER__ENVELOPE__BODY_COMM_ID_REQUEST:
+    case TETHER__ENVELOPE__BODY_COMM_ID_REPLY:
+        return check_comm_id_body(e, err, errlen);
     case TETHER__ENVELOPE__BODY_ERROR:
         return tt_wire_check_str("error message", e->error->message, TT_WIRE_MAX_TEXT, err, errlen);
     case TETHER__ENVELOPE__BODY_STATUS_REPLY:

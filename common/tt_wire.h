@@ -18,9 +18,10 @@
 
 #include "tether.pb-c.h"
 
-#define TT_WIRE_VERSION  1u
-#define TT_WIRE_MAX_ID   127u  /* job ids, worker ids, sender ids */
-#define TT_WIRE_MAX_TEXT 1024u /* reasons, error messages, endpoints */
+#define TT_WIRE_VERSION     1u
+#define TT_WIRE_MAX_ID      127u  /* job ids, worker ids, sender ids */
+#define TT_WIRE_MAX_TEXT    1024u /* reasons, error messages, endpoints */
+#define TT_WIRE_MAX_COMM_ID 512u  /* CommIdOffer / CommIdReply id bytes */
 
 typedef Tether__Envelope tt_env_t;
 

@@ -34,7 +34,9 @@ typedef struct ring_inst {
     char err[256];
 } ring_inst_t;
 
-void tt_coll_ring_opts(const tt_coll_cfg_t *cfg, tt_ring_opts_t *o) {
+/* The options of a ring for cfg's generation: its members, deadline,
+ * segment and recorder sizes, the job's message tag and tcp_only. */
+static void ring_opts(const tt_coll_cfg_t *cfg, tt_ring_opts_t *o) {
     *o = (tt_ring_opts_t){.rank = cfg->rank,
                           .world = cfg->world,
                           .generation = cfg->generation,
@@ -62,7 +64,7 @@ static int ring_open(void **inst, const tt_coll_cfg_t *cfg, void (*idle)(void *)
         return TT_ENOMEM;
     atomic_init(&ri->aborted, 0);
     tt_ring_opts_t o;
-    tt_coll_ring_opts(cfg, &o);
+    ring_opts(cfg, &o);
     o.idle = idle;
     o.idle_ctx = idle_ctx;
     int rc = tt_ring_create(&ri->ring, &o, err, errlen);

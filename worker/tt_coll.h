@@ -174,12 +174,6 @@ void tt_coll_candidates(tt_coll_kind_t want, int world, int ring_endpoints_ok,
  * entries of rank and rank+1 (mod world) are non-empty. Pure. */
 int tt_coll_ring_endpoints_ok(const char *const *endpoints, int rank, int world);
 
-/* The options of a ring for cfg's generation: its members, deadline,
- * segment and recorder sizes, the job's message tag and tcp_only. Callers
- * add an idle hook or override a field. */
-struct tt_ring_opts;
-void tt_coll_ring_opts(const tt_coll_cfg_t *cfg, struct tt_ring_opts *o);
-
 /* Tries the candidates for `want` in order and returns the first instance
  * that could be created: *ops and *inst are set (caller destroys with
  * (*ops)->destroy). When every candidate fails, returns the error of the

@@ -58,7 +58,7 @@ static void nccl_destroy(void **inst) {
 }
 
 static int nccl_create(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t errlen) {
-    int rc = tt_nccl_inst_begin(inst, cfg, tt_nccl_ring_bcast, (void *)cfg, err, errlen);
+    int rc = tt_nccl_inst_begin(inst, cfg, err, errlen);
     if (rc == TT_OK && (rc = tt_nccl_inst_finish(*inst)) != TT_OK) {
         snprintf(err, errlen, "%s", ((nccl_inst_t *)*inst)->err);
         nccl_destroy(inst);

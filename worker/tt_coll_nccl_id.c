@@ -1,25 +1,20 @@
 /* tt_coll_nccl_id: how a generation's NCCL unique id reaches its members.
- * Rank 0 draws it; a broadcast the caller chooses carries it with the
- * generation number, so a receiver can refuse an id of another generation
- * and no protocol message is needed. The plain nccl row broadcasts over a
- * short-lived ring of the members; the nccl+ps row over the ps backend's
- * ring, which it keeps anyway. Compiled only where NCCL is. */
+ * Rank 0 draws it and offers it to the coordinator with the generation
+ * number; the other members ask the coordinator for that generation's id
+ * (tt_commid). The id thus travels with the generation, needs no
+ * connection between workers, and a member stops waiting as soon as the
+ * generation is over (rank 0 died) instead of at a deadline. Compiled only
+ * where NCCL is. */
 #include "tt_coll_nccl_int.h"
 
-#include "tt_ring.h"
+#include "tt_commid.h"
 #include "tt_status.h"
 
 #include <nccl.h>
 #include <stdio.h>
 #include <string.h>
 
-/* Rank 0 draws the id; a broadcast over this generation's members carries
- * it, with the generation, to the others (tt_coll_nccl_int.h). */
-#define ID_WORDS (sizeof(ncclUniqueId) / sizeof(int64_t))
-
-int tt_nccl_id_relay(const tt_coll_cfg_t *cfg, tt_nccl_bcast_fn bcast, void *ctx, void *out,
-                     char *err, size_t errlen) {
-    int64_t msg[ID_WORDS + 1];
+int tt_nccl_id_relay(const tt_coll_cfg_t *cfg, void *out, char *err, size_t errlen) {
     ncclUniqueId id;
     memset(&id, 0, sizeof(id));
     if (cfg->rank == 0) {
@@ -29,37 +24,29 @@ int tt_nccl_id_relay(const tt_coll_cfg_t *cfg, tt_nccl_bcast_fn bcast, void *ctx
             return TT_ENCCL;
         }
     }
-    memcpy(msg, &id, sizeof(id));
-    msg[ID_WORDS] = (int64_t)cfg->generation;
-    int rc = cfg->world == 1 ? TT_OK : bcast(ctx, msg, ID_WORDS + 1, err, errlen);
-    if (rc == TT_OK && msg[ID_WORDS] != (int64_t)cfg->generation) {
-        snprintf(err, errlen, "nccl: unique id of generation %lld, expected %llu",
-                 (long long)msg[ID_WORDS], (unsigned long long)cfg->generation);
-        rc = TT_ESTALE;
+    int rc = TT_OK;
+    if (cfg->world > 1) {
+        if (cfg->coordinator == NULL || cfg->job_id == NULL || cfg->worker_id == NULL) {
+            snprintf(err, errlen,
+                     "nccl: the unique id travels through the coordinator: none given");
+            return TT_EINVAL;
+        }
+        /* Rank 0 may still be building its shard connections (nccl+ps):
+         * wait as long as the init itself may take. */
+        tt_commid_opts_t o = {.coordinator = cfg->coordinator,
+                              .job_id = cfg->job_id,
+                              .worker_id = cfg->worker_id,
+                              .generation = cfg->generation,
+                              .timeout_ms = cfg->deadline_ms > TT_NCCL_INIT_MS ? cfg->deadline_ms
+                                                                               : TT_NCCL_INIT_MS};
+        char why[384] = "";
+        rc = cfg->rank == 0 ? tt_commid_offer(&o, &id, sizeof(id), why, sizeof(why))
+                            : tt_commid_fetch(&o, &id, sizeof(id), why, sizeof(why));
+        if (rc != TT_OK)
+            snprintf(err, errlen, "nccl: the unique id of generation %llu: %s",
+                     (unsigned long long)cfg->generation, why);
     }
     if (rc == TT_OK)
-        memcpy(out, msg, sizeof(id));
-    return rc;
-}
-
-/* The plain row's transport: a ring of the generation's members, closed
- * again at once. */
-int tt_nccl_ring_bcast(void *ctx, int64_t *msg, size_t n, char *err, size_t errlen) {
-    const tt_coll_cfg_t *cfg = ctx;
-    if (!tt_coll_ring_endpoints_ok(cfg->endpoints, cfg->rank, cfg->world)) {
-        snprintf(err, errlen,
-                 "nccl: the unique id travels over the ring, but rank %d or its "
-                 "right neighbour advertised no endpoint (set TETHER_ENDPOINT)",
-                 cfg->rank);
-        return TT_ENODEV;
-    }
-    tt_ring_opts_t o;
-    tt_coll_ring_opts(cfg, &o);
-    o.tcp_only = 1; /* 136 bytes, once */
-    tt_ring_t *ring = NULL;
-    int rc = tt_ring_create(&ring, &o, err, errlen);
-    if (rc == TT_OK && (rc = tt_ring_broadcast(ring, msg, n, TT_DT_INT64, 0)) != TT_OK)
-        snprintf(err, errlen, "nccl: relaying the unique id: %s", tt_ring_last_error(ring));
-    tt_ring_destroy(&ring);
+        memcpy(out, &id, sizeof(id));
     return rc;
 }

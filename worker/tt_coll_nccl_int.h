@@ -1,8 +1,8 @@
 /* tt_coll_nccl_int: what the NCCL backend's rows share inside libtether,
  * not part of tt_coll_nccl's interface. An instance is made in two halves
  * so a generation can start building its communicator and use it only
- * later: `begin` relays the unique id (rank 0 draws it) over a broadcast
- * the caller supplies and starts the non-blocking init; `finish` waits for
+ * later: `begin` relays the unique id (rank 0 draws it) through the
+ * coordinator and starts the non-blocking init; `finish` waits for
  * the init under its deadline and starts the watchdog. The plain "nccl" row
  * does both in create; the "nccl+ps" row (tt_coll_nccl_ps.c) runs the
  * first steps on the shard servers in between. Compiled only where NCCL
@@ -19,28 +19,24 @@
  * CUDA device on this host" in err. */
 int tt_nccl_have_device(char *err, size_t errlen);
 
-/* Broadcasts n int64 from rank 0 of the generation to every member, in
- * place. 0 or a status with a sentence in err. */
-typedef int (*tt_nccl_bcast_fn)(void *ctx, int64_t *msg, size_t n, char *err, size_t errlen);
+/* How long a communicator may take to form (the id's relay included)
+ * when the collective deadline is shorter: bootstrap and topology
+ * discovery are slow on big nodes. */
+#define TT_NCCL_INIT_MS 60000
 
-/* Rank 0 draws an id; `bcast` carries it with cfg->generation; a receiver
- * refuses an id of another generation (TT_ESTALE). `out` gets the
- * ncclUniqueId. World 1 broadcasts nothing. */
-int tt_nccl_id_relay(const tt_coll_cfg_t *cfg, tt_nccl_bcast_fn bcast, void *ctx, void *out,
-                     char *err, size_t errlen); /* tt_coll_nccl_id.c */
-
-/* The plain row's broadcast (ctx: the tt_coll_cfg_t): a TCP ring of the
- * generation's members, closed again at once. TT_ENODEV without ring
- * endpoints. */
-int tt_nccl_ring_bcast(void *ctx, int64_t *msg, size_t n, char *err, size_t errlen);
+/* Rank 0 draws an id and offers it to the coordinator for cfg->generation;
+ * the other members fetch it from there (tt_commid). `out` gets the
+ * ncclUniqueId. World 1 relays nothing. TT_ESTALE once the generation is
+ * over. */
+int tt_nccl_id_relay(const tt_coll_cfg_t *cfg, void *out, char *err,
+                     size_t errlen); /* tt_coll_nccl_id.c */
 
 /* The first half: a CUDA device, the relayed id, the stream, and the
  * non-blocking ncclCommInitRankConfig started. The instance may be
  * destroyed (nccl row's destroy: a half-built communicator is aborted)
  * without `finish`. 0 with *inst set, TT_ENODEV, TT_ENCCL, TT_ECUDA,
  * TT_ESTALE, TT_ENOMEM. */
-int tt_nccl_inst_begin(void **inst, const tt_coll_cfg_t *cfg, tt_nccl_bcast_fn bcast, void *ctx,
-                       char *err, size_t errlen);
+int tt_nccl_inst_begin(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t errlen);
 
 /* The second half: waits for the init (at least 60 s, or the collective
  * deadline) and starts the watchdog. Idempotent: later calls return the

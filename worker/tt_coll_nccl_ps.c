@@ -3,8 +3,8 @@
  * which a generation's own backend takes over (Generation.ps_until_step);
  * an NCCL communicator takes seconds to build, so until then the step's
  * gradients are summed on the shard servers and the communicator is built
- * in the background: create relays its unique id over the ps backend's
- * ring and starts the non-blocking init, and the first step at or after
+ * in the background: create relays its unique id through the coordinator
+ * and starts the non-blocking init, and the first step at or after
  * the announced one waits for it (every member does: the init is
  * collective) and then uses it, as every rank does for the same step.
  * Device steps before the switch are staged through pinned host memory on
@@ -50,17 +50,6 @@ static int fb_set_err(fb_inst_t *fi, int rc, const char *fmt, const char *detail
     return rc;
 }
 
-/* The unique id rides the ps backend's ring (this row needs one: it also
- * carries the plain collectives before the switch). */
-static int ps_ring_bcast(void *ctx, int64_t *msg, size_t n, char *err, size_t errlen) {
-    fb_inst_t *fi = ctx;
-    int rc = fi->pso->broadcast(fi->ps, msg, n, TT_DT_INT64, 0);
-    if (rc != TT_OK)
-        snprintf(err, errlen, "nccl+ps: relaying the unique id over the ps backend's ring: %s",
-                 fi->pso->last_error(fi->ps));
-    return rc;
-}
-
 static void fb_destroy(void **inst) {
     if (inst == NULL || *inst == NULL)
         return;
@@ -91,7 +80,7 @@ static int fb_create(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t er
     if (rc == TT_OK)
         rc = fi->pso->create(&fi->ps, cfg, err, errlen);
     if (rc == TT_OK)
-        rc = tt_nccl_inst_begin(&fi->nccl, cfg, ps_ring_bcast, fi, err, errlen);
+        rc = tt_nccl_inst_begin(&fi->nccl, cfg, err, errlen);
     if (rc != TT_OK) {
         void *p = fi;
         fb_destroy(&p);

@@ -28,7 +28,6 @@
 
 #define SUBSYS     "nccl"
 #define DEFAULT_MS 60000
-#define INIT_MS    60000
 #define ABORT_MS   10000 /* ncclCommAbort joins NCCL's threads: not instant */
 
 /* ---- errors ---- */
@@ -222,9 +221,9 @@ static int comm_start(nccl_inst_t *ni, const ncclUniqueId *id) {
 
 /* The deadline here is what NCCL itself would never give up on. Bootstrap
  * and topology discovery take seconds on big nodes: the init gets at least
- * INIT_MS whatever the collective deadline. */
+ * TT_NCCL_INIT_MS whatever the collective deadline. */
 static int comm_settle(nccl_inst_t *ni, const char *what) {
-    int ms = ni->deadline_ms > INIT_MS ? ni->deadline_ms : INIT_MS;
+    int ms = ni->deadline_ms > TT_NCCL_INIT_MS ? ni->deadline_ms : TT_NCCL_INIT_MS;
     pthread_rwlock_rdlock(&ni->cl); /* no watchdog yet; settle expects it */
     int rc = settle_within(ni, ncclInProgress, what, ms);
     tt_nccl_comm_unlock(ni);
@@ -312,12 +311,11 @@ int tt_nccl_have_device(char *err, size_t errlen) {
     return TT_ENODEV;
 }
 
-int tt_nccl_inst_begin(void **inst, const tt_coll_cfg_t *cfg, tt_nccl_bcast_fn bcast, void *ctx,
-                       char *err, size_t errlen) {
+int tt_nccl_inst_begin(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t errlen) {
     ncclUniqueId id;
     int rc = tt_nccl_have_device(err, errlen);
     if (rc == TT_OK)
-        rc = tt_nccl_id_relay(cfg, bcast, ctx, &id, err, errlen);
+        rc = tt_nccl_id_relay(cfg, &id, err, errlen);
     if (rc != TT_OK)
         return rc;
     nccl_inst_t *ni = inst_alloc(cfg->rank, cfg->world, cfg->generation, cfg->deadline_ms);

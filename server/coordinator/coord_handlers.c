@@ -43,7 +43,7 @@ static int peer_incarnation(const coord_req_t *q, uint64_t *inc) {
     return (end != NULL && *end == '\0') ? TT_OK : TT_EINVAL;
 }
 
-static coord_job_t *job_or_error(const coord_req_t *q, int code) {
+coord_job_t *coord_job_or_error(const coord_req_t *q, int code) {
     coord_job_t *job = coord_find_job(q->c, q->env->job_id);
     if (job == NULL) {
         char msg[256];
@@ -158,7 +158,7 @@ void coord_send_heartbeat_reply(tt_coord_t *c, const uint8_t *peer, size_t peer_
 }
 
 static void on_heartbeat(const coord_req_t *q) {
-    coord_job_t *job = job_or_error(q, TT_EFENCED);
+    coord_job_t *job = coord_job_or_error(q, TT_EFENCED);
     if (job == NULL)
         return;
     const Tether__Heartbeat *h = q->env->heartbeat;
@@ -193,7 +193,7 @@ static void on_heartbeat(const coord_req_t *q) {
 }
 
 static void on_boundary(const coord_req_t *q) {
-    coord_job_t *job = job_or_error(q, TT_EFENCED);
+    coord_job_t *job = coord_job_or_error(q, TT_EFENCED);
     if (job == NULL)
         return;
     int rc = tt_rdzv_at_boundary(job->rdzv, q->env->sender_id, q->env->generation,
@@ -208,7 +208,7 @@ void coord_reply_ack(const coord_req_t *q) {
 }
 
 static void on_report(const coord_req_t *q) {
-    coord_job_t *job = job_or_error(q, TT_EJOB);
+    coord_job_t *job = coord_job_or_error(q, TT_EJOB);
     if (job == NULL)
         return;
     const Tether__ReportFailure *f = q->env->report_failure;
@@ -231,7 +231,7 @@ static void on_report(const coord_req_t *q) {
 #define COORD_LEAVE_FINISHED "finished"
 
 static void on_leave(const coord_req_t *q) {
-    coord_job_t *job = job_or_error(q, TT_EJOB);
+    coord_job_t *job = coord_job_or_error(q, TT_EJOB);
     uint64_t inc;
     if (job == NULL)
         return;
@@ -333,6 +333,10 @@ static handler_fn handler_for(int body) {
         return on_forget;
     case TETHER__ENVELOPE__BODY_DRAIN:
         return on_drain;
+    case TETHER__ENVELOPE__BODY_COMM_ID_OFFER:
+        return coord_on_comm_id_offer;
+    case TETHER__ENVELOPE__BODY_COMM_ID_REQUEST:
+        return coord_on_comm_id_request;
     case TETHER__ENVELOPE__BODY_DUMP:
         return coord_on_dump;
     case TETHER__ENVELOPE__BODY_DUMP_REPORT:

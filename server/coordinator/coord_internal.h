@@ -28,6 +28,12 @@ typedef struct coord_job {
      * completed step that carried it (memory only: heartbeats repeat it). */
     int64_t progress_step;
     uint64_t epoch, epoch_examples, epoch_size;
+    /* The current generation's collective bootstrap id, offered by its
+     * rank 0 (coord_commid.c; memory only: a restarted coordinator's
+     * members time out waiting and regroup). comm_id_gen 0: none. */
+    uint64_t comm_id_gen;
+    size_t comm_id_len;
+    uint8_t comm_id[TT_WIRE_MAX_COMM_ID];
 } coord_job_t;
 
 /* Which worker a TCP connection (by fd) belongs to, learned from ZMQ_SRCFD
@@ -137,11 +143,17 @@ void coord_on_router(void *sock, void *arg);
 void coord_reply(const coord_req_t *q, tt_env_t *env);
 void coord_reply_error(const coord_req_t *q, int code, const char *msg);
 void coord_reply_ack(const coord_req_t *q);
+/* The request's job, or NULL after replying Error `code` ("unknown job"). */
+coord_job_t *coord_job_or_error(const coord_req_t *q, int code);
 /* A HeartbeatReply with hr's fields and the job's checkpoint counters, as
  * the answer to request `req` or pushed (req 0). */
 void coord_send_heartbeat_reply(tt_coord_t *c, const uint8_t *peer, size_t peer_len,
                                 const coord_job_t *job, const tt_rdzv_hb_reply_t *hr, uint64_t req);
 void coord_init_reply(const coord_req_t *q, tt_env_t *env, uint64_t gen);
+
+/* coord_commid.c: the relay of a generation's collective bootstrap id. */
+void coord_on_comm_id_offer(const coord_req_t *q);
+void coord_on_comm_id_request(const coord_req_t *q);
 
 /* coord_queries.c: operator queries (tetherctl). */
 void coord_on_status(const coord_req_t *q);

@@ -467,6 +467,19 @@ int tt_rdzv_may_commit(const tt_rdzv_t *r, const char *worker_id, uint64_t gener
     return n != NULL && n->role == TT_RDZV_ROLE_MEMBER ? TT_OK : TT_EFENCED;
 }
 
+int tt_rdzv_member_rank(const tt_rdzv_t *r, const char *worker_id, uint64_t generation,
+                        uint32_t *rank) {
+    if (r == NULL || worker_id == NULL || rank == NULL)
+        return TT_EINVAL;
+    if (generation != r->generation || r->state != TT_RDZV_RUNNING)
+        return TT_ESTALE;
+    const tt_rdzv_node_t *n = tt_rdzv_table_find(&r->table, worker_id);
+    if (n == NULL || n->role != TT_RDZV_ROLE_MEMBER)
+        return TT_EFENCED;
+    *rank = n->index;
+    return TT_OK;
+}
+
 static uint64_t age_ms(const tt_rdzv_node_t *n, uint64_t now_ms) {
     return now_ms > n->last_seen_ms ? now_ms - n->last_seen_ms : 0;
 }

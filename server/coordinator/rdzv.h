@@ -387,6 +387,14 @@ void tt_rdzv_step_times(tt_rdzv_t *r, const char *worker_id, uint64_t incarnatio
  * member), TT_EINVAL. */
 int tt_rdzv_may_commit(const tt_rdzv_t *r, const char *worker_id, uint64_t generation);
 
+/* The rank of `worker_id` in `generation`, which must be the running
+ * job's current one (the collective bootstrap id's relay checks who offers
+ * and who asks with it). TT_OK with *rank, TT_ESTALE (another generation,
+ * or the job is not running it any more), TT_EFENCED (not a member),
+ * TT_EINVAL. */
+int tt_rdzv_member_rank(const tt_rdzv_t *r, const char *worker_id, uint64_t generation,
+                        uint32_t *rank);
+
 /* Acts on time: heartbeat expiry (members, suspects, waiters), the last-call
  * deadline and the join timeout; nothing once FAILED or FINISHED. Cheap when
  * nothing is due: the expiry scan (O(n)) only runs once now_ms reaches a lower

@@ -1,10 +1,12 @@
 /* Unit tests of libtether against a real coordinator (tt_coord) run on a
  * thread of this process, over TCP on 127.0.0.1: the end of a finished job
- * (a join refused, a collective in flight ended) and a join refused during
- * a flap cool-down that the client retries until it is admitted. The pure
+ * (a join refused, a collective in flight ended), a join refused during
+ * a flap cool-down that the client retries until it is admitted, and the
+ * relay of a generation's collective bootstrap id (tt_commid). The pure
  * parts of the client are test_client.c's. */
 #include "coord.h"
 #include "tt_client.h"
+#include "tt_commid.h"
 #include "tt_clock.h"
 #include "tt_cunit.h"
 #include "tt_status.h"
@@ -209,10 +211,168 @@ static void client_api_join_retried_through_cooldown(void) {
     coord_fx_stop(&f);
 }
 
+/* A coordinator and two workers of job `job` joined into one generation;
+ * w[0] is rank 0. Returns the generation, 0 on failure. */
+static uint64_t start_pair(coord_fx_t *f, const char *job, tether_t *w[2], const char *ids[2]) {
+    static const char *names[2] = {"wa", "wb"};
+    w[0] = w[1] = NULL;
+    if (coord_fx_start(f, NULL) != 0)
+        return 0;
+    tether_opts_t o;
+    for (int i = 0; i < 2; i++) {
+        fx_opts(&o, f, job, names[i], 2, 2);
+        if (tether_create(&w[i], &o, NULL, 0) != TETHER_OK)
+            return 0;
+    }
+    call_t j = {.t = w[0]};
+    pthread_t th;
+    pthread_create(&th, NULL, join_thread, &j);
+    int rc = tether_join(w[1], 5000);
+    pthread_join(th, NULL);
+    if (rc != TETHER_OK || j.rc != TETHER_OK)
+        return 0;
+    int swap = tether_rank(w[0]) != 0;
+    ids[0] = names[swap];
+    ids[1] = names[!swap];
+    if (swap) {
+        tether_t *t = w[0];
+        w[0] = w[1];
+        w[1] = t;
+    }
+    return tether_rank(w[0]) == 0 && tether_rank(w[1]) == 1 ? tether_generation(w[0]) : 0;
+}
+
+static void stop_pair(coord_fx_t *f, tether_t *w[2]) {
+    tether_destroy(&w[1]);
+    tether_destroy(&w[0]);
+    coord_fx_stop(f);
+}
+
+typedef struct {
+    tt_commid_opts_t o;
+    size_t len;
+    uint8_t id[128];
+    int rc;
+    uint64_t ms;
+    char err[512];
+} fetch_t;
+
+static void *fetch_thread(void *arg) {
+    fetch_t *x = arg;
+    uint64_t t0 = tt_clock_mono_ms();
+    x->rc = tt_commid_fetch(&x->o, x->id, x->len, x->err, sizeof(x->err));
+    x->ms = tt_clock_mono_ms() - t0;
+    return NULL;
+}
+
+static void commid_opts(tt_commid_opts_t *o, const coord_fx_t *f, const char *job, const char *id,
+                        uint64_t gen, int timeout_ms) {
+    *o = (tt_commid_opts_t){.coordinator = tt_coord_endpoint(f->coord),
+                            .job_id = job,
+                            .worker_id = id,
+                            .generation = gen,
+                            .timeout_ms = timeout_ms};
+}
+
+/* Worker `id` asks for generation `gen`'s id on a thread, for up to
+ * `timeout_ms`; the test goes on after `lead_ms`. */
+static void start_fetch(fetch_t *x, pthread_t *th, const coord_fx_t *f, const char *job,
+                        const char *id, uint64_t gen, int timeout_ms, long lead_ms) {
+    x->len = sizeof(x->id);
+    commid_opts(&x->o, f, job, id, gen, timeout_ms);
+    pthread_create(th, NULL, fetch_thread, x);
+    sleep_ms(lead_ms);
+}
+
+/* Rank 1 asks before rank 0 offers and gets the id once it is there;
+ * only rank 0 of the current generation may offer, and only one id; a
+ * stranger, another generation and another size are refused. */
+static void commid_relayed_with_the_generation(void) {
+    coord_fx_t f;
+    tether_t *w[2];
+    const char *ids[2];
+    uint64_t gen = start_pair(&f, "cid", w, ids);
+    CU_ASSERT_NOT_EQUAL_FATAL(gen, 0);
+    uint8_t id[128], other[128];
+    for (int i = 0; i < 128; i++) {
+        id[i] = (uint8_t)(i * 7 + 1);
+        other[i] = (uint8_t)(i * 7 + 2);
+    }
+    fetch_t x;
+    pthread_t th;
+    start_fetch(&x, &th, &f, "cid", ids[1], gen, 5000, 300);
+
+    char err[512] = "";
+    tt_commid_opts_t o;
+    commid_opts(&o, &f, "cid", ids[1], gen, 2000);
+    CU_ASSERT_EQUAL(tt_commid_offer(&o, other, sizeof(other), err, sizeof(err)), TT_EFENCED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "rank 0 does"));
+    commid_opts(&o, &f, "cid", ids[0], gen + 1, 2000);
+    CU_ASSERT_EQUAL(tt_commid_offer(&o, other, sizeof(other), err, sizeof(err)), TT_ESTALE);
+    printf("\n  stale offer: %s\n", err);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "is not running"));
+    commid_opts(&o, &f, "cid", ids[0], gen, 2000);
+    CU_ASSERT_EQUAL(tt_commid_offer(&o, id, 0, err, sizeof(err)), TT_EINVAL);
+    CU_ASSERT_EQUAL(tt_commid_offer(&o, id, sizeof(id), err, sizeof(err)), TT_OK);
+    pthread_join(th, NULL);
+    printf("  rank 1 got the id after %llu ms: %s\n", (unsigned long long)x.ms,
+           x.rc == TT_OK ? "ok" : x.err);
+    CU_ASSERT_EQUAL(x.rc, TT_OK);
+    CU_ASSERT(x.ms >= 250);
+    CU_ASSERT_EQUAL(memcmp(x.id, id, sizeof(id)), 0);
+
+    /* The same id again is an offer retried; another one is refused. */
+    CU_ASSERT_EQUAL(tt_commid_offer(&o, id, sizeof(id), err, sizeof(err)), TT_OK);
+    CU_ASSERT_EQUAL(tt_commid_offer(&o, other, sizeof(other), err, sizeof(err)), TT_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "already has another id"));
+
+    uint8_t got[128];
+    commid_opts(&o, &f, "cid", "stranger", gen, 2000);
+    CU_ASSERT_EQUAL(tt_commid_fetch(&o, got, sizeof(got), err, sizeof(err)), TT_EFENCED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "not a member"));
+    commid_opts(&o, &f, "cid", ids[1], gen + 1, 2000);
+    CU_ASSERT_EQUAL(tt_commid_fetch(&o, got, sizeof(got), err, sizeof(err)), TT_ESTALE);
+    commid_opts(&o, &f, "cid", ids[1], gen, 2000);
+    CU_ASSERT_EQUAL(tt_commid_fetch(&o, got, 64, err, sizeof(err)), TT_EPROTO);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "128 bytes"));
+    commid_opts(&o, &f, "no-such-job", ids[1], gen, 2000);
+    CU_ASSERT_EQUAL(tt_commid_fetch(&o, got, sizeof(got), err, sizeof(err)), TT_EFENCED);
+    stop_pair(&f, w);
+}
+
+/* Nobody offers: a member's wait ends with the generation (rank 0 leaves)
+ * rather than at its 20 s deadline; and with a short deadline it says who
+ * did not offer. */
+static void commid_wait_ends_with_the_generation(void) {
+    coord_fx_t f;
+    tether_t *w[2];
+    const char *ids[2];
+    uint64_t gen = start_pair(&f, "cid-end", w, ids);
+    CU_ASSERT_NOT_EQUAL_FATAL(gen, 0);
+    uint8_t got[128];
+    char err[512] = "";
+    tt_commid_opts_t o;
+    commid_opts(&o, &f, "cid-end", ids[1], gen, 300);
+    CU_ASSERT_EQUAL(tt_commid_fetch(&o, got, sizeof(got), err, sizeof(err)), TT_ETIMEDOUT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "rank 0 of generation"));
+
+    fetch_t x;
+    pthread_t th;
+    start_fetch(&x, &th, &f, "cid-end", ids[1], gen, 20000, 200);
+    CU_ASSERT_EQUAL(tether_leave(w[0], "shutdown"), TETHER_OK);
+    pthread_join(th, NULL);
+    printf("\n  the wait ended %llu ms after it began: %s\n", (unsigned long long)x.ms, x.err);
+    CU_ASSERT_EQUAL(x.rc, TT_ESTALE);
+    CU_ASSERT(x.ms < 5000);
+    stop_pair(&f, w);
+}
+
 static const tt_cunit_test_t tests[] = {
     {"client_api_job_done_ends_collective_and_joins",
      client_api_job_done_ends_collective_and_joins},
     {"client_api_join_retried_through_cooldown", client_api_join_retried_through_cooldown},
+    {"commid_relayed_with_the_generation", commid_relayed_with_the_generation},
+    {"commid_wait_ends_with_the_generation", commid_wait_ends_with_the_generation},
     {NULL, NULL},
 };
 

@@ -1,0 +1,155 @@
+/* tt_commid: the worker's half of the bootstrap id relay (tt_commid.h).
+ * Every exchange is bounded by ASK_MS, then asked again: a coordinator
+ * that dies holding the request never answers it, and its successor on the
+ * same endpoint never saw it (an answer to an earlier ask is skipped). */
+#include "tt_commid.h"
+
+#include "tt_clock.h"
+#include "tt_status.h"
+#include "tt_wire.h"
+#include "tt_zreq.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#define ASK_MS       2000
+#define PAUSE_MAX_MS 200
+
+typedef struct call {
+    tt_zreq_t *z;
+    uint64_t end, rid;
+} call_t;
+
+__attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t errlen, const char *fmt,
+                                                          ...) {
+    if (err != NULL && errlen > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+}
+
+/* Connects and addresses `env` (its body is the caller's). */
+static int call_open(call_t *c, const tt_commid_opts_t *o, tt_env_t *env, char *err,
+                     size_t errlen) {
+    c->z = NULL;
+    c->rid = 0;
+    if (o == NULL || o->coordinator == NULL || o->job_id == NULL || o->worker_id == NULL ||
+        o->generation == 0) {
+        set_err(err, errlen, "commid: a coordinator, job, worker and generation are needed");
+        return TT_EINVAL;
+    }
+    c->end = tt_clock_mono_ms() + (uint64_t)(o->timeout_ms > 0 ? o->timeout_ms : 10000);
+    tt_wire_env_init(env, o->job_id, o->worker_id, o->generation, 0);
+    return tt_zreq_open(&c->z, o->coordinator, "commid", o->worker_id, err, errlen);
+}
+
+/* Time left for another ask after a pause of `pause_ms`. */
+static int more_time(const call_t *c, int pause_ms) {
+    return tt_clock_mono_ms() + (uint64_t)pause_ms < c->end;
+}
+
+/* One exchange: TT_OK with rx holding a `want` body (tt_zmq_rx_close it),
+ * the coordinator's refusal, TT_ETIMEDOUT or TT_EPROTO. */
+static int ask(call_t *c, tt_env_t *env, int want, tt_zmq_rx_t *rx, char *err, size_t errlen) {
+    uint64_t now = tt_clock_mono_ms(), left = now < c->end ? c->end - now : 0;
+    env->request_id = ++c->rid;
+    char why[256] = "";
+    int rc = tt_zreq_call(c->z, env, NULL, 0, (uint32_t)(left < ASK_MS ? left : ASK_MS), rx, why,
+                          sizeof(why));
+    if (rc != TT_OK) {
+        set_err(err, errlen, "commid: %s", why);
+        return rc;
+    }
+    if (rx->env->body_case == TETHER__ENVELOPE__BODY_ERROR) {
+        set_err(err, errlen, "coordinator: %s", rx->env->error->message);
+        rc = rx->env->error->code < 0 ? rx->env->error->code : TT_EREMOTE;
+    } else if ((int)rx->env->body_case != want) {
+        set_err(err, errlen, "coordinator answered with '%s'",
+                tt_wire_body_name(rx->env->body_case));
+        rc = TT_EPROTO;
+    }
+    if (rc != TT_OK)
+        tt_zmq_rx_close(rx);
+    return rc;
+}
+
+int tt_commid_offer(const tt_commid_opts_t *o, const void *id, size_t len, char *err,
+                    size_t errlen) {
+    if (id == NULL || len == 0 || len > TT_WIRE_MAX_COMM_ID) {
+        set_err(err, errlen, "commid: an id of %zu bytes (1..%u)", len, TT_WIRE_MAX_COMM_ID);
+        return TT_EINVAL;
+    }
+    call_t c;
+    tt_env_t env;
+    int rc = call_open(&c, o, &env, err, errlen);
+    if (rc != TT_OK)
+        return rc;
+    Tether__CommIdOffer m = TETHER__COMM_ID_OFFER__INIT;
+    m.generation = o->generation;
+    m.id.data = (uint8_t *)id;
+    m.id.len = len;
+    env.body_case = TETHER__ENVELOPE__BODY_COMM_ID_OFFER;
+    env.comm_id_offer = &m;
+    tt_zmq_rx_t rx;
+    do /* offering the same id again is harmless: the coordinator accepts it */
+        rc = ask(&c, &env, TETHER__ENVELOPE__BODY_ACK, &rx, err, errlen);
+    while (rc == TT_ETIMEDOUT && more_time(&c, 0));
+    if (rc == TT_OK)
+        tt_zmq_rx_close(&rx);
+    tt_zreq_close(&c.z);
+    return rc;
+}
+
+static int take(const Tether__CommIdReply *r, const tt_commid_opts_t *o, void *out, size_t len,
+                char *err, size_t errlen) {
+    if (r->generation != o->generation || r->id.len != len) {
+        set_err(err, errlen,
+                "coordinator: an id of %zu bytes for generation %" PRIu64
+                " (asked: %zu bytes, generation %" PRIu64 ")",
+                r->id.len, r->generation, len, o->generation);
+        return TT_EPROTO;
+    }
+    memcpy(out, r->id.data, len);
+    return TT_OK;
+}
+
+int tt_commid_fetch(const tt_commid_opts_t *o, void *out, size_t len, char *err, size_t errlen) {
+    if (out == NULL || len == 0)
+        return TT_EINVAL;
+    call_t c;
+    tt_env_t env;
+    int rc = call_open(&c, o, &env, err, errlen);
+    if (rc != TT_OK)
+        return rc;
+    Tether__CommIdRequest m = TETHER__COMM_ID_REQUEST__INIT;
+    m.generation = o->generation;
+    env.body_case = TETHER__ENVELOPE__BODY_COMM_ID_REQUEST;
+    env.comm_id_request = &m;
+    tt_zmq_rx_t rx;
+    for (int pause = 5;; pause = pause * 2 < PAUSE_MAX_MS ? pause * 2 : PAUSE_MAX_MS) {
+        rc = ask(&c, &env, TETHER__ENVELOPE__BODY_COMM_ID_REPLY, &rx, err, errlen);
+        if (rc == TT_OK) {
+            int ready = rx.env->comm_id_reply->ready;
+            if (ready)
+                rc = take(rx.env->comm_id_reply, o, out, len, err, errlen);
+            tt_zmq_rx_close(&rx);
+            if (ready)
+                break;
+            rc = TT_ETIMEDOUT;
+            set_err(err, errlen,
+                    "commid: rank 0 of generation %" PRIu64 " offered no id within %d ms",
+                    o->generation, o->timeout_ms > 0 ? o->timeout_ms : 10000);
+        } else if (rc != TT_ETIMEDOUT) {
+            break;
+        }
+        if (!more_time(&c, pause))
+            break;
+        tt_clock_sleep_ms((uint64_t)pause);
+    }
+    tt_zreq_close(&c.z);
+    return rc;
+}
