@@ -365,6 +365,52 @@ static void wire_checkpoints_reply_rejects_malformed_records(void) {
     CU_ASSERT_EQUAL(decode_checkpoints_reply(&rec, err, sizeof(err)), TT_EPROTO);
 }
 
+/* A CommIdOffer and a CommIdReply carrying `len` id bytes, decoded. */
+static void wire_comm_id_is_bounded(void) {
+    static uint8_t id[TT_WIRE_MAX_COMM_ID + 1];
+    size_t lens[] = {TT_WIRE_MAX_COMM_ID, TT_WIRE_MAX_COMM_ID + 1, 128};
+    int want[] = {TT_OK, TT_ESIZE, TT_OK};
+    for (int k = 0; k < 3; k++) {
+        Tether__CommIdOffer o = TETHER__COMM_ID_OFFER__INIT;
+        Tether__CommIdReply r = TETHER__COMM_ID_REPLY__INIT;
+        o.generation = r.generation = 4;
+        o.id.data = r.id.data = id;
+        o.id.len = r.id.len = lens[k];
+        r.ready = 1;
+        tt_env_t env;
+        tt_wire_env_init(&env, "job", "w0", 4, 7);
+        for (int reply = 0; reply < 2; reply++) {
+            env.body_case =
+                reply ? TETHER__ENVELOPE__BODY_COMM_ID_REPLY : TETHER__ENVELOPE__BODY_COMM_ID_OFFER;
+            if (reply)
+                env.comm_id_reply = &r;
+            else
+                env.comm_id_offer = &o;
+            tt_env_t *e = NULL;
+            char err[256] = "";
+            CU_ASSERT_EQUAL(round_trip(&env, NULL, 0, &e, err, sizeof(err)), want[k]);
+            if (want[k] != TT_OK)
+                CU_ASSERT_PTR_NOT_NULL(strstr(err, "at most 512"));
+            tt_wire_free(&e);
+        }
+    }
+    /* A request carries no frames either. */
+    Tether__CommIdRequest q = TETHER__COMM_ID_REQUEST__INIT;
+    uint64_t sizes[1] = {8};
+    size_t flen[1] = {8};
+    tt_env_t env;
+    tt_wire_env_init(&env, "job", "w1", 4, 8);
+    env.body_case = TETHER__ENVELOPE__BODY_COMM_ID_REQUEST;
+    env.comm_id_request = &q;
+    env.n_payload_sizes = 1;
+    env.payload_sizes = sizes;
+    tt_env_t *e = NULL;
+    char err[256] = "";
+    CU_ASSERT_EQUAL(round_trip(&env, flen, 1, &e, err, sizeof(err)), TT_ESIZE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "carries no payload"));
+    tt_wire_free(&e);
+}
+
 static const tt_cunit_test_t tests[] = {
     {"wire_round_trip", wire_round_trip},
     {"wire_rejects_version", wire_rejects_version},
@@ -380,6 +426,7 @@ static const tt_cunit_test_t tests[] = {
      wire_checkpoint_commit_needs_one_frame_and_absolute_root},
     {"wire_checkpoints_reply_rejects_malformed_records",
      wire_checkpoints_reply_rejects_malformed_records},
+    {"wire_comm_id_is_bounded", wire_comm_id_is_bounded},
     {NULL, NULL},
 };
 
