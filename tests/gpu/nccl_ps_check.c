@@ -12,10 +12,9 @@
  *     never waited for) goes away promptly, the half-built one aborted.
  * Usage: nccl_ps_check --coordinator EP. Exits 77 without a GPU or NCCL,
  * 0 on success. */
+#include "nccl_check.h"
 #include "tt_clock.h"
 #include "tt_coll.h"
-#include "tt_coll_nccl.h"
-#include "tt_cuda.h"
 #include "tt_status.h"
 
 #include <math.h>
@@ -142,16 +141,9 @@ static int run(const char *coord) {
 #endif
 
 int main(int argc, char **argv) {
-    char err[512] = "";
-    int n = 0;
-    if (!tt_coll_nccl_compiled() || tt_cuda_device_count(&n, err, sizeof(err)) != TT_OK) {
-        printf("SKIPPED: %s\n", tt_coll_nccl_compiled() ? err : "built without NCCL");
-        return 77;
-    }
-    if (argc != 3 || strcmp(argv[1], "--coordinator") != 0) {
-        fprintf(stderr, "usage: nccl_ps_check --coordinator EP\n");
-        return 2;
-    }
+    int n = 0, rc = nccl_check_start(argc, argv, "nccl_ps_check", &n);
+    if (rc != 0)
+        return rc;
 #ifdef TT_HAVE_CUDA
     if (run(argv[2]) != 0)
         failures++;

@@ -11,7 +11,8 @@ set -eu
 [ $# -ge 2 ] || { echo "usage: $0 BUILD DEST [FASHION_MNIST_DIR]" >&2; exit 2; }
 build=$1 dest=$2 data=${3:-/usr/share/datasets/fashion-mnist}
 progs="tests/gpu/gpu_cuda_smoke tests/gpu/gpu_mlp_cuda tests/gpu/gpu_trainer_cuda
-tests/gpu/gpu_nccl_one_rank tests/gpu/gpu_watchdog tests/gpu/nccl_ps_check tests/unit/test_nccl_watchdog
+tests/gpu/gpu_nccl_one_rank tests/gpu/gpu_watchdog tests/gpu/nccl_ps_check tests/gpu/nccl_relay_check
+tests/unit/test_nccl_watchdog
 bench/bench_gpu_train worker/train/tether-train tools/tether-launch tools/tetherctl
 server/shard/tether-shard server/coordinator/tether-coordinator"
 rm -rf "$dest/build" "$dest/libs"
