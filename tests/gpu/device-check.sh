@@ -78,7 +78,10 @@ for t in gpu_cuda_smoke gpu_mlp_cuda gpu_trainer_cuda gpu_nccl_one_rank gpu_watc
     run "$t" "$build/tests/gpu/$t"
 done
 run gpu_two_workers python3 -u "$top/tests/gpu/gpu_two_workers.py"
-run gpu_nccl_fallback python3 -u "$top/tests/gpu/gpu_nccl_fallback.py"
+# Two checks in one: the nccl+ps row, then the id relay to a second rank
+# (its NCCL init may take up to 60 s to give up where it goes wrong).
+TETHER_CHECK_TIMEOUT=${TETHER_CHECK_TIMEOUT:-240} \
+    run gpu_nccl_fallback python3 -u "$top/tests/gpu/gpu_nccl_fallback.py"
 run unit_nccl_watchdog "$build/tests/unit/test_nccl_watchdog"
 run bench_gpu_train "$build/bench/bench_gpu_train" --steps "$steps"
 run bench_gpu_torch python3 "$top/bench/bench_gpu_train.py" --steps "$steps"
