@@ -518,7 +518,8 @@ static int check_state(const tt_coord_state_pb_t *st, char *err, size_t errlen) 
         if (j == NULL || j->job_id == NULL || j->job_id[0] == '\0' ||
             !tt_wire_str_ok(j->job_id, TT_WIRE_MAX_ID) ||
             !tt_wire_str_ok(j->failure, TT_WIRE_MAX_TEXT) || j->settings == NULL ||
-            j->n_members > 65536 || j->n_checkpoints > 65536 || !check_history(j)) {
+            j->n_members > 65536 || j->n_checkpoints > 65536 || !check_history(j) ||
+            j->comm_id.len > TT_WIRE_MAX_COMM_ID) {
             WIRE_SET_ERR(err, errlen, "state file job record %zu is malformed", i);
             return TT_ECORRUPT;
         }

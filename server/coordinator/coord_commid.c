@@ -3,8 +3,9 @@
  * asks for it until it is there; the id is checked against the generation
  * on both sides, so a member never builds a communicator with the id of
  * another generation. The coordinator keeps one id per job, the current
- * generation's, and forgets it when the next generation's rank 0 offers;
- * it never reads the bytes. */
+ * generation's, in memory and in its state file (so a restart loses it
+ * for nobody still asking), and forgets it when the next generation's
+ * rank 0 offers; it never reads the bytes. */
 #include "coord_internal.h"
 #include "tt_log.h"
 #include "tt_status.h"
@@ -58,12 +59,20 @@ void coord_on_comm_id_offer(const coord_req_t *q) {
         coord_reply_error(q, TT_EINVAL, msg);
         return;
     }
+    int fresh = job->comm_id_gen != o->generation;
     job->comm_id_gen = o->generation;
     job->comm_id_len = o->id.len;
     memcpy(job->comm_id, o->id.data, o->id.len);
+    if (!fresh) { /* a retried offer: already stored */
+        coord_reply_ack(q);
+        return;
+    }
     TT_INFO("coord", "job %s: generation %" PRIu64 "'s collective id offered by %s (%zu bytes)",
             q->env->job_id, o->generation, q->env->sender_id, o->id.len);
-    coord_reply_ack(q);
+    /* Acknowledged once in the state file: a restarted coordinator still
+     * has it for the members that have not asked yet. */
+    coord_request_save(q->c);
+    coord_send_ack(q->c, q->rx->peer, q->rx->peer_len, q->env->job_id, q->env->request_id, 1);
 }
 
 void coord_on_comm_id_request(const coord_req_t *q) {

@@ -29,8 +29,8 @@ typedef struct coord_job {
     int64_t progress_step;
     uint64_t epoch, epoch_examples, epoch_size;
     /* The current generation's collective bootstrap id, offered by its
-     * rank 0 (coord_commid.c; memory only: a restarted coordinator's
-     * members time out waiting and regroup). comm_id_gen 0: none. */
+     * rank 0 (coord_commid.c; kept in the state file). comm_id_gen 0:
+     * none. */
     uint64_t comm_id_gen;
     size_t comm_id_len;
     uint8_t comm_id[TT_WIRE_MAX_COMM_ID];

@@ -170,6 +170,9 @@ static int job_to_pb(const coord_job_t *job, const clocks_t *k, job_pb_t *j) {
     j->pb.formed_generation = job->formed_gen;
     j->pb.resume_step = job->resume_step;
     j->pb.ps_until_step = job->ps_until_step;
+    j->pb.comm_id_generation = job->comm_id_gen;
+    j->pb.comm_id.data = job->comm_id_gen != 0 ? (uint8_t *)job->comm_id : NULL; /* read only */
+    j->pb.comm_id.len = job->comm_id_gen != 0 ? job->comm_id_len : 0;
     int rc = history_to_pb(job, k, j);
     return rc == TT_OK ? book_to_pb(&job->ckpt, j) : rc;
 }
@@ -291,6 +294,13 @@ static void restore_formed(coord_job_t *job, const Tether__CoordJobRecord *p) {
     job->formed_gen = p->formed_generation;
     job->resume_step = p->resume_step;
     job->ps_until_step = p->ps_until_step;
+    /* The id only means something to the generation it was offered for
+     * (the decoder bounded its size). */
+    if (p->comm_id_generation == p->generation && p->comm_id.len > 0) {
+        job->comm_id_gen = p->comm_id_generation;
+        job->comm_id_len = p->comm_id.len;
+        memcpy(job->comm_id, p->comm_id.data, p->comm_id.len);
+    }
 }
 
 static int restore_jobs(tt_coord_t *c, const tt_coord_state_pb_t *st, uint64_t now, char *err,
