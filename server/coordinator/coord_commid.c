@@ -59,19 +59,16 @@ void coord_on_comm_id_offer(const coord_req_t *q) {
         coord_reply_error(q, TT_EINVAL, msg);
         return;
     }
-    int fresh = job->comm_id_gen != o->generation;
-    job->comm_id_gen = o->generation;
-    job->comm_id_len = o->id.len;
-    memcpy(job->comm_id, o->id.data, o->id.len);
-    if (!fresh) { /* a retried offer: already stored */
-        coord_reply_ack(q);
-        return;
+    if (job->comm_id_gen != o->generation) { /* else a retried offer, stored already */
+        job->comm_id_gen = o->generation;
+        job->comm_id_len = o->id.len;
+        memcpy(job->comm_id, o->id.data, o->id.len);
+        TT_INFO("coord", "job %s: generation %" PRIu64 "'s collective id offered by %s (%zu bytes)",
+                q->env->job_id, o->generation, q->env->sender_id, o->id.len);
+        coord_request_save(q->c);
     }
-    TT_INFO("coord", "job %s: generation %" PRIu64 "'s collective id offered by %s (%zu bytes)",
-            q->env->job_id, o->generation, q->env->sender_id, o->id.len);
-    /* Acknowledged once in the state file: a restarted coordinator still
-     * has it for the members that have not asked yet. */
-    coord_request_save(q->c);
+    /* Held behind the state write: acknowledged once a restarted
+     * coordinator would still have it for the members yet to ask. */
     coord_send_ack(q->c, q->rx->peer, q->rx->peer_len, q->env->job_id, q->env->request_id, 1);
 }
 
