@@ -5,6 +5,7 @@
 #include "tt_commid.h"
 
 #include "tt_clock.h"
+#include "tt_log.h"
 #include "tt_status.h"
 #include "tt_wire.h"
 #include "tt_zreq.h"
@@ -16,6 +17,7 @@
 
 #define ASK_MS       2000
 #define PAUSE_MAX_MS 200
+#define NOTE_MS      10000 /* a wait this long is logged: it looks like a hang */
 
 typedef struct call {
     tt_zreq_t *z;
@@ -130,8 +132,10 @@ int tt_commid_fetch(const tt_commid_opts_t *o, void *out, size_t len, char *err,
     env.body_case = TETHER__ENVELOPE__BODY_COMM_ID_REQUEST;
     env.comm_id_request = &m;
     tt_zmq_rx_t rx;
+    uint64_t t0 = tt_clock_mono_ms(), note = t0 + NOTE_MS;
     for (int pause = 5;; pause = pause * 2 < PAUSE_MAX_MS ? pause * 2 : PAUSE_MAX_MS) {
         rc = ask(&c, &env, TETHER__ENVELOPE__BODY_COMM_ID_REPLY, &rx, err, errlen);
+        int asked = rc == TT_OK;
         if (rc == TT_OK) {
             int ready = rx.env->comm_id_reply->ready;
             if (ready)
@@ -148,6 +152,14 @@ int tt_commid_fetch(const tt_commid_opts_t *o, void *out, size_t len, char *err,
         }
         if (!more_time(&c, pause))
             break;
+        if (tt_clock_mono_ms() >= note) {
+            TT_WARN("coll",
+                    "generation %" PRIu64 ": still no id from rank 0 after %llu s of %d s%s",
+                    o->generation, (unsigned long long)((tt_clock_mono_ms() - t0) / 1000),
+                    (o->timeout_ms > 0 ? o->timeout_ms : 10000) / 1000,
+                    asked ? "" : " (the coordinator does not answer)");
+            note += NOTE_MS;
+        }
         tt_clock_sleep_ms((uint64_t)pause);
     }
     tt_zreq_close(&c.z);
