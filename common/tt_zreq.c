@@ -92,6 +92,31 @@ int tt_zreq_call(tt_zreq_t *z, const tt_env_t *env, const tt_zmq_payload_t *pl, 
     return rc;
 }
 
+int tt_zreq_call_want(tt_zreq_t *z, const tt_env_t *env, const tt_zmq_payload_t *pl, size_t npl,
+                      uint32_t timeout_ms, int want, const char *what, tt_zmq_rx_t *rx, char *err,
+                      size_t errlen) {
+    char why[384] = "";
+    int rc = tt_zreq_call(z, env, pl, npl, timeout_ms, rx, why, sizeof(why));
+    if (err == NULL)
+        errlen = 0; /* the status alone */
+    if (rc != TT_OK) {
+        snprintf(err, errlen, "%s%s%s", what ? what : "", what ? ": " : "", why);
+        return rc;
+    }
+    if (rx->env->body_case == TETHER__ENVELOPE__BODY_ERROR) {
+        const Tether__Error *e = rx->env->error;
+        snprintf(err, errlen, "coordinator: %s", e->message ? e->message : "");
+        rc = e->code < 0 ? e->code : TT_EREMOTE;
+    } else if ((int)rx->env->body_case != want) {
+        snprintf(err, errlen, "coordinator answered with '%s'",
+                 tt_wire_body_name(rx->env->body_case));
+        rc = TT_EPROTO;
+    }
+    if (rc != TT_OK)
+        tt_zmq_rx_close(rx);
+    return rc;
+}
+
 void tt_zreq_close(tt_zreq_t **pz) {
     if (pz == NULL || *pz == NULL)
         return;

@@ -4,7 +4,9 @@
  * listing). It owns a private ZeroMQ context and socket, the bounded wait
  * for the send (ZMQ_IMMEDIATE: queued only once TCP is connected) and for
  * the reply with the request's id; replies to earlier, abandoned requests
- * are skipped. It does not own retries or the meaning of the reply.
+ * are skipped, and the check that a reply is the expected kind or an
+ * Error (tt_zreq_call_want). It does not own retries or what a reply
+ * means.
  * Thread safety: one thread per object. */
 #ifndef TT_ZREQ_H
 #define TT_ZREQ_H
@@ -27,6 +29,15 @@ int tt_zreq_open(tt_zreq_t **out, const char *endpoint, const char *role, const 
  * TT_ETIMEDOUT ("no reply from ENDPOINT within N ms") / a send error. */
 int tt_zreq_call(tt_zreq_t *z, const tt_env_t *env, const tt_zmq_payload_t *pl, size_t npl,
                  uint32_t timeout_ms, tt_zmq_rx_t *rx, char *err, size_t errlen);
+
+/* tt_zreq_call whose reply must have body `want`: an Error's code is
+ * returned (TT_EREMOTE for a non-negative one) with "coordinator: <its
+ * sentence>" in err, another body is TT_EPROTO. A failed call's sentence
+ * is prefixed with "<what>: " when `what` is given. On failure rx is
+ * released; on TT_OK the caller releases it. */
+int tt_zreq_call_want(tt_zreq_t *z, const tt_env_t *env, const tt_zmq_payload_t *pl, size_t npl,
+                      uint32_t timeout_ms, int want, const char *what, tt_zmq_rx_t *rx, char *err,
+                      size_t errlen);
 
 /* Closes the socket and the context. Accepts NULL; sets *z = NULL. */
 void tt_zreq_close(tt_zreq_t **z);

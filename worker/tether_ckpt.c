@@ -36,26 +36,15 @@ static int call_once(tether_t *t, const tt_env_t *env, const tt_zmq_payload_t *p
     const tt_client_opts_t *o = tt_client_opts(t->client);
     tt_zreq_t *z = NULL;
     tt_zmq_rx_t rx;
-    memset(&rx, 0, sizeof(rx));
     int rc = tt_zreq_open(&z, o->coordinator, "ckpt", o->worker_id, err, errlen);
     if (rc == TT_OK)
-        rc = tt_zreq_call(z, env, pl, npl, timeout_ms, &rx, err, errlen);
-    if (rc == TT_OK && rx.env->body_case == TETHER__ENVELOPE__BODY_ERROR) {
-        const Tether__Error *e = rx.env->error;
-        snprintf(err, errlen, "coordinator: %s", e->message ? e->message : "");
-        rc = e->code < 0 ? e->code : TT_EREMOTE;
-    } else if (rc == TT_OK && (int)rx.env->body_case != want) {
-        snprintf(err, errlen, "coordinator answered with '%s'",
-                 tt_wire_body_name(rx.env->body_case));
-        rc = TT_EPROTO;
-    }
+        rc = tt_zreq_call_want(z, env, pl, npl, timeout_ms, want, NULL, &rx, err, errlen);
     *reply = NULL;
-    if (rx.env != NULL && rc == TT_OK) {
+    if (rc == TT_OK) { /* the envelope goes to the caller, the frames go */
         *reply = rx.env;
         rx.env = NULL;
-    }
-    if (rx.env != NULL || rx.npayload > 0)
         tt_zmq_rx_close(&rx);
+    }
     tt_zreq_close(&z);
     return rc;
 }

@@ -21,7 +21,8 @@
 
 typedef struct call {
     tt_zreq_t *z;
-    uint64_t end, rid;
+    int timeout_ms; /* of the whole call */
+    uint64_t start, end, rid;
 } call_t;
 
 __attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t errlen, const char *fmt,
@@ -44,7 +45,9 @@ static int call_open(call_t *c, const tt_commid_opts_t *o, tt_env_t *env, char *
         set_err(err, errlen, "commid: a coordinator, job, worker and generation are needed");
         return TT_EINVAL;
     }
-    c->end = tt_clock_mono_ms() + (uint64_t)(o->timeout_ms > 0 ? o->timeout_ms : 10000);
+    c->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 10000;
+    c->start = tt_clock_mono_ms();
+    c->end = c->start + (uint64_t)c->timeout_ms;
     tt_wire_env_init(env, o->job_id, o->worker_id, o->generation, 0);
     return tt_zreq_open(&c->z, o->coordinator, "commid", o->worker_id, err, errlen);
 }
@@ -54,29 +57,14 @@ static int more_time(const call_t *c, int pause_ms) {
     return tt_clock_mono_ms() + (uint64_t)pause_ms < c->end;
 }
 
-/* One exchange: TT_OK with rx holding a `want` body (tt_zmq_rx_close it),
- * the coordinator's refusal, TT_ETIMEDOUT or TT_EPROTO. */
+/* One exchange, bounded by ASK_MS: TT_OK with rx holding a `want` body
+ * (tt_zmq_rx_close it), the coordinator's refusal, TT_ETIMEDOUT or
+ * TT_EPROTO. */
 static int ask(call_t *c, tt_env_t *env, int want, tt_zmq_rx_t *rx, char *err, size_t errlen) {
     uint64_t now = tt_clock_mono_ms(), left = now < c->end ? c->end - now : 0;
     env->request_id = ++c->rid;
-    char why[256] = "";
-    int rc = tt_zreq_call(c->z, env, NULL, 0, (uint32_t)(left < ASK_MS ? left : ASK_MS), rx, why,
-                          sizeof(why));
-    if (rc != TT_OK) {
-        set_err(err, errlen, "commid: %s", why);
-        return rc;
-    }
-    if (rx->env->body_case == TETHER__ENVELOPE__BODY_ERROR) {
-        set_err(err, errlen, "coordinator: %s", rx->env->error->message);
-        rc = rx->env->error->code < 0 ? rx->env->error->code : TT_EREMOTE;
-    } else if ((int)rx->env->body_case != want) {
-        set_err(err, errlen, "coordinator answered with '%s'",
-                tt_wire_body_name(rx->env->body_case));
-        rc = TT_EPROTO;
-    }
-    if (rc != TT_OK)
-        tt_zmq_rx_close(rx);
-    return rc;
+    return tt_zreq_call_want(c->z, env, NULL, 0, (uint32_t)(left < ASK_MS ? left : ASK_MS), want,
+                             "commid", rx, err, errlen);
 }
 
 int tt_commid_offer(const tt_commid_opts_t *o, const void *id, size_t len, char *err,
@@ -119,6 +107,20 @@ static int take(const Tether__CommIdReply *r, const tt_commid_opts_t *o, void *o
     return TT_OK;
 }
 
+/* One request: TT_OK with the id in out, TT_EAGAIN while rank 0 has not
+ * offered, or what ask returns. */
+static int ask_ready(call_t *c, tt_env_t *env, const tt_commid_opts_t *o, void *out, size_t len,
+                     char *err, size_t errlen) {
+    tt_zmq_rx_t rx;
+    int rc = ask(c, env, TETHER__ENVELOPE__BODY_COMM_ID_REPLY, &rx, err, errlen);
+    if (rc != TT_OK)
+        return rc;
+    const Tether__CommIdReply *r = rx.env->comm_id_reply;
+    rc = r->ready ? take(r, o, out, len, err, errlen) : TT_EAGAIN;
+    tt_zmq_rx_close(&rx);
+    return rc;
+}
+
 int tt_commid_fetch(const tt_commid_opts_t *o, void *out, size_t len, char *err, size_t errlen) {
     if (out == NULL || len == 0)
         return TT_EINVAL;
@@ -131,36 +133,24 @@ int tt_commid_fetch(const tt_commid_opts_t *o, void *out, size_t len, char *err,
     m.generation = o->generation;
     env.body_case = TETHER__ENVELOPE__BODY_COMM_ID_REQUEST;
     env.comm_id_request = &m;
-    tt_zmq_rx_t rx;
-    uint64_t t0 = tt_clock_mono_ms(), note = t0 + NOTE_MS;
+    uint64_t note = c.start + NOTE_MS;
     for (int pause = 5;; pause = pause * 2 < PAUSE_MAX_MS ? pause * 2 : PAUSE_MAX_MS) {
-        rc = ask(&c, &env, TETHER__ENVELOPE__BODY_COMM_ID_REPLY, &rx, err, errlen);
-        int asked = rc == TT_OK;
-        if (rc == TT_OK) {
-            int ready = rx.env->comm_id_reply->ready;
-            if (ready)
-                rc = take(rx.env->comm_id_reply, o, out, len, err, errlen);
-            tt_zmq_rx_close(&rx);
-            if (ready)
-                break;
-            rc = TT_ETIMEDOUT;
-            set_err(err, errlen,
-                    "commid: rank 0 of generation %" PRIu64 " offered no id within %d ms",
-                    o->generation, o->timeout_ms > 0 ? o->timeout_ms : 10000);
-        } else if (rc != TT_ETIMEDOUT) {
-            break;
-        }
-        if (!more_time(&c, pause))
+        rc = ask_ready(&c, &env, o, out, len, err, errlen);
+        if ((rc != TT_EAGAIN && rc != TT_ETIMEDOUT) || !more_time(&c, pause))
             break;
         if (tt_clock_mono_ms() >= note) {
-            TT_WARN("coll",
-                    "generation %" PRIu64 ": still no id from rank 0 after %llu s of %d s%s",
-                    o->generation, (unsigned long long)((tt_clock_mono_ms() - t0) / 1000),
-                    (o->timeout_ms > 0 ? o->timeout_ms : 10000) / 1000,
-                    asked ? "" : " (the coordinator does not answer)");
+            TT_WARN(
+                "coll", "generation %" PRIu64 ": still no id from rank 0 after %llu s of %d s%s",
+                o->generation, (unsigned long long)((tt_clock_mono_ms() - c.start) / 1000),
+                c.timeout_ms / 1000, rc == TT_EAGAIN ? "" : " (the coordinator does not answer)");
             note += NOTE_MS;
         }
         tt_clock_sleep_ms((uint64_t)pause);
+    }
+    if (rc == TT_EAGAIN) {
+        rc = TT_ETIMEDOUT;
+        set_err(err, errlen, "commid: rank 0 of generation %" PRIu64 " offered no id within %d ms",
+                o->generation, c.timeout_ms);
     }
     tt_zreq_close(&c.z);
     return rc;

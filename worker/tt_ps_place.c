@@ -94,24 +94,11 @@ static int ask(tt_zreq_t *z, const tt_ps_fetch_opts_t *o, uint64_t rid, int time
         env.body_case = TETHER__ENVELOPE__BODY_PLACEMENT;
         env.placement = &pr;
     }
-    char why[256] = "";
-    int rc = tt_zreq_call(z, &env, NULL, 0, (uint32_t)timeout_ms, rx, why, sizeof(why));
+    int rc =
+        tt_zreq_call_want(z, &env, NULL, 0, (uint32_t)timeout_ms,
+                          TETHER__ENVELOPE__BODY_PLACEMENT_REPLY, "placement", rx, err, errlen);
     free(specs);
     free(ptrs);
-    if (rc != TT_OK) {
-        PSET_ERR(err, errlen, "placement: %s", why);
-        return rc;
-    }
-    if (rx->env->body_case == TETHER__ENVELOPE__BODY_ERROR) {
-        PSET_ERR(err, errlen, "coordinator: %s", rx->env->error->message);
-        rc = rx->env->error->code < 0 ? rx->env->error->code : TT_EREMOTE;
-    } else if (rx->env->body_case != TETHER__ENVELOPE__BODY_PLACEMENT_REPLY) {
-        PSET_ERR(err, errlen, "coordinator answered with '%s'",
-                 tt_wire_body_name(rx->env->body_case));
-        rc = TT_EPROTO;
-    }
-    if (rc != TT_OK)
-        tt_zmq_rx_close(rx);
     return rc;
 }
 
