@@ -11,6 +11,7 @@
  * relay error or a timeout fails. Usage: nccl_relay_check --coordinator
  * EP. Exits 77 without a GPU or NCCL, 0 on success. */
 #include "tether/tether.h"
+#include "../unit/pair_testlib.h"
 #include "nccl_check.h"
 #include "tt_clock.h"
 #include "tt_coll.h"
@@ -31,14 +32,9 @@ typedef struct rank_run {
     char err[640];
 } rank_run_t;
 
-static void *join_one(void *arg) {
-    tether_t *t = arg;
-    return (void *)(intptr_t)tether_join(t, 10000);
-}
-
 /* Two clients of job "relay" joined into one generation; 0 on success. */
 static int form_job(const char *coord, tether_t *t[2], uint64_t *gen) {
-    static const char *ids[2] = {"r0", "r1"};
+    static const char *ids[2] = {"r0", "r1"}; /* ranked by id: r0 is rank 0 */
     for (int i = 0; i < 2; i++) {
         tether_opts_t o;
         tether_opts_default(&o);
@@ -50,16 +46,10 @@ static int form_job(const char *coord, tether_t *t[2], uint64_t *gen) {
         if (tether_create(&t[i], &o, NULL, 0) != TETHER_OK)
             return -1;
     }
-    pthread_t th;
-    pthread_create(&th, NULL, join_one, t[0]);
-    int rc = tether_join(t[1], 10000);
-    void *rc0 = NULL;
-    pthread_join(th, &rc0);
-    *gen = tether_generation(t[0]);
-    printf("job formed: generation %llu, r0 rank %d, r1 rank %d (%s / %s)\n",
-           (unsigned long long)*gen, tether_rank(t[0]), tether_rank(t[1]),
-           tt_strerror((int)(intptr_t)rc0), tt_strerror(rc));
-    return rc == TETHER_OK && rc0 == NULL && tether_rank(t[0]) == 0 ? 0 : -1;
+    *gen = pair_join(t);
+    printf("job formed: generation %llu (%s)\n", (unsigned long long)*gen,
+           *gen != 0 ? "r0 rank 0, r1 rank 1" : tether_last_error(t[1]));
+    return *gen != 0 ? 0 : -1;
 }
 
 static void *open_rank(void *arg) {

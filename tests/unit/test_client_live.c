@@ -5,6 +5,7 @@
  * relay of a generation's collective bootstrap id (tt_commid). The pure
  * parts of the client are test_client.c's. */
 #include "coord.h"
+#include "pair_testlib.h"
 #include "tt_client.h"
 #include "tt_commid.h"
 #include "tt_clock.h"
@@ -212,7 +213,7 @@ static void client_api_join_retried_through_cooldown(void) {
 }
 
 /* A coordinator and two workers of job `job` joined into one generation;
- * w[0] is rank 0. Returns the generation, 0 on failure. */
+ * w[0] ("wa") is rank 0. Returns the generation, 0 on failure. */
 static uint64_t start_pair(coord_fx_t *f, const char *job, tether_t *w[2], const char *ids[2]) {
     static const char *names[2] = {"wa", "wb"};
     w[0] = w[1] = NULL;
@@ -220,26 +221,12 @@ static uint64_t start_pair(coord_fx_t *f, const char *job, tether_t *w[2], const
         return 0;
     tether_opts_t o;
     for (int i = 0; i < 2; i++) {
+        ids[i] = names[i];
         fx_opts(&o, f, job, names[i], 2, 2);
         if (tether_create(&w[i], &o, NULL, 0) != TETHER_OK)
             return 0;
     }
-    call_t j = {.t = w[0]};
-    pthread_t th;
-    pthread_create(&th, NULL, join_thread, &j);
-    int rc = tether_join(w[1], 5000);
-    pthread_join(th, NULL);
-    if (rc != TETHER_OK || j.rc != TETHER_OK)
-        return 0;
-    int swap = tether_rank(w[0]) != 0;
-    ids[0] = names[swap];
-    ids[1] = names[!swap];
-    if (swap) {
-        tether_t *t = w[0];
-        w[0] = w[1];
-        w[1] = t;
-    }
-    return tether_rank(w[0]) == 0 && tether_rank(w[1]) == 1 ? tether_generation(w[0]) : 0;
+    return pair_join(w);
 }
 
 static void stop_pair(coord_fx_t *f, tether_t *w[2]) {
