@@ -43,6 +43,18 @@ static int check_member(const Tether__Member *m, char *err, size_t errlen) {
     return rc;
 }
 
+int tt_wire_shrink_ok(uint64_t generation, uint64_t shrink_of, const uint32_t *exclude, size_t n) {
+    if (shrink_of == 0)
+        return n == 0;
+    if (shrink_of >= generation || n == 0 || n > TT_WIRE_MAX_SHRINK)
+        return 0;
+    for (size_t i = 1; i < n; i++) {
+        if (exclude[i] <= exclude[i - 1])
+            return 0;
+    }
+    return 1;
+}
+
 /* Members are listed by strictly increasing rank, all below world_size.
  * Small worlds list everyone; large ones only the addressee's ring
  * neighbours (see docs/protocol.md). */
@@ -55,6 +67,14 @@ static int check_generation(const Tether__Generation *g, const tt_wire_limits_t 
     if (g->n_members > lim->max_members || g->n_members > g->world_size || g->n_members == 0) {
         WIRE_SET_ERR(err, errlen, "generation lists %zu members for world size %u", g->n_members,
                      g->world_size);
+        return TT_EPROTO;
+    }
+    if (!tt_wire_shrink_ok(g->generation, g->shrink_of, g->shrink_exclude, g->n_shrink_exclude)) {
+        WIRE_SET_ERR(err, errlen,
+                     "generation %llu: bad shrink of generation %llu (%zu excluded ranks, "
+                     "at most %u, ascending)",
+                     (unsigned long long)g->generation, (unsigned long long)g->shrink_of,
+                     g->n_shrink_exclude, TT_WIRE_MAX_SHRINK);
         return TT_EPROTO;
     }
     for (size_t i = 0; i < g->n_members; i++) {
@@ -519,7 +539,9 @@ static int check_state(const tt_coord_state_pb_t *st, char *err, size_t errlen) 
             !tt_wire_str_ok(j->job_id, TT_WIRE_MAX_ID) ||
             !tt_wire_str_ok(j->failure, TT_WIRE_MAX_TEXT) || j->settings == NULL ||
             j->n_members > 65536 || j->n_checkpoints > 65536 || !check_history(j) ||
-            j->comm_id.len > TT_WIRE_MAX_COMM_ID) {
+            j->comm_id.len > TT_WIRE_MAX_COMM_ID ||
+            !tt_wire_shrink_ok(j->formed_generation, j->shrink_of, j->shrink_exclude,
+                               j->n_shrink_exclude)) {
             WIRE_SET_ERR(err, errlen, "state file job record %zu is malformed", i);
             return TT_ECORRUPT;
         }

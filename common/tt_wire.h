@@ -22,6 +22,7 @@
 #define TT_WIRE_MAX_ID      127u  /* job ids, worker ids, sender ids */
 #define TT_WIRE_MAX_TEXT    1024u /* reasons, error messages, endpoints */
 #define TT_WIRE_MAX_COMM_ID 512u  /* CommIdOffer / CommIdReply id bytes */
+#define TT_WIRE_MAX_SHRINK  64u   /* Generation.shrink_exclude ranks */
 
 typedef Tether__Envelope tt_env_t;
 
@@ -51,6 +52,11 @@ int tt_wire_check_scope(const tt_env_t *env, const char *job_id, uint64_t curren
                         size_t errlen);
 
 void tt_wire_free(tt_env_t **env);
+
+/* A generation's shrink relation (Generation.shrink_of / shrink_exclude)
+ * is well formed: none (0, no ranks), or an older generation with 1 to
+ * TT_WIRE_MAX_SHRINK strictly ascending old ranks. 1 or 0. */
+int tt_wire_shrink_ok(uint64_t generation, uint64_t shrink_of, const uint32_t *exclude, size_t n);
 
 /* Initialise a stack envelope for sending. Strings are borrowed: they must
  * outlive the tt_wire_encode call. The caller then sets body_case and the

@@ -411,6 +411,110 @@ static void wire_comm_id_is_bounded(void) {
     tt_wire_free(&e);
 }
 
+/* A JoinReply for generation 5 (world 2) claiming to shrink generation
+ * `of` by ranks `ex` (n of them), decoded: the code, and on TT_OK checks
+ * that the relation came through unchanged. */
+static int decode_shrink(uint64_t of, const uint32_t *ex, size_t n, char *err, size_t errlen) {
+    Tether__Member m0 = TETHER__MEMBER__INIT, m1 = TETHER__MEMBER__INIT;
+    m1.rank = 1;
+    Tether__Member *ms[2] = {&m0, &m1};
+    Tether__Generation g = TETHER__GENERATION__INIT;
+    g.generation = 5;
+    g.world_size = 2;
+    g.n_members = 2;
+    g.members = ms;
+    g.shrink_of = of;
+    g.n_shrink_exclude = n;
+    g.shrink_exclude = (uint32_t *)ex;
+    Tether__JoinReply r = TETHER__JOIN_REPLY__INIT;
+    r.generation = &g;
+    tt_env_t env;
+    tt_wire_env_init(&env, "j", "coordinator", 5, 1);
+    env.body_case = TETHER__ENVELOPE__BODY_JOIN_REPLY;
+    env.join_reply = &r;
+    tt_env_t *e = NULL;
+    int rc = round_trip(&env, NULL, 0, &e, err, errlen);
+    if (rc == TT_OK) {
+        const Tether__Generation *d = e->join_reply->generation;
+        CU_ASSERT_EQUAL(d->shrink_of, of);
+        CU_ASSERT_EQUAL_FATAL(d->n_shrink_exclude, n);
+        for (size_t i = 0; i < n; i++)
+            CU_ASSERT_EQUAL(d->shrink_exclude[i], ex[i]);
+    } else {
+        CU_ASSERT_PTR_NULL(e);
+    }
+    tt_wire_free(&e);
+    return rc;
+}
+
+/* Generation.shrink_of / shrink_exclude: none, or an older generation
+ * with 1..64 strictly ascending old ranks. */
+static void wire_generation_shrink_checked(void) {
+    uint32_t many[TT_WIRE_MAX_SHRINK + 1], ok[2] = {1, 3}, down[2] = {3, 1}, dup[2] = {2, 2};
+    for (uint32_t i = 0; i < TT_WIRE_MAX_SHRINK + 1; i++)
+        many[i] = i;
+    char err[256] = "";
+    CU_ASSERT_EQUAL(decode_shrink(0, NULL, 0, err, sizeof(err)), TT_OK);
+    CU_ASSERT_EQUAL(decode_shrink(4, ok, 2, err, sizeof(err)), TT_OK);
+    CU_ASSERT_EQUAL(decode_shrink(1, many, TT_WIRE_MAX_SHRINK, err, sizeof(err)), TT_OK);
+    CU_ASSERT_EQUAL(decode_shrink(0, ok, 2, err, sizeof(err)), TT_EPROTO); /* ranks of nothing */
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "bad shrink"));
+    CU_ASSERT_EQUAL(decode_shrink(4, NULL, 0, err, sizeof(err)), TT_EPROTO); /* nobody left */
+    CU_ASSERT_EQUAL(decode_shrink(5, ok, 2, err, sizeof(err)), TT_EPROTO);   /* itself */
+    CU_ASSERT_EQUAL(decode_shrink(6, ok, 2, err, sizeof(err)), TT_EPROTO);   /* a newer one */
+    CU_ASSERT_EQUAL(decode_shrink(1, many, TT_WIRE_MAX_SHRINK + 1, err, sizeof(err)), TT_EPROTO);
+    CU_ASSERT_EQUAL(decode_shrink(4, down, 2, err, sizeof(err)), TT_EPROTO);
+    CU_ASSERT_EQUAL(decode_shrink(4, dup, 2, err, sizeof(err)), TT_EPROTO);
+}
+
+/* A state file job record whose formed generation claims to shrink
+ * generation `of` by `ex`: the decoder's code. */
+static int decode_state_shrink(uint64_t of, const uint32_t *ex, size_t n) {
+    Tether__JobSettings s = TETHER__JOB_SETTINGS__INIT;
+    Tether__CoordJobRecord rec = TETHER__COORD_JOB_RECORD__INIT;
+    rec.job_id = "job";
+    rec.settings = &s;
+    rec.generation = rec.formed_generation = 7;
+    rec.shrink_of = of;
+    rec.n_shrink_exclude = n;
+    rec.shrink_exclude = (uint32_t *)ex;
+    Tether__CoordJobRecord *recs[1] = {&rec};
+    Tether__CoordState st = TETHER__COORD_STATE__INIT;
+    st.version = TT_WIRE_VERSION;
+    st.n_jobs = 1;
+    st.jobs = recs;
+    uint8_t *buf = NULL;
+    size_t len;
+    CU_ASSERT_EQUAL_FATAL(tt_wire_state_encode(&st, &buf, &len), TT_OK);
+    tt_coord_state_pb_t *out = NULL;
+    char err[256] = "";
+    int rc = tt_wire_state_decode(buf, len, &out, err, sizeof(err));
+    if (rc == TT_OK) {
+        CU_ASSERT_EQUAL(out->jobs[0]->shrink_of, of);
+        CU_ASSERT_EQUAL_FATAL(out->jobs[0]->n_shrink_exclude, n);
+        for (size_t i = 0; i < n; i++)
+            CU_ASSERT_EQUAL(out->jobs[0]->shrink_exclude[i], ex[i]);
+    } else {
+        CU_ASSERT_PTR_NULL(out);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err, "job record 0 is malformed"));
+    }
+    tt_wire_state_free(&out);
+    free(buf);
+    return rc;
+}
+
+static void wire_state_shrink_checked(void) {
+    uint32_t many[TT_WIRE_MAX_SHRINK + 1], ok[2] = {0, 2}, down[2] = {2, 0};
+    for (uint32_t i = 0; i < TT_WIRE_MAX_SHRINK + 1; i++)
+        many[i] = i;
+    CU_ASSERT_EQUAL(decode_state_shrink(0, NULL, 0), TT_OK);
+    CU_ASSERT_EQUAL(decode_state_shrink(6, ok, 2), TT_OK);
+    CU_ASSERT_EQUAL(decode_state_shrink(0, ok, 2), TT_ECORRUPT);
+    CU_ASSERT_EQUAL(decode_state_shrink(7, ok, 2), TT_ECORRUPT);
+    CU_ASSERT_EQUAL(decode_state_shrink(6, down, 2), TT_ECORRUPT);
+    CU_ASSERT_EQUAL(decode_state_shrink(6, many, TT_WIRE_MAX_SHRINK + 1), TT_ECORRUPT);
+}
+
 static const tt_cunit_test_t tests[] = {
     {"wire_round_trip", wire_round_trip},
     {"wire_rejects_version", wire_rejects_version},
@@ -427,6 +531,8 @@ static const tt_cunit_test_t tests[] = {
     {"wire_checkpoints_reply_rejects_malformed_records",
      wire_checkpoints_reply_rejects_malformed_records},
     {"wire_comm_id_is_bounded", wire_comm_id_is_bounded},
+    {"wire_generation_shrink_checked", wire_generation_shrink_checked},
+    {"wire_state_shrink_checked", wire_state_shrink_checked},
     {NULL, NULL},
 };
 
