@@ -30,10 +30,13 @@ static void send_to_worker(tt_coord_t *c, const char *worker_id, uint64_t inc, c
         coord_send(c, peer, len, env, hold);
 }
 
-/* Builds the Generation message from a member array sorted by rank. */
-static int fill_generation(const tt_rdzv_member_t *src, size_t n, uint64_t gen, int64_t resume,
-                           int64_t ps_until, uint64_t nonce, Tether__Generation *g,
-                           Tether__Member **ptrs, Tether__Member *ms) {
+/* Builds the Generation message from a member array sorted by rank. What
+ * the job decided when it formed `gen` (PS fallback, shrink relation) goes
+ * only into that generation, so a resend to a catching-up member says the
+ * same; g borrows job's arrays. */
+static int fill_generation(coord_job_t *job, const tt_rdzv_member_t *src, size_t n, uint64_t gen,
+                           int64_t resume, Tether__Generation *g, Tether__Member **ptrs,
+                           Tether__Member *ms) {
     for (size_t i = 0; i < n; i++) {
         tether__member__init(&ms[i]);
         ms[i].rank = src[i].rank;
@@ -50,8 +53,13 @@ static int fill_generation(const tt_rdzv_member_t *src, size_t n, uint64_t gen, 
     g->n_members = n;
     g->members = ptrs;
     g->resume_step = resume;
-    g->ps_until_step = ps_until;
-    g->job_nonce = nonce;
+    g->job_nonce = job->nonce;
+    if (job->formed_gen == gen) {
+        g->ps_until_step = job->ps_until_step;
+        g->shrink_of = job->shrink_of;
+        g->n_shrink_exclude = job->shrink_of != 0 ? job->n_shrink_exclude : 0;
+        g->shrink_exclude = job->shrink_exclude;
+    }
     return TT_OK;
 }
 
@@ -122,8 +130,7 @@ static void send_generation(tt_coord_t *c, coord_job_t *job, const tt_rdzv_membe
     Tether__Member **ptrs = calloc(n + 1, sizeof(*ptrs));
     Tether__Generation g;
     if (ms != NULL && ptrs != NULL) {
-        fill_generation(src, n, gen, resume, job->formed_gen == gen ? job->ps_until_step : 0,
-                        job->nonce, &g, ptrs, ms);
+        fill_generation(job, src, n, gen, resume, &g, ptrs, ms);
         for (size_t i = 0; i < n; i++) {
             if (worker_id == NULL ||
                 (strcmp(src[i].worker_id, worker_id) == 0 && src[i].incarnation == inc))
@@ -202,16 +209,37 @@ static int64_t ps_until(tt_coord_t *c, const tt_rdzv_event_t *ev) {
     return ev->step + (int64_t)c->ps_fallback_steps;
 }
 
+/* Keeps the event's shrink relation and says it in `out` for the log:
+ * "; shrinks generation 3 by rank(s) 1 4" (the first 8 ranks). */
+static void keep_shrink(coord_job_t *job, const tt_rdzv_event_t *ev, char *out, size_t cap) {
+    uint32_t n =
+        ev->n_shrink_exclude < TT_RDZV_SHRINK_MAX ? ev->n_shrink_exclude : TT_RDZV_SHRINK_MAX;
+    job->shrink_of = n > 0 ? ev->shrink_of : 0;
+    job->n_shrink_exclude = job->shrink_of != 0 ? n : 0;
+    memcpy(job->shrink_exclude, ev->shrink_exclude,
+           (size_t)job->n_shrink_exclude * sizeof(uint32_t));
+    if (job->shrink_of == 0)
+        return;
+    int len = snprintf(out, cap, "; shrinks generation %llu by rank(s)",
+                       (unsigned long long)job->shrink_of);
+    uint32_t shown = job->n_shrink_exclude < 8 ? job->n_shrink_exclude : 8;
+    for (uint32_t i = 0; i < shown && len > 0 && (size_t)len < cap; i++)
+        len += snprintf(out + len, cap - (size_t)len, " %u", job->shrink_exclude[i]);
+    if (shown < job->n_shrink_exclude && len > 0 && (size_t)len < cap)
+        snprintf(out + len, cap - (size_t)len, " ... (%u in all)", job->n_shrink_exclude);
+}
+
 static void on_generation(tt_coord_t *c, coord_job_t *job, const tt_rdzv_event_t *ev) {
-    char fallback[96] = "";
+    char fallback[96] = "", shrink[192] = "";
     job->ps_until_step = ps_until(c, ev);
     if (job->ps_until_step > 0)
         snprintf(fallback, sizeof(fallback),
                  "; steps before %lld run on the shard servers while the new ring is made",
                  (long long)job->ps_until_step);
-    TT_INFO("coord", "job %s: generation %llu formed, world %u, resume at step %lld%s",
+    keep_shrink(job, ev, shrink, sizeof(shrink));
+    TT_INFO("coord", "job %s: generation %llu formed, world %u, resume at step %lld%s%s",
             tt_rdzv_job_id(job->rdzv), (unsigned long long)ev->generation, ev->world_size,
-            (long long)ev->step, fallback);
+            (long long)ev->step, fallback, shrink);
     job->formed_gen = ev->generation;
     job->resume_step = ev->step;
     coord_request_save(c);

@@ -20,6 +20,11 @@ typedef struct coord_job {
     uint64_t formed_gen;   /* last generation formed (kept in the state file) */
     int64_t resume_step;   /* its first step, for members catching up */
     int64_t ps_until_step; /* its Generation.ps_until_step */
+    /* Its Generation.shrink_of / shrink_exclude (rdzv.h, GENERATION_FORMED;
+     * kept in the state file). shrink_of 0: none. */
+    uint64_t shrink_of;
+    uint32_t n_shrink_exclude;
+    uint32_t shrink_exclude[TT_RDZV_SHRINK_MAX];
     uint64_t nonce;        /* Generation.job_nonce: random at creation, persisted */
     uint64_t lost_version; /* shard placement already regrouped for a lost shard */
     tt_ckpt_book_t ckpt;   /* checkpoint requests and committed records */
@@ -35,6 +40,9 @@ typedef struct coord_job {
     size_t comm_id_len;
     uint8_t comm_id[TT_WIRE_MAX_COMM_ID];
 } coord_job_t;
+
+_Static_assert(TT_RDZV_SHRINK_MAX == TT_WIRE_MAX_SHRINK,
+               "a shrink the rendezvous makes must fit in Generation.shrink_exclude");
 
 /* Which worker a TCP connection (by fd) belongs to, learned from ZMQ_SRCFD
  * of its messages, so a monitor DISCONNECTED event names a worker. */

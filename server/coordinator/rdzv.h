@@ -147,7 +147,17 @@ typedef enum {
     /* A generation formed: answer every member (pending joins, members
      * waiting at a boundary, survivors) with its rank. `generation`,
      * `world_size`, `members` (sorted by rank) and `step` = resume_step,
-     * the first step the generation runs. */
+     * the first step the generation runs. `shrink_of` != 0: this
+     * generation is generation `shrink_of` minus the members that held
+     * its ranks `shrink_exclude` (n_shrink_exclude of them, ascending):
+     * formed at a step boundary every member waited at, by dropping
+     * drained members and admitting nobody, so nothing was in flight and
+     * the survivors keep their order (new rank = old rank minus the
+     * excluded ranks below it). NCCL members may then shrink the old
+     * communicator (Generation.shrink_of) instead of building a new one.
+     * Every other formation (the first, after a death or a drain with
+     * `now`, tt_rdzv_regroup_now, one that admits a joiner, more than
+     * TT_RDZV_SHRINK_MAX drained) has shrink_of 0 and no excluded ranks. */
     TT_RDZV_EV_GENERATION_FORMED = 1,
     /* A member was declared dead and fenced. `worker_id`, `incarnation`,
      * `message` = reason, `generation` = the generation it was evicted from.
@@ -174,6 +184,10 @@ typedef enum {
     TT_RDZV_EV_JOB_FINISHED = 7,
 } tt_rdzv_event_kind_t;
 
+/* Most old ranks a shrink may exclude: Generation.shrink_exclude's bound
+ * (TT_WIRE_MAX_SHRINK); a larger drain is announced as a new generation. */
+#define TT_RDZV_SHRINK_MAX 64u
+
 typedef struct {
     tt_rdzv_event_kind_t kind;
     uint64_t generation; /* generation current when the event was made */
@@ -184,6 +198,10 @@ typedef struct {
     uint32_t world_size;
     const tt_rdzv_member_t *members; /* GENERATION_FORMED only, else NULL */
     char message[TT_RDZV_REASON_MAX];
+    /* GENERATION_FORMED only: the shrink relation (see above); 0 / 0. */
+    uint64_t shrink_of;
+    uint32_t n_shrink_exclude;
+    uint32_t shrink_exclude[TT_RDZV_SHRINK_MAX]; /* old ranks, ascending */
 } tt_rdzv_event_t;
 
 /* What a heartbeat returns to the worker. Filled on every return code except

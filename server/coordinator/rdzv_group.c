@@ -1,14 +1,15 @@
 /* rdzv_group: how membership changes - eviction of members, dropping of
  * pending workers, forming a generation (from participants, after a death,
  * at an agreed step boundary, or at once with the same members when the
- * daemon asks, each regroup counted against the guard rail), the "regroup
- * after step S" protocol (for joiners, and for members the operator
- * drains), and the end of the job (failed, or finished by a
- * worker that completed the run). Every public
- * entry point changes state through these helpers and then calls
- * tt_rdzv_settle() once, so a tick that evicts a thousand silent members
- * forms one generation, not a thousand. Request parsing and return codes
- * live in rdzv.c.
+ * daemon asks, each regroup counted against the guard rail; one at a
+ * boundary that only drops drained members is announced as a shrink of the
+ * previous generation), the "regroup after step S" protocol (for joiners,
+ * and for members the operator drains), and the end of the job (failed, or
+ * finished by a worker that completed the run). Every public entry point
+ * changes state through these helpers and then calls tt_rdzv_settle()
+ * once, so a tick that evicts a thousand silent members forms one
+ * generation, not a thousand. Request parsing and return codes live in
+ * rdzv.c.
  *
  * Why the step-boundary protocol converges: members run every step through
  * collectives that need all of them, so no member can complete step k+1
@@ -206,7 +207,15 @@ static int64_t rank_members(tt_rdzv_t *r) {
     return hi;
 }
 
-static void emit_formed(tt_rdzv_t *r, tt_rdzv_member_t *snap, int64_t resume) {
+/* A generation that is the previous one minus some members (see
+ * TT_RDZV_EV_GENERATION_FORMED in rdzv.h). of 0: no such relation. */
+typedef struct {
+    uint64_t of;
+    uint32_t n;
+    uint32_t ranks[TT_RDZV_SHRINK_MAX]; /* old ranks, ascending */
+} shrink_t;
+
+static void emit_formed(tt_rdzv_t *r, tt_rdzv_member_t *snap, int64_t resume, const shrink_t *sh) {
     for (uint32_t i = 0; i < r->members.n; i++)
         tt_rdzv_node_to_member(r->members.v[i], &snap[i]);
     tt_rdzv_event_t *ev = tt_rdzv_event_push(r, TT_RDZV_EV_GENERATION_FORMED);
@@ -217,6 +226,11 @@ static void emit_formed(tt_rdzv_t *r, tt_rdzv_member_t *snap, int64_t resume) {
     ev->world_size = r->members.n;
     ev->members = snap;
     ev->step = resume;
+    if (sh != NULL && sh->of != 0) {
+        ev->shrink_of = sh->of;
+        ev->n_shrink_exclude = sh->n;
+        memcpy(ev->shrink_exclude, sh->ranks, (size_t)sh->n * sizeof(sh->ranks[0]));
+    }
     TT_INFO(TT_RDZV_SUBSYS,
             "job %s: generation %" PRIu64 " formed: %u members, resume at step %" PRId64
             ", %u waiting",
@@ -225,11 +239,13 @@ static void emit_formed(tt_rdzv_t *r, tt_rdzv_member_t *snap, int64_t resume) {
 
 /* Forms the next generation from the current (compacted) members plus up to
  * `take` pending workers. `resume` < 0: start after the highest step any
- * new member holds. Every generation after the first is a regroup and
- * counts against max_regroups_per_hour; one too many fails the job. An
- * allocation failure fails the job rather than leave workers without an
- * answer they cannot tell apart from a hang. */
-static void form_generation(tt_rdzv_t *r, uint32_t take, int64_t resume, uint64_t now_ms) {
+ * new member holds. `sh` (may be NULL): its shrink relation to the
+ * previous one, dropped when a joiner comes in. Every generation after the
+ * first is a regroup and counts against max_regroups_per_hour; one too
+ * many fails the job. An allocation failure fails the job rather than
+ * leave workers without an answer they cannot tell apart from a hang. */
+static void form_generation(tt_rdzv_t *r, uint32_t take, int64_t resume, uint64_t now_ms,
+                            const shrink_t *sh) {
     char why[TT_RDZV_REASON_MAX];
     if (r->generation > 0 && tt_rdzv_note_regroup(r, now_ms, why, sizeof(why)) != 0) {
         tt_rdzv_fail(r, why);
@@ -252,12 +268,12 @@ static void form_generation(tt_rdzv_t *r, uint32_t take, int64_t resume, uint64_
     r->last_call_deadline = 0;
     r->below_min_armed = 0;
     r->max_member_step = hi;
-    emit_formed(r, snap, resume >= 0 ? resume : hi + 1);
+    emit_formed(r, snap, resume >= 0 ? resume : hi + 1, take == 0 ? sh : NULL);
 }
 
 void tt_rdzv_form_waiting(tt_rdzv_t *r, uint64_t now_ms) {
     uint32_t take = r->pending.n < r->settings.max_workers ? r->pending.n : r->settings.max_workers;
-    form_generation(r, take, -1, now_ms);
+    form_generation(r, take, -1, now_ms, NULL);
 }
 
 static uint32_t free_slots(const tt_rdzv_t *r) {
@@ -322,7 +338,7 @@ static void regroup_after_death(tt_rdzv_t *r, uint64_t now_ms) {
     if (r->n_draining > 0 && r->members.n - r->n_draining >= r->settings.min_workers)
         drop_drained(r); /* they were leaving anyway: not into this generation */
     if (r->members.n >= r->settings.min_workers) {
-        form_generation(r, free_slots(r), -1, now_ms);
+        form_generation(r, free_slots(r), -1, now_ms, NULL); /* steps were in flight */
         return;
     }
     uint32_t need = r->pending.n + r->members.n;
@@ -345,7 +361,7 @@ void tt_rdzv_regroup_same(tt_rdzv_t *r, const char *reason, uint64_t now_ms) {
     TT_INFO(TT_RDZV_SUBSYS, "job %s: regrouping generation %" PRIu64 " with its %u members: %s",
             r->job_id, r->generation, r->members.n, reason);
     update_committed(r);
-    form_generation(r, free_slots(r), -1, now_ms);
+    form_generation(r, free_slots(r), -1, now_ms, NULL);
 }
 
 static void announce(tt_rdzv_t *r) {
@@ -393,6 +409,37 @@ void tt_rdzv_note_step(tt_rdzv_t *r, tt_rdzv_node_t *n, int64_t step, int runnin
         set_regroup_step(r, step);
 }
 
+/* The old ranks of the members about to be drained, ascending (the list
+ * is compacted, in rank order); none beyond what Generation can carry. */
+static void note_shrink(const tt_rdzv_t *r, shrink_t *sh) {
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < r->members.n; i++) {
+        const tt_rdzv_node_t *m = r->members.v[i];
+        if (!m->draining || m->evicted)
+            continue;
+        if (n == TT_RDZV_SHRINK_MAX)
+            return; /* sh->of stays 0 */
+        sh->ranks[n++] = m->index;
+    }
+    sh->n = n;
+    sh->of = n > 0 ? r->generation : 0;
+}
+
+/* Every member waits at S: the drained leave, waiters come in. Why only
+ * here is a generation a shrink: no step is in flight and, when nobody is
+ * admitted, the survivors keep their order (ranked by worker id), so an
+ * NCCL communicator can be shrunk rather than built again. */
+static void form_at_boundary(tt_rdzv_t *r, uint64_t now_ms) {
+    shrink_t sh = {0};
+    update_committed(r);
+    int64_t resume = r->regroup_step + 1;
+    if (r->n_draining > 0) {
+        note_shrink(r, &sh);
+        drop_drained(r);
+    }
+    form_generation(r, free_slots(r), resume, now_ms, &sh);
+}
+
 static void settle_running(tt_rdzv_t *r, uint64_t now_ms) {
     if (r->n_evicted > 0) {
         regroup_after_death(r, now_ms);
@@ -414,11 +461,7 @@ static void settle_running(tt_rdzv_t *r, uint64_t now_ms) {
     } else if (r->regroup_step < 0 && wanted) {
         set_regroup_step(r, r->max_member_step + 1);
     } else if (r->regroup_step >= 0 && r->n_at_boundary == r->members.n) {
-        update_committed(r);
-        int64_t resume = r->regroup_step + 1;
-        if (r->n_draining > 0)
-            drop_drained(r);
-        form_generation(r, free_slots(r), resume, now_ms);
+        form_at_boundary(r, now_ms);
     }
 }
 

@@ -418,7 +418,8 @@ def start_drain_job(h, seed, spe, epochs, backend="ring", shards=0, extra=()):
     out = os.path.join(h.dir, "drain.bin")
     metrics = os.path.join(h.dir, "drain.json")
     argv = [binary("tether-launch"), "--workers", "3", "--shards", str(shards), "--min-workers",
-            "2", "--max-restarts", "2", "--coordinator-port", str(port), "--", "tether-train",
+            "2", "--max-restarts", "2", "--coordinator-port", str(port),
+            "--daemon-log-level", "info", "--", "tether-train",
             "--data", DATA, "--backend", backend, *train_args(seed, spe, epochs),
             "--dump-params", out, "--metrics-json", metrics, "--pace-ms", "100", *extra]
     return h.spawn("drain", argv, env=FAST), coord, out, metrics
@@ -453,6 +454,13 @@ def test_drain_at_a_step_boundary(h):
     assert "worker 'worker-1' was drained from job 'launch'" in log, log[-3000:]
     assert "finished=3 failed=0 restarts=0" in log, summary
     assert "EUNREACHABLE" not in log and "ETIMEDOUT" not in log, log[-3000:]
+    # The survivors' generation is announced as the old one minus
+    # worker-1's rank, so NCCL members would shrink their communicator; a
+    # ring job builds its ring as before.
+    shrink = re.search(r"formed, world 2, .*shrinks generation (\d+) by rank\(s\) 1\b", log)
+    assert shrink is not None, [l for l in log.splitlines() if "formed" in l]
+    print(f"  announced: generation {int(shrink.group(1)) + 1} shrinks generation "
+          f"{shrink.group(1)} by rank 1")
     d = rel_diff(read_params(out), reference(h, seed, spe, epochs))
     print(f"  relative difference to the fault-free run: {d:.2e}")
     assert d < 1e-5, d

@@ -2,15 +2,38 @@
  * (coord_testlib.h): the per-job nonce that tags a job's ring messages
  * (Generation.job_nonce) is random per job record, the same in every
  * generation of the job, and kept across a coordinator restart; so are what
- * the last formed generation told its members (its resume step) and the
- * collective bootstrap id its rank 0 offered. */
+ * the last formed generation told its members (its resume step, and that
+ * a drain made it a shrink of the one before) and the collective bootstrap
+ * id its rank 0 offered. */
 #include "coord_testlib.h"
+
+/* What a JoinReply's generation said, copied out of the message. */
+typedef struct {
+    uint64_t generation, nonce, shrink_of;
+    int64_t resume;
+    uint32_t world, rank;
+    size_t n_exclude;
+    uint32_t exclude[4];
+} seen_t;
+
+static void seen_from(const Tether__JoinReply *r, seen_t *out) {
+    const Tether__Generation *g = r->generation;
+    *out = (seen_t){.generation = g->generation,
+                    .nonce = g->job_nonce,
+                    .shrink_of = g->shrink_of,
+                    .resume = g->resume_step,
+                    .world = g->world_size,
+                    .rank = r->rank,
+                    .n_exclude = g->n_shrink_exclude};
+    for (size_t i = 0; i < g->n_shrink_exclude && i < 4; i++)
+        out->exclude[i] = g->shrink_exclude[i];
+}
 
 /* Sends a heartbeat of the generation before `gen`, which makes the
  * coordinator send generation `gen` again; returns its nonce and resume
- * step (either pointer may be NULL). */
-static void resent_generation(fx_t *f, cli_t *w, const char *job, uint64_t gen, uint64_t *nonce,
-                              int64_t *resume) {
+ * step (either pointer may be NULL), and all of it in *seen (may be NULL). */
+static void resent_generation_seen(fx_t *f, cli_t *w, const char *job, uint64_t gen,
+                                   uint64_t *nonce, int64_t *resume, seen_t *seen) {
     Tether__Heartbeat hb = TETHER__HEARTBEAT__INIT;
     hb.incarnation = 1;
     tt_env_t env;
@@ -29,8 +52,15 @@ static void resent_generation(fx_t *f, cli_t *w, const char *job, uint64_t gen, 
             *nonce = rx.env->join_reply->generation->job_nonce;
         if (resume != NULL)
             *resume = rx.env->join_reply->generation->resume_step;
+        if (seen != NULL)
+            seen_from(rx.env->join_reply, seen);
     }
     tt_zmq_rx_close(&rx);
+}
+
+static void resent_generation(fx_t *f, cli_t *w, const char *job, uint64_t gen, uint64_t *nonce,
+                              int64_t *resume) {
+    resent_generation_seen(f, w, job, gen, nonce, resume, NULL);
 }
 
 /* Every job record gets its own random nonce (the ring tags its messages
@@ -132,11 +162,122 @@ static void coord_job_comm_id_survives_restart(void) {
     fx_stop(&f);
 }
 
+/* w asks to join `job` of min 1, max 2 workers; the request id. */
+static uint64_t send_join_of_two(fx_t *f, cli_t *w, const char *job) {
+    Tether__JobSettings s = TETHER__JOB_SETTINGS__INIT;
+    s.min_workers = 1;
+    s.max_workers = 2;
+    s.last_call_ms = 3000; /* both joins arrive first: max forms at once */
+    s.heartbeat_ms = 100;
+    s.heartbeat_timeout_ms = 600000;
+    s.global_batch = 8;
+    s.join_timeout_ms = 60000;
+    Tether__JoinRequest jr = TETHER__JOIN_REQUEST__INIT;
+    jr.settings = &s;
+    jr.worker_id = w->sender;
+    jr.host = "localhost";
+    jr.endpoint = "tcp://127.0.0.1:9";
+    jr.incarnation = 1;
+    jr.last_step = -1;
+    tt_env_t env;
+    tt_wire_env_init(&env, job, w->sender, 0, 0);
+    env.body_case = TETHER__ENVELOPE__BODY_JOIN;
+    env.join = &jr;
+    return cli_send(f, w, &env, NULL, 0);
+}
+
+/* Waits for w's next JoinReply (id 0: pushed) into *out; 0 or an error. */
+static int wait_generation(fx_t *f, cli_t *w, uint64_t id, seen_t *out) {
+    tt_zmq_rx_t rx;
+    int rc = cli_wait(f, w, id, TETHER__ENVELOPE__BODY_JOIN_REPLY, &rx, NULL, 0);
+    if (rc != 0)
+        return rc;
+    if (rx.env->body_case == TETHER__ENVELOPE__BODY_JOIN_REPLY)
+        seen_from(rx.env->join_reply, out);
+    else
+        rc = TT_EPROTO;
+    tt_zmq_rx_close(&rx);
+    return rc;
+}
+
+static void send_boundary(fx_t *f, cli_t *w, const char *job, uint64_t gen, int64_t step) {
+    Tether__Boundary b = TETHER__BOUNDARY__INIT;
+    b.completed_step = step;
+    tt_env_t env;
+    tt_wire_env_init(&env, job, w->sender, gen, 0);
+    env.body_case = TETHER__ENVELOPE__BODY_BOUNDARY;
+    env.boundary = &b;
+    cli_send(f, w, &env, NULL, 0);
+}
+
+/* tetherctl drain JOB WORKER (at the next boundary): 0 on its Ack. */
+static int ask_drain(fx_t *f, cli_t *ctl, const char *job, const char *worker) {
+    Tether__DrainWorker d = TETHER__DRAIN_WORKER__INIT;
+    d.worker_id = (char *)worker;
+    tt_env_t env;
+    tt_wire_env_init(&env, job, ctl->sender, 0, 0);
+    env.body_case = TETHER__ENVELOPE__BODY_DRAIN;
+    env.drain = &d;
+    tt_zmq_rx_t rx;
+    int rc = cli_call(f, ctl, &env, NULL, 0, TETHER__ENVELOPE__BODY_ACK, &rx, NULL, 0);
+    if (rc == 0)
+        tt_zmq_rx_close(&rx);
+    return rc;
+}
+
+/* w0 (rank 0) drained at a step boundary of {w0, w1}: w1 is told
+ * generation 2 is generation 1 minus old rank 0, and a restarted
+ * coordinator sends it the same relation from its state file. */
+static void coord_job_shrink_survives_restart(void) {
+    fx_t f;
+    cli_t w0, w1, ctl;
+    seen_t g1 = {0}, g1b = {0}, g2 = {0}, again = {0};
+    fx_start(&f);
+    cli_open(&f, &w0, "worker", "w0");
+    cli_open(&f, &w1, "worker", "w1");
+    cli_open(&f, &ctl, "tetherctl", "ctl");
+    uint64_t j0 = send_join_of_two(&f, &w0, "sk"), j1 = send_join_of_two(&f, &w1, "sk");
+    CU_ASSERT_EQUAL_FATAL(wait_generation(&f, &w0, j0, &g1), 0);
+    CU_ASSERT_EQUAL_FATAL(wait_generation(&f, &w1, j1, &g1b), 0);
+    CU_ASSERT_EQUAL(g1.world, 2);
+    CU_ASSERT_EQUAL(g1.rank, 0);
+    CU_ASSERT_EQUAL(g1b.rank, 1);
+    CU_ASSERT_EQUAL(g1.shrink_of, 0); /* a first generation shrinks nothing */
+    CU_ASSERT_EQUAL(ask_drain(&f, &ctl, "sk", "w0"), 0);
+    send_boundary(&f, &w0, "sk", g1.generation, 0); /* nobody reported a step: S = 0 */
+    send_boundary(&f, &w1, "sk", g1.generation, 0);
+    tt_zmq_rx_t rx;
+    CU_ASSERT_EQUAL(cli_wait(&f, &w0, UINT64_MAX, TETHER__ENVELOPE__BODY_ERROR, &rx, NULL, 0),
+                    TT_EDRAINED);
+    CU_ASSERT_EQUAL_FATAL(wait_generation(&f, &w1, UINT64_MAX, &g2), 0);
+    CU_ASSERT_EQUAL(g2.generation, g1.generation + 1);
+    CU_ASSERT_EQUAL(g2.world, 1);
+    CU_ASSERT_EQUAL(g2.rank, 0); /* old rank 1, the gap below it closed */
+    CU_ASSERT_EQUAL(g2.shrink_of, g1.generation);
+    CU_ASSERT_EQUAL_FATAL(g2.n_exclude, 1);
+    CU_ASSERT_EQUAL(g2.exclude[0], 0);
+    tt_zmq_close(&w0.sock);
+    tt_zmq_close(&w1.sock);
+    tt_zmq_close(&ctl.sock);
+    fx_down(&f);
+    fx_up(&f);
+    cli_open(&f, &w1, "worker", "w1");
+    resent_generation_seen(&f, &w1, "sk", g2.generation, NULL, NULL, &again);
+    CU_ASSERT_EQUAL(again.generation, g2.generation);
+    CU_ASSERT_EQUAL(again.resume, g2.resume);
+    CU_ASSERT_EQUAL(again.shrink_of, g1.generation);
+    CU_ASSERT_EQUAL_FATAL(again.n_exclude, 1);
+    CU_ASSERT_EQUAL(again.exclude[0], 0);
+    tt_zmq_close(&w1.sock);
+    fx_stop(&f);
+}
+
 static const tt_cunit_test_t tests[] = {
     {"coord_job_nonce_is_per_job_and_survives_restart",
      coord_job_nonce_is_per_job_and_survives_restart},
     {"coord_job_formed_generation_survives_restart", coord_job_formed_generation_survives_restart},
     {"coord_job_comm_id_survives_restart", coord_job_comm_id_survives_restart},
+    {"coord_job_shrink_survives_restart", coord_job_shrink_survives_restart},
     {NULL, NULL},
 };
 

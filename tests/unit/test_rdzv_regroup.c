@@ -2,8 +2,9 @@
  * late joiners admitted at an agreed step boundary, the boundary step
  * raised when a member is already past it, cancellation, deaths that admit
  * waiters, admission order, stale generations, re-joins with a new
- * incarnation, and regroups the daemon asks for (tt_rdzv_regroup_now). Time is injected as now_ms;
- * nothing sleeps. */
+ * incarnation, regroups the daemon asks for (tt_rdzv_regroup_now), drains,
+ * and which generations are announced as a shrink of the previous one
+ * (shrink_of). Time is injected as now_ms; nothing sleeps. */
 #include "rdzv_testlib.h"
 
 /* Brings members a, b (min 2, max 3) to steps 5 and 4, then c joins. */
@@ -435,6 +436,192 @@ static void rdzv_drain_waiting_worker(void) {
     tt_rdzv_destroy(&r);
 }
 
+/* ---- shrink relation (tt_rdzv_event_t.shrink_of) ---- */
+
+/* Checks that ids[i] holds rank i of the running generation, so that the
+ * tests below know every member's old rank. */
+static void ranked_as(tt_rdzv_t *r, const char *const *ids, uint32_t n) {
+    tt_rdzv_member_info_t *info = calloc(n, sizeof(*info));
+    size_t got = 0;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(info);
+    CU_ASSERT_EQUAL(tt_rdzv_members(r, 0, info, n, &got), TT_OK);
+    CU_ASSERT_EQUAL_FATAL(got, n);
+    for (uint32_t i = 0; i < n; i++) {
+        CU_ASSERT_EQUAL(info[i].m.rank, i);
+        CU_ASSERT_STRING_EQUAL(info[i].m.worker_id, ids[i]);
+    }
+    free(info);
+}
+
+/* Every one of ids (generation `gen`) stops at the boundary `step`. */
+static void all_at_boundary(tt_rdzv_t *r, const char *const *ids, uint32_t n, uint64_t gen,
+                            int64_t step, uint64_t now) {
+    for (uint32_t i = 0; i < n; i++)
+        CU_ASSERT_EQUAL(tt_rdzv_at_boundary(r, ids[i], gen, step, now), TT_OK);
+}
+
+/* f says it is generation `of` minus old ranks `gone` (n of them), and
+ * every survivor's new rank is its old one with the gaps closed: old[] are
+ * the ids by old rank, n_old of them. */
+static void check_shrink(const tt_rdzv_event_t *f, uint64_t of, const uint32_t *gone, uint32_t n,
+                         const char *const *old, uint32_t n_old) {
+    CU_ASSERT_EQUAL(f->shrink_of, of);
+    CU_ASSERT_EQUAL_FATAL(f->n_shrink_exclude, n);
+    for (uint32_t i = 0; i < n; i++)
+        CU_ASSERT_EQUAL(f->shrink_exclude[i], gone[i]);
+    CU_ASSERT_EQUAL(f->world_size, n_old - n);
+    uint32_t below = 0; /* excluded ranks below the current one */
+    for (uint32_t k = 0; k < n_old; k++) {
+        if (below < n && gone[below] == k) {
+            CU_ASSERT_EQUAL(rank_of(f, old[k]), -1);
+            below++;
+        } else {
+            CU_ASSERT_EQUAL(rank_of(f, old[k]), (int)(k - below));
+        }
+    }
+}
+
+static void no_shrink(const tt_rdzv_event_t *f) {
+    CU_ASSERT_EQUAL(f->shrink_of, 0);
+    CU_ASSERT_EQUAL(f->n_shrink_exclude, 0);
+}
+
+/* Draining the middle one of three at a boundary: generation 2 is 1 minus
+ * old rank 1, and c moves from rank 2 to 1. */
+static void rdzv_drain_at_boundary_is_shrink(void) {
+    static const char *const ids[] = {"a", "b", "c"};
+    static const uint32_t gone[] = {1};
+    evlog_t log = {0};
+    char err[256] = "";
+    tt_rdzv_t *r = running(2, 3, ids, 3);
+    ranked_as(r, ids, 3);
+    CU_ASSERT_EQUAL(hb(r, "a", 4, 1000), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_drain(r, "b", 0, 1000, err, sizeof(err)), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_regroup_after_step(r), 5);
+    all_at_boundary(r, ids, 3, 1, 5, 1100);
+    drain(r, &log);
+    check_shrink(formed(&log, 2, 2, 6), 1, gone, 1, ids, 3);
+    evlog_free(&log);
+    tt_rdzv_destroy(&r);
+}
+
+/* Two of four, drained in reverse order: both old ranks, ascending; then
+ * a second drain shrinks generation 2 in turn. */
+static void rdzv_drain_two_lists_ranks_ascending(void) {
+    static const char *const ids[] = {"a", "b", "c", "d"};
+    static const char *const left[] = {"a", "c"};
+    static const uint32_t gone[] = {1, 3}, gone2[] = {0};
+    evlog_t log = {0};
+    char err[256] = "";
+    tt_rdzv_t *r = running(1, 4, ids, 4);
+    ranked_as(r, ids, 4);
+    CU_ASSERT_EQUAL(tt_rdzv_drain(r, "d", 0, 1000, err, sizeof(err)), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_drain(r, "b", 0, 1000, err, sizeof(err)), TT_OK);
+    all_at_boundary(r, ids, 4, 1, 0, 1100);
+    drain(r, &log);
+    check_shrink(formed(&log, 2, 2, 1), 1, gone, 2, ids, 4);
+    CU_ASSERT_EQUAL(count_ev(&log, TT_RDZV_EV_MEMBER_EVICTED), 2);
+    evlog_free(&log);
+    CU_ASSERT_EQUAL(tt_rdzv_drain(r, "a", 0, 1200, err, sizeof(err)), TT_OK);
+    all_at_boundary(r, left, 2, 2, 1, 1300);
+    drain(r, &log);
+    check_shrink(formed(&log, 3, 1, 2), 2, gone2, 1, left, 2);
+    evlog_free(&log);
+    tt_rdzv_destroy(&r);
+}
+
+/* The same boundary also admits a joiner: not a shrink (the new member
+ * needs a communicator the old one cannot give). */
+static void rdzv_drain_with_joiner_is_not_shrink(void) {
+    static const char *const ids[] = {"a", "b", "c"};
+    evlog_t log = {0};
+    char err[256] = "";
+    tt_rdzv_t *r = running(2, 4, ids, 3);
+    CU_ASSERT_EQUAL(join(r, "d", 1000), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_drain(r, "c", 0, 1000, err, sizeof(err)), TT_OK);
+    all_at_boundary(r, ids, 3, 1, 0, 1100);
+    drain(r, &log);
+    const tt_rdzv_event_t *f = formed(&log, 2, 3, 1);
+    CU_ASSERT_EQUAL(rank_of(f, "c"), -1);
+    CU_ASSERT(rank_of(f, "d") >= 0);
+    no_shrink(f);
+    evlog_free(&log);
+    tt_rdzv_destroy(&r);
+}
+
+/* A death is not a step boundary: a step was in flight, so the regroup it
+ * causes is no shrink, even though the drain set is carried out with it;
+ * nor is a drain --now, nor a regroup the daemon asks for. */
+static void rdzv_death_and_drain_now_are_not_shrink(void) {
+    static const char *const ids[] = {"a", "b", "c", "d"};
+    evlog_t log = {0};
+    char err[256] = "";
+    tt_rdzv_t *r = running(2, 4, ids, 4);
+    CU_ASSERT_EQUAL(tt_rdzv_drain(r, "d", 0, 1000, err, sizeof(err)), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_leave(r, "c", 1, 1100), TT_OK);
+    drain(r, &log);
+    const tt_rdzv_event_t *f = formed(&log, 2, 2, 0);
+    CU_ASSERT_EQUAL(rank_of(f, "d"), -1); /* dropped with the death */
+    no_shrink(f);
+    evlog_free(&log);
+    tt_rdzv_destroy(&r);
+
+    r = running(2, 4, ids, 4);
+    CU_ASSERT_EQUAL(tt_rdzv_drain(r, "d", 1, 1000, err, sizeof(err)), TT_OK);
+    drain(r, &log);
+    no_shrink(formed(&log, 2, 3, 0));
+    evlog_free(&log);
+    CU_ASSERT_EQUAL(tt_rdzv_regroup_now(r, "shard s1 lost", 1100), TT_OK);
+    drain(r, &log);
+    no_shrink(formed(&log, 3, 3, 0));
+    evlog_free(&log);
+    tt_rdzv_destroy(&r);
+}
+
+static void rdzv_first_generation_is_not_shrink(void) {
+    evlog_t log = {0};
+    tt_rdzv_t *r = mk(2, 2, 0);
+    CU_ASSERT_EQUAL(join(r, "a", 0), TT_OK);
+    CU_ASSERT_EQUAL(join(r, "b", 10), TT_OK);
+    drain(r, &log);
+    no_shrink(formed(&log, 1, 2, 0));
+    evlog_free(&log);
+    tt_rdzv_destroy(&r);
+}
+
+/* Drains k of 70 members at one boundary: a shrink up to the 64 ranks a
+ * Generation can carry, a plain new generation beyond. */
+static void drain_many(uint32_t k, int shrink) {
+    enum { N = 70 };
+    char names[N][8];
+    const char *ids[N];
+    uint32_t gone[N];
+    for (uint32_t i = 0; i < N; i++) {
+        snprintf(names[i], sizeof(names[i]), "w%02u", i);
+        ids[i] = names[i];
+        gone[i] = i;
+    }
+    evlog_t log = {0};
+    char err[256] = "";
+    tt_rdzv_t *r = running(1, N, ids, N);
+    for (uint32_t i = 0; i < k; i++)
+        CU_ASSERT_EQUAL(tt_rdzv_drain(r, ids[i], 0, 1000, err, sizeof(err)), TT_OK);
+    all_at_boundary(r, ids, N, 1, 0, 1100);
+    drain(r, &log);
+    const tt_rdzv_event_t *f = formed(&log, 2, N - k, 1);
+    if (shrink)
+        check_shrink(f, 1, gone, k, ids, N);
+    else
+        no_shrink(f);
+    evlog_free(&log);
+    tt_rdzv_destroy(&r);
+}
+
+static void rdzv_shrink_at_most_64_ranks(void) {
+    drain_many(TT_RDZV_SHRINK_MAX, 1);
+    drain_many(TT_RDZV_SHRINK_MAX + 1, 0);
+}
+
 static const tt_cunit_test_t tests[] = {
     {"rdzv_late_joiner_admitted_at_boundary", rdzv_late_joiner_admitted_at_boundary},
     {"rdzv_regroup_step_moves_past_running_member", rdzv_regroup_step_moves_past_running_member},
@@ -450,6 +637,12 @@ static const tt_cunit_test_t tests[] = {
     {"rdzv_drain_at_boundary_and_now", rdzv_drain_at_boundary_and_now},
     {"rdzv_drain_cancelled_below_min", rdzv_drain_cancelled_below_min},
     {"rdzv_drain_waiting_worker", rdzv_drain_waiting_worker},
+    {"rdzv_drain_at_boundary_is_shrink", rdzv_drain_at_boundary_is_shrink},
+    {"rdzv_drain_two_lists_ranks_ascending", rdzv_drain_two_lists_ranks_ascending},
+    {"rdzv_drain_with_joiner_is_not_shrink", rdzv_drain_with_joiner_is_not_shrink},
+    {"rdzv_death_and_drain_now_are_not_shrink", rdzv_death_and_drain_now_are_not_shrink},
+    {"rdzv_first_generation_is_not_shrink", rdzv_first_generation_is_not_shrink},
+    {"rdzv_shrink_at_most_64_ranks", rdzv_shrink_at_most_64_ranks},
     {NULL, NULL},
 };
 
