@@ -34,6 +34,10 @@ static void hook_view(void *ctx, tt_comm_view_t *v) {
     v->resume_step = cv.resume_step;
     v->ps_until_step = cv.ps_until_step;
     v->job_nonce = cv.job_nonce;
+    v->shrink.of = cv.shrink_of;
+    v->shrink.n = (int)cv.nshrink;
+    for (uint32_t i = 0; i < cv.nshrink && i < TT_COLL_SHRINK_MAX; i++)
+        v->shrink.exclude[i] = (int)cv.shrink_exclude[i];
 }
 
 static int hook_endpoint(void *ctx, uint64_t gen, int rank, char *buf, size_t len) {
@@ -168,12 +172,17 @@ static int initial_opts(const tether_opts_t *opts, tt_comm_opts_t *c, char *err,
 
 /* Client thread, on every new generation: the communication layer closes
  * the old backend at once (its sockets free the endpoint the next ring
- * binds), then the application hears of it. */
+ * binds), then the application hears of it. The client is read only
+ * under gen_mu while notify is set: tt_client_destroy clears t->client
+ * before it joins this thread. */
 static void on_generation(void *ctx, uint64_t gen, uint32_t rank, uint32_t world) {
     tether_t *t = ctx;
     pthread_mutex_lock(&t->gen_mu);
-    if (t->notify != NULL)
-        tt_comm_generation_changed(t->notify, gen);
+    if (t->notify != NULL) { /* set only while the client exists */
+        tt_client_view_t cv;
+        tt_client_view(t->client, &cv);
+        tt_comm_generation_changed(t->notify, gen, cv.generation == gen ? cv.shrink_of : 0);
+    }
     pthread_mutex_unlock(&t->gen_mu);
     if (t->user_gen_fn != NULL)
         t->user_gen_fn(t->user_gen_ctx, gen, rank, world);

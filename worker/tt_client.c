@@ -591,6 +591,9 @@ void tt_client_view(tt_client_t *c, tt_client_view_t *v) {
     v->resume_step = c->sm.resume_step;
     v->ps_until_step = c->sm.ps_until_step;
     v->job_nonce = c->sm.job_nonce;
+    v->shrink_of = c->sm.shrink_of;
+    v->nshrink = c->sm.nshrink;
+    memcpy(v->shrink_exclude, c->sm.shrink_exclude, sizeof(v->shrink_exclude));
     v->regroup_after_step = c->sm.regroup_after_step;
     v->incarnation = c->incarnation;
     v->app_generation = c->sm.app_generation;

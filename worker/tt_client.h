@@ -98,8 +98,11 @@ typedef struct tt_client_sm {
     int32_t rank;          /* -1: none */
     uint32_t world_size;
     int64_t resume_step;
-    int64_t ps_until_step;    /* Generation.ps_until_step; 0: none */
-    uint64_t job_nonce;       /* Generation.job_nonce; 0: none */
+    int64_t ps_until_step; /* Generation.ps_until_step; 0: none */
+    uint64_t job_nonce;    /* Generation.job_nonce; 0: none */
+    uint64_t shrink_of;    /* Generation.shrink_of; 0: none */
+    uint32_t nshrink;      /* its shrink_exclude, ascending old ranks */
+    uint32_t shrink_exclude[TT_WIRE_MAX_SHRINK];
     tether_member_t *members; /* nmembers entries by rank, owned: all of
                                * them up to 256 ranks, else this rank and
                                * its ring neighbours (docs/protocol.md) */
@@ -205,6 +208,9 @@ typedef struct tt_client_view {
     int64_t resume_step;
     int64_t ps_until_step;
     uint64_t job_nonce;
+    uint64_t shrink_of; /* Generation.shrink_of / shrink_exclude; 0: none */
+    uint32_t nshrink;
+    uint32_t shrink_exclude[TT_WIRE_MAX_SHRINK];
     int64_t regroup_after_step;
     uint64_t incarnation;
     uint64_t app_generation; /* newest generation handed to the application */

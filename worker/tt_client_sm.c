@@ -83,6 +83,8 @@ int tt_client_sm_begin(tt_client_sm_t *sm, tt_client_op_t op, uint64_t rid) {
         sm->resume_step = -1;
         sm->ps_until_step = 0;
         sm->job_nonce = 0;
+        sm->shrink_of = 0;
+        sm->nshrink = 0;
         sm->regroup_after_step = -1;
         sm->retry_at_ms = 0;
         sm->busy_refusals = 0;
@@ -147,6 +149,12 @@ static int install_generation(tt_client_sm_t *sm, const Tether__JoinReply *jr) {
     sm->resume_step = g->resume_step;
     sm->ps_until_step = g->ps_until_step;
     sm->job_nonce = g->job_nonce;
+    /* The wire check bounds the list (tt_wire_shrink_ok). */
+    sm->shrink_of = g->shrink_of;
+    sm->nshrink = (uint32_t)g->n_shrink_exclude;
+    if (g->n_shrink_exclude > 0)
+        memcpy(sm->shrink_exclude, g->shrink_exclude,
+               g->n_shrink_exclude * sizeof(*g->shrink_exclude));
     sm->regroup_after_step = -1;
     sm->state = TT_CLIENT_MEMBER;
     return TT_OK;

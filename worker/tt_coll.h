@@ -39,6 +39,16 @@ typedef enum {
     TT_COLL_NCCL = 3,
 } tt_coll_kind_t;
 
+/* A generation that is the previous one minus some members, formed at a
+ * step boundary (Generation.shrink_of / shrink_exclude): NCCL ranks derive
+ * its communicator from the old one with ncclCommShrink. */
+#define TT_COLL_SHRINK_MAX 64 /* TT_WIRE_MAX_SHRINK */
+typedef struct tt_coll_shrink {
+    uint64_t of; /* the old generation; 0: none */
+    int n;       /* old ranks excluded, ascending */
+    int exclude[TT_COLL_SHRINK_MAX];
+} tt_coll_shrink_t;
+
 /* Everything a backend needs to serve one generation. */
 typedef struct tt_coll_cfg {
     int rank, world;
@@ -73,6 +83,14 @@ typedef struct tt_coll_cfg {
     /* Generation.job_nonce: with job_id, the tag of this job's ring
      * messages (tt_ring_opts_t.job_tag). */
     uint64_t job_nonce;
+    /* Set when the coordinator announced this generation as a shrink; an
+     * NCCL row then shrinks `parent` (tt_coll_nccl_take_parent: the old
+     * generation's communicator; NULL when this rank has none fit to
+     * shrink, which fails the create) instead of relaying a new unique id.
+     * The NCCL rows' create owns `parent` from the call on, whatever it
+     * returns; other rows ignore both. */
+    const tt_coll_shrink_t *shrink;
+    void *parent;
 } tt_coll_cfg_t;
 
 /* One backend. Every function but `name` receives the instance made by

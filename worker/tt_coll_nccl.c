@@ -396,3 +396,26 @@ static const tt_coll_ops_t nccl_ops = {
 const tt_coll_ops_t *tt_coll_nccl_ops(void) {
     return &nccl_ops;
 }
+
+void tt_coll_nccl_parent_free(void *parent) {
+    tt_nccl_parent_free(parent);
+}
+
+int tt_coll_nccl_row(const tt_coll_ops_t *ops) {
+    return ops != NULL && (ops == &nccl_ops || ops == tt_coll_nccl_ps_ops());
+}
+
+void *tt_coll_nccl_take_parent(const tt_coll_ops_t *ops, void **inst) {
+    void *ni = NULL;
+    if (inst == NULL || *inst == NULL)
+        return NULL;
+    if (ops == &nccl_ops) {
+        ni = *inst;
+        *inst = NULL;
+    } else if (ops == tt_coll_nccl_ps_ops()) {
+        ni = tt_nccl_ps_detach(*inst);
+    }
+    if (*inst != NULL)
+        ops->destroy(inst);
+    return ni != NULL ? tt_nccl_inst_take_parent(ni) : NULL;
+}

@@ -3,11 +3,12 @@
  *
  * One instance serves one generation with its own communicator, created
  * non-blocking (ncclCommInitRankConfig, blocking = 0) from a unique id that
- * rank 0 draws and relays to the others over a short-lived TCP ring of that
- * generation's members (the ring broadcast carries the id and the
- * generation, so no protocol message is needed and an id can never leak
- * into another generation). A communicator is never reused: the next
- * generation builds a fresh one from a fresh id.
+ * rank 0 draws and the coordinator relays with the generation
+ * (tt_coll_nccl_id.c), so an id never leaks into another generation. A
+ * communicator is never reused: the next generation builds a fresh one
+ * from a fresh id, or, when the coordinator announces it as the old one
+ * minus some members at a step boundary (a drain), derives its own from
+ * the old one by ncclCommShrink (tt_coll_cfg_t.shrink).
  *
  * Collectives run on the instance's communication stream; device ones wait
  * on the caller's event (recorded on the compute stream after the bucket's
@@ -84,17 +85,18 @@ int tt_coll_nccl_reduce_step_device(void *inst, float *dgrads, size_t count,
  * them. 0 or the verdict's status. */
 int tt_coll_nccl_wait(void *inst);
 
-/* Derives generation `generation`'s instance from `inst` (still alive, not
- * aborted) by ncclCommShrink, excluding the old ranks exclude[0..n) (the
- * list is copied and sorted privately; NCCL sorts in place), non-blocking
- * and with the old communicator's operations terminated first. Only for a
- * generation that is the old one minus those ranks, survivors in order
- * (tt_nccl_shrink_applies); every survivor must call it, an excluded rank
- * must not (TT_EMEMBERSHIP). The caller still destroys `inst`. 0 with *out
- * set, TT_EINVAL, TT_EMEMBERSHIP, TT_ECLOSED (old one aborted: build a
- * fresh communicator instead), TT_ENCCL, TT_ETIMEDOUT. */
-int tt_coll_nccl_shrink(void *inst, const int *exclude, int n, uint64_t generation, void **out,
-                        char *err, size_t errlen);
+/* Takes the NCCL communicator of a generation's backend (ops, *inst) out,
+ * for the next generation to shrink (tt_coll_cfg_t.parent), and destroys
+ * the rest (*inst = NULL). Returns NULL (everything destroyed) for a row
+ * other than nccl / nccl+ps, or a communicator not fit to shrink: never
+ * built, aborted, failed, or with a collective still in flight. */
+void *tt_coll_nccl_take_parent(const tt_coll_ops_t *ops, void **inst);
+
+/* Frees a taken communicator that no shrink will use (NULL is fine). */
+void tt_coll_nccl_parent_free(void *parent);
+
+/* 1 when `ops` is the nccl or the nccl+ps row. */
+int tt_coll_nccl_row(const tt_coll_ops_t *ops);
 
 /* The communication stream (cudaStream_t) for callers that order their
  * own work after it. Valid until destroy. */

@@ -32,7 +32,10 @@ int tt_nccl_id_relay(const tt_coll_cfg_t *cfg, void *out, char *err,
                      size_t errlen); /* tt_coll_nccl_id.c */
 
 /* The first half: a CUDA device, the relayed id, the stream, and the
- * non-blocking ncclCommInitRankConfig started. The instance may be
+ * non-blocking ncclCommInitRankConfig started; or, for a generation
+ * announced as a shrink (cfg->shrink), the non-blocking ncclCommShrink of
+ * cfg->parent (owned from the call on; freed once the shrink settles),
+ * with no id at all. The instance may be
  * destroyed (nccl row's destroy: a half-built communicator is aborted)
  * without `finish`. 0 with *inst set, TT_ENODEV, TT_ENCCL, TT_ECUDA,
  * TT_ESTALE, TT_ENOMEM. */
@@ -47,5 +50,18 @@ int tt_nccl_inst_finish(void *inst);
 /* Any thread: a `finish` waiting for the init (now or later) gives up
  * with TT_ECLOSED. For a generation that ended before its switch. */
 void tt_nccl_inst_stop(void *inst);
+
+/* The nccl row instance `inst` when the next generation may shrink it
+ * (settled, neither aborted nor failed, nothing in flight; its watchdog
+ * is stopped), else frees it and returns NULL. */
+void *tt_nccl_inst_take_parent(void *inst);
+
+/* Frees a taken parent that no shrink will use (NULL is fine): aborted,
+ * never finalized, since a finalize could wait for a rank that left. */
+void tt_nccl_parent_free(void *parent);
+
+/* The nccl+ps row's NCCL instance once it has switched to it, taken out
+ * of `inst` (which the caller then destroys); NULL before the switch. */
+void *tt_nccl_ps_detach(void *inst); /* tt_coll_nccl_ps.c */
 
 #endif

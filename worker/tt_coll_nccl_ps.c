@@ -80,7 +80,9 @@ static int fb_create(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t er
     if (rc == TT_OK)
         rc = fi->pso->create(&fi->ps, cfg, err, errlen);
     if (rc == TT_OK)
-        rc = tt_nccl_inst_begin(&fi->nccl, cfg, err, errlen);
+        rc = tt_nccl_inst_begin(&fi->nccl, cfg, err, errlen); /* owns cfg->parent */
+    else
+        tt_nccl_parent_free(cfg->parent);
     if (rc != TT_OK) {
         void *p = fi;
         fb_destroy(&p);
@@ -329,6 +331,15 @@ static const tt_coll_ops_t fb_ops = {
     .reduce_step_device = fb_step_device,
     .reduce_part_device = fb_part_device,
 };
+
+void *tt_nccl_ps_detach(void *inst) {
+    fb_inst_t *fi = inst;
+    if (atomic_load(&fi->ready) != 1)
+        return NULL;
+    void *ni = fi->nccl;
+    fi->nccl = NULL;
+    return ni;
+}
 
 const tt_coll_ops_t *tt_coll_nccl_ps_ops(void) {
     return &fb_ops;

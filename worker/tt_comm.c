@@ -28,6 +28,7 @@
 #include "tt_comm_internal.h"
 
 #include "tt_clock.h"
+#include "tt_coll_nccl.h"
 #include "tt_log.h"
 #include "tt_status.h"
 
@@ -119,18 +120,35 @@ int tt_comm_wait(tt_comm_t *c, tt_comm_job_t *j) {
 
 /* ---- backend life cycle (communication thread) ---- */
 
-/* Swaps the backend out under mu (dump may be reading it), then frees it. */
-static void drop_backend(tt_comm_t *c) {
+/* Swaps the backend out under mu (dump may be reading it). */
+static const tt_coll_ops_t *detach_backend(tt_comm_t *c, void **inst) {
     pthread_mutex_lock(&c->mu);
     const tt_coll_ops_t *ops = c->ops;
-    void *inst = c->inst;
+    *inst = c->inst;
     c->ops = NULL;
     c->inst = NULL;
     pthread_mutex_unlock(&c->mu);
+    return ops;
+}
+
+static void drop_backend(tt_comm_t *c) {
+    void *inst;
+    const tt_coll_ops_t *ops = detach_backend(c, &inst);
     if (ops != NULL) {
         TT_INFO(SUBSYS, "closing the %s backend of generation %" PRIu64, ops->name, c->inst_gen);
         ops->destroy(&inst);
     }
+}
+
+/* The backend leaves c, but its NCCL communicator is kept for the next
+ * generation to shrink (NULL when it is not fit: then it is closed like
+ * any other). */
+static void *take_parent(tt_comm_t *c) {
+    void *inst;
+    const tt_coll_ops_t *ops = detach_backend(c, &inst);
+    TT_INFO(SUBSYS, "keeping the %s communicator of generation %" PRIu64 " to shrink it", ops->name,
+            c->inst_gen);
+    return tt_coll_nccl_take_parent(ops, &inst);
 }
 
 /* Endpoints of this generation: own, left and right; the rest stay "". */
@@ -149,11 +167,15 @@ static int gather_endpoints(tt_comm_t *c, const tt_comm_view_t *v, char (*eps)[T
     return TT_OK;
 }
 
-static int open_backend(tt_comm_t *c, const tt_comm_view_t *v) {
+/* `parent`: the previous generation's NCCL communicator that this one, as
+ * announced, shrinks (tt_coll_cfg_t.parent; NULL: none); always consumed. */
+static int open_backend(tt_comm_t *c, const tt_comm_view_t *v, void *parent) {
     char eps[3][TT_COMM_EP_MAX], err[512] = "";
     const char **ptrs = calloc((size_t)v->world, sizeof(*ptrs));
-    if (ptrs == NULL)
+    if (ptrs == NULL) {
+        tt_coll_nccl_parent_free(parent);
         return TT_ENOMEM;
+    }
     int rc = gather_endpoints(c, v, eps, ptrs);
     pthread_mutex_lock(&c->mu);
     const size_t *tcounts = c->tcounts; /* set once, freed only at destroy */
@@ -179,11 +201,15 @@ static int open_backend(tt_comm_t *c, const tt_comm_view_t *v) {
                          .sgd = c->opts.sgd,
                          .adamw = c->opts.adamw,
                          .ps_until_step = v->ps_until_step,
-                         .job_nonce = v->job_nonce};
+                         .job_nonce = v->job_nonce,
+                         .shrink = v->shrink.of != 0 ? &v->shrink : NULL,
+                         .parent = parent};
     const tt_coll_ops_t *ops = NULL;
     void *inst = NULL;
     if (rc == TT_OK)
         rc = tt_coll_open(c->opts.backend, &cfg, &ops, &inst, err, sizeof(err));
+    else
+        tt_coll_nccl_parent_free(parent);
     free(ptrs);
     pthread_mutex_lock(&c->mu); /* tt_comm_generation_changed reads it */
     c->inst_gen = v->generation;
@@ -218,15 +244,18 @@ static int ensure_backend(tt_comm_t *c, uint64_t gen, tt_comm_view_t *v) {
     c->hooks.view(c->hooks.ctx, v);
     if (v->status != TT_OK)
         return v->status; /* fenced, failed, closed: nothing to build */
+    int keep = tt_comm_plan_keeps_parent(c->inst_gen, tt_coll_nccl_row(c->ops), v->shrink.of);
     if (v->generation != gen) {
-        if (c->inst_gen != v->generation)
+        if (c->inst_gen != v->generation && !keep)
             drop_backend(c);
         return TT_EMEMBERSHIP;
     }
     if (c->inst_gen == gen && (c->ops != NULL || c->open_rc != TT_OK))
         return c->ops != NULL ? TT_OK : c->open_rc;
-    drop_backend(c);
-    return open_backend(c, v);
+    void *parent = keep ? take_parent(c) : NULL;
+    if (!keep)
+        drop_backend(c);
+    return open_backend(c, v, parent);
 }
 
 /* ---- running one job ---- */
@@ -517,13 +546,15 @@ fail:
     return rc;
 }
 
-void tt_comm_generation_changed(tt_comm_t *c, uint64_t gen) {
+void tt_comm_generation_changed(tt_comm_t *c, uint64_t gen, uint64_t shrink_of) {
     pthread_mutex_lock(&c->mu);
     if (gen > c->notified_gen) {
         c->notified_gen = gen;
         /* A collective of an older generation can no longer complete as
-         * such: end it now rather than at its deadline (DESIGN §4). */
-        if (c->ops != NULL && c->inst_gen < gen)
+         * such: end it now rather than at its deadline (DESIGN §4). A
+         * communicator the new generation shrinks has none in flight. */
+        if (c->ops != NULL && c->inst_gen < gen &&
+            !tt_comm_plan_keeps_parent(c->inst_gen, tt_coll_nccl_row(c->ops), shrink_of))
             c->ops->abort(c->inst);
         pthread_cond_broadcast(&c->cv);
     }

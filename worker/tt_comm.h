@@ -42,8 +42,9 @@ typedef struct tt_comm_view {
     uint64_t app_generation; /* the newest the application acknowledged */
     int rank, world;
     int64_t resume_step;
-    int64_t ps_until_step; /* steps before it go through the shards; 0: none */
-    uint64_t job_nonce;    /* Generation.job_nonce */
+    int64_t ps_until_step;   /* steps before it go through the shards; 0: none */
+    uint64_t job_nonce;      /* Generation.job_nonce */
+    tt_coll_shrink_t shrink; /* Generation.shrink_of / shrink_exclude */
 } tt_comm_view_t;
 
 typedef struct tt_comm_hooks {
@@ -105,6 +106,12 @@ int tt_comm_opts_from_lookup(tt_comm_opts_t *o, tt_comm_lookup_fn lookup, void *
  * when a generation newer than the acknowledged one is installed. A
  * sentence goes to err. */
 int tt_comm_gate(const tt_comm_view_t *v, char *err, size_t errlen);
+
+/* Whether the backend serving generation `inst_gen` (1 for `nccl_row`: an
+ * NCCL row, tt_coll_nccl_row) stays open, neither aborted nor closed, as
+ * the communicator a newer generation announced as its shrink
+ * (Generation.shrink_of) derives its own from. 1 or 0. */
+int tt_comm_plan_keeps_parent(uint64_t inst_gen, int nccl_row, uint64_t shrink_of);
 
 /* Bucket launch plan of one step. Buckets are launched in ascending index
  * (the order backward produces them) whatever order they complete in, so
@@ -179,8 +186,12 @@ void tt_comm_destroy(tt_comm_t **c);
  * it at once with TT_EMEMBERSHIP), and the communication thread closes the
  * previous generation's backend as soon as it is idle, so that the endpoint
  * is free for the next ring. No wait is needed before the new ring: its
- * handshake (tt_ring.c) tolerates peers that still hold their old one. */
-void tt_comm_generation_changed(tt_comm_t *c, uint64_t gen);
+ * handshake (tt_ring.c) tolerates peers that still hold their old one.
+ * `shrink_of` (Generation.shrink_of, 0: none) naming the backend's
+ * generation keeps an NCCL backend alive instead: the coordinator formed
+ * `gen` at a step boundary, nothing is in flight, and the new generation
+ * shrinks that communicator (tt_comm_plan_keeps_parent). */
+void tt_comm_generation_changed(tt_comm_t *c, uint64_t gen, uint64_t shrink_of);
 
 /* The membership client says this worker is no longer a member (fenced,
  * the job failed or finished; any thread, cheap): a collective in flight

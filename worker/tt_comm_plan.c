@@ -234,3 +234,12 @@ int tt_comm_audit_verdict(const int64_t maxes[2], int64_t step, char *err, size_
 int tt_comm_audit_due(uint32_t every, int64_t step) {
     return every > 0 && step >= 0 && step % (int64_t)every == 0;
 }
+
+/* Only the coordinator knows that a regroup happened at a step boundary
+ * with nothing in flight and nobody new (a drain): every survivor is then
+ * told the same relation and shrinks together. A rank that decided on its
+ * own could shrink while another builds afresh, and both would wait out
+ * the init deadline. */
+int tt_comm_plan_keeps_parent(uint64_t inst_gen, int nccl_row, uint64_t shrink_of) {
+    return nccl_row && shrink_of != 0 && shrink_of == inst_gen;
+}

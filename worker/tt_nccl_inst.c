@@ -281,6 +281,7 @@ void tt_nccl_inst_free(nccl_inst_t *ni) {
     (void)cudaFreeHost(ni->hcount);
     if (ni->stream != NULL)
         (void)cudaStreamDestroy(ni->stream);
+    tt_nccl_parent_free(ni->parent); /* after its child: a half-built one is aborted first */
     pthread_rwlock_destroy(&ni->cl);
     pthread_mutex_destroy(&ni->emu);
     free(ni);
@@ -311,7 +312,12 @@ int tt_nccl_have_device(char *err, size_t errlen) {
     return TT_ENODEV;
 }
 
+static int begin_shrink(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t errlen);
+
 int tt_nccl_inst_begin(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t errlen) {
+    if (cfg->shrink != NULL && cfg->shrink->of != 0)
+        return begin_shrink(inst, cfg, err, errlen);
+    tt_nccl_parent_free(cfg->parent); /* only a shrink has a use for one */
     ncclUniqueId id;
     int rc = tt_nccl_have_device(err, errlen);
     if (rc == TT_OK)
@@ -337,7 +343,9 @@ int tt_nccl_inst_finish(void *inst) {
         return atomic_load(&ni->poisoned);
     int rc = atomic_load(&ni->poisoned);
     if (rc == TT_OK)
-        rc = comm_settle(ni, "ncclCommInitRankConfig");
+        rc = comm_settle(ni, ni->parent != NULL ? "ncclCommShrink" : "ncclCommInitRankConfig");
+    tt_nccl_parent_free(ni->parent); /* settled or given up: its part is over */
+    ni->parent = NULL;
     if (rc == TT_OK)
         rc = start_watchdog(ni);
     if (rc == TT_OK)
@@ -352,10 +360,69 @@ void tt_nccl_inst_stop(void *inst) {
 
 /* ---- shrink ---- */
 
-/* ncclCommShrink of `old` (read-locked so the old watchdog cannot abort it
- * underneath) into ni->comm, non-blocking, with the parent's operations
- * terminated first (NCCL_SHRINK_ABORT: the old generation is over). */
-static int shrink_comm(nccl_inst_t *old, nccl_inst_t *ni, int *sorted, int n) {
+/* A parent is aborted, never finalized: a finalize could wait for the
+ * rank that left. */
+void tt_nccl_parent_free(void *parent) {
+    nccl_inst_t *p = parent;
+    if (p == NULL)
+        return;
+    int expected = 0;
+    atomic_compare_exchange_strong(&p->poisoned, &expected, TT_ECLOSED);
+    tt_nccl_inst_free(p);
+}
+
+/* From here on the old generation's instance is only the source of the
+ * new one: its watchdog goes, since nothing runs on it any more and a
+ * verdict about the peer that left must neither abort it under the
+ * shrink nor be reported. */
+void *tt_nccl_inst_take_parent(void *inst) {
+    nccl_inst_t *ni = inst;
+    const char *why = NULL;
+    if (!ni->settled)
+        why = "its communicator was never built";
+    else if (atomic_load(&ni->aborted) || tt_nccl_wd_state(ni->wd) != TT_WD_RUNNING)
+        why = "it was aborted";
+    else if (atomic_load(&ni->poisoned) < 0 || tt_coll_nccl_wait(ni) != TT_OK)
+        why = "it failed";
+    if (why != NULL) {
+        TT_INFO(SUBSYS, "gen=%llu rank %d/%d: communicator not kept for a shrink: %s",
+                (unsigned long long)ni->generation, ni->rank, ni->world, why);
+        tt_nccl_inst_free(ni);
+        return NULL;
+    }
+    tt_nccl_wd_destroy(&ni->wd);
+    return ni;
+}
+
+/* Checks that the announced shrink turns the parent's (rank, world) into
+ * this generation's; an excluded rank or a mismatch is refused before any
+ * NCCL call, so no survivor waits on a rank that will not shrink. */
+static int shrink_check(const nccl_inst_t *old, const tt_coll_cfg_t *cfg, int *sorted, char *err,
+                        size_t errlen) {
+    const tt_coll_shrink_t *s = cfg->shrink;
+    int new_rank = -1, new_world = 0, rc = TT_EINVAL;
+    if (s->n >= 1 && s->n <= TT_COLL_SHRINK_MAX)
+        rc = tt_nccl_shrink_plan(old->rank, old->world, s->exclude, s->n, sorted, &new_rank,
+                                 &new_world);
+    if (rc == TT_OK &&
+        (old->generation != s->of || new_rank != cfg->rank || new_world != cfg->world))
+        rc = TT_EMEMBERSHIP;
+    if (rc != TT_OK)
+        snprintf(err, errlen,
+                 "nccl: generation %llu (rank %d/%d) is announced as generation %llu minus %d "
+                 "rank(s), which this rank (%d/%d of generation %llu) cannot shrink to: %s",
+                 (unsigned long long)cfg->generation, cfg->rank, cfg->world,
+                 (unsigned long long)s->of, s->n, old->rank, old->world,
+                 (unsigned long long)old->generation,
+                 rc == TT_EINVAL ? "bad exclude list" : "the ranks do not match");
+    return rc;
+}
+
+/* ncclCommShrink of the parent (NCCL_SHRINK_ABORT: whatever the parent
+ * still had is terminated first; the ranks that left take no part),
+ * non-blocking: `finish` settles it like an init. */
+static int shrink_start(nccl_inst_t *ni, int *sorted, int n) {
+    nccl_inst_t *old = ni->parent;
     int rc = tt_nccl_comm_lock(old);
     if (rc != TT_OK)
         return tt_nccl_set_err(ni, TT_ECLOSED, "ncclCommShrink: the old communicator was aborted");
@@ -365,32 +432,36 @@ static int shrink_comm(nccl_inst_t *old, nccl_inst_t *ni, int *sorted, int n) {
     tt_nccl_comm_unlock(old);
     if (r != ncclSuccess && r != ncclInProgress)
         return tt_nccl_set_err(ni, TT_ENCCL, "ncclCommShrink: %s", ncclGetErrorString(r));
-    return comm_settle(ni, "ncclCommShrink");
+    return TT_OK;
 }
 
-int tt_coll_nccl_shrink(void *inst, const int *exclude, int n, uint64_t generation, void **out,
-                        char *err, size_t errlen) {
-    nccl_inst_t *old = inst;
-    int sorted[256], new_rank, new_world;
-    if (n > (int)(sizeof(sorted) / sizeof(sorted[0])))
-        return TT_EINVAL;
-    int rc = tt_nccl_shrink_plan(old->rank, old->world, exclude, n, sorted, &new_rank, &new_world);
+/* The first half of a shrunk instance; owns cfg->parent from the call. */
+static int begin_shrink(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t errlen) {
+    nccl_inst_t *old = cfg->parent;
+    int sorted[TT_COLL_SHRINK_MAX];
+    if (old == NULL) {
+        snprintf(err, errlen,
+                 "nccl: generation %llu is announced as a shrink of generation %llu, but this "
+                 "rank holds no healthy communicator of it",
+                 (unsigned long long)cfg->generation, (unsigned long long)cfg->shrink->of);
+        return TT_ECLOSED;
+    }
+    int rc = shrink_check(old, cfg, sorted, err, errlen);
+    nccl_inst_t *ni = NULL;
+    if (rc == TT_OK &&
+        (ni = inst_alloc(cfg->rank, cfg->world, cfg->generation, cfg->deadline_ms)) == NULL)
+        rc = TT_ENOMEM;
     if (rc != TT_OK) {
-        snprintf(err, errlen, "nccl: cannot shrink generation %llu by %d rank(s): %s",
-                 (unsigned long long)old->generation, n,
-                 rc == TT_EMEMBERSHIP ? "this rank is excluded" : "bad exclude list");
+        tt_nccl_parent_free(old);
         return rc;
     }
-    nccl_inst_t *ni = inst_alloc(new_rank, new_world, generation, old->deadline_ms);
-    if (ni == NULL)
-        return TT_ENOMEM;
+    ni->parent = old;
     TT_CHECK_GOTO(cuda_setup(ni), rc, fail);
-    TT_CHECK_GOTO(shrink_comm(old, ni, sorted, n), rc, fail);
-    TT_CHECK_GOTO(start_watchdog(ni), rc, fail);
-    TT_INFO(SUBSYS, "gen=%llu rank %d/%d: communicator shrunk from gen %llu (%d rank(s) excluded)",
-            (unsigned long long)generation, new_rank, new_world,
-            (unsigned long long)old->generation, n);
-    *out = ni;
+    TT_CHECK_GOTO(shrink_start(ni, sorted, cfg->shrink->n), rc, fail);
+    TT_INFO(SUBSYS, "gen=%llu rank %d/%d: shrinking the communicator of gen %llu by %d rank(s)",
+            (unsigned long long)cfg->generation, cfg->rank, cfg->world,
+            (unsigned long long)old->generation, cfg->shrink->n);
+    *inst = ni;
     return TT_OK;
 fail:
     snprintf(err, errlen, "%s", ni->err);

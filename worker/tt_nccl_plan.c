@@ -1,5 +1,6 @@
-/* tt_nccl_plan: shrink planning. Worlds are small (ranks of one job), so
- * the quadratic checks below are clearer than anything cleverer. */
+/* tt_nccl_plan: shrink and rest-of-step planning. Exclude lists and part
+ * lists are short (drained ranks, one part per layer), so plain sorts and
+ * scans are clearer than anything cleverer. */
 #include "tt_nccl_plan.h"
 
 #include "tt_status.h"
@@ -29,33 +30,6 @@ int tt_nccl_shrink_plan(int rank, int world, const int *exclude, int n, int *sor
     *new_rank = rank - below;
     *new_world = world - n;
     return TT_OK;
-}
-
-static int find(const char *const *ids, int n, const char *id) {
-    for (int i = 0; i < n; i++) {
-        if (ids[i] != NULL && id != NULL && strcmp(ids[i], id) == 0)
-            return i;
-    }
-    return -1;
-}
-
-int tt_nccl_shrink_applies(const char *const *prev, int prev_world, const char *const *next,
-                           int next_world, int *exclude, int *n) {
-    *n = 0;
-    if (prev == NULL || next == NULL || next_world < 1 || next_world >= prev_world)
-        return 0;
-    int last = -1;
-    for (int j = 0; j < next_world; j++) { /* survivors only, in old order */
-        int at = find(prev, prev_world, next[j]);
-        if (at <= last)
-            return 0;
-        last = at;
-    }
-    for (int i = 0; i < prev_world; i++) {
-        if (find(next, next_world, prev[i]) < 0)
-            exclude[(*n)++] = i;
-    }
-    return *n == prev_world - next_world;
 }
 
 /* Parts are few (one per layer): an insertion sort of their order. */

@@ -1,10 +1,10 @@
 /* tt_nccl_plan: the pure decisions of NCCL membership changes, compiled in
- * every build so they are unit-tested without a GPU. When a generation
- * differs from the previous one only by ranks that left (no joiners, the
- * survivors in the same order), the survivors may derive the new
- * communicator from the old one with ncclCommShrink instead of a fresh
- * unique id; these functions say whether that holds, which ranks to exclude
- * and where each survivor lands. NCCL sorts the exclude list in place and
+ * every build so they are unit-tested without a GPU. When the coordinator
+ * announces a generation as the previous one minus some ranks
+ * (Generation.shrink_of, a drain at a step boundary), the survivors derive
+ * the new communicator from the old one with ncclCommShrink instead of a
+ * fresh unique id; the plan checks the exclude list and says where each
+ * survivor lands. NCCL sorts the exclude list in place and
  * an excluded rank must not call ncclCommShrink: the plan hands out a
  * private sorted copy and refuses an excluded caller. It also plans the
  * rest of a step whose parts were reduced early (bucket overlap on the
@@ -25,15 +25,6 @@
  * excluded: it must not call ncclCommShrink). */
 int tt_nccl_shrink_plan(int rank, int world, const int *exclude, int n, int *sorted, int *new_rank,
                         int *new_world);
-
-/* Whether generation `next` (member ids in rank order) is generation
- * `prev` minus some members, with the survivors in their old relative
- * order and nobody new: then returns 1 and writes the old ranks of the
- * members that left into exclude[0..*n) (exclude has room for
- * prev_world entries). Otherwise (a joiner, a reorder, nothing left or
- * nobody gone) returns 0: build a fresh communicator. */
-int tt_nccl_shrink_applies(const char *const *prev, int prev_world, const char *const *next,
-                           int next_world, int *exclude, int *n);
 
 /* The step's buffer has `total` elements, of which parts[0..n) (any order,
  * any count of zero is ignored) were reduced early: writes the slices not

@@ -47,8 +47,17 @@ void *tt_coll_nccl_stream(void *inst) {
     return NULL;
 }
 
-int tt_coll_nccl_shrink(void *inst, const int *exclude, int n, uint64_t generation, void **out,
-                        char *err, size_t errlen) {
-    (void)inst, (void)exclude, (void)n, (void)generation, (void)out, (void)err, (void)errlen;
-    return TT_ENODEV;
+void *tt_coll_nccl_take_parent(const tt_coll_ops_t *ops, void **inst) {
+    if (ops != NULL && inst != NULL && *inst != NULL)
+        ops->destroy(inst);
+    return NULL;
+}
+
+void tt_coll_nccl_parent_free(void *parent) {
+    (void)parent; /* no NCCL row here, so never one to free */
+}
+
+int tt_coll_nccl_row(const tt_coll_ops_t *ops) {
+    (void)ops;
+    return 0;
 }

@@ -110,6 +110,34 @@ static void device_parts(const tt_coll_ops_t *ops, void *inst) {
     cudaEventDestroy(ev);
     cudaFree(dbuf);
 }
+
+/* A shrink needs a second rank to survive, which one GPU cannot hold (NCCL
+ * refuses two ranks on a device); what runs here is the hand-over of a
+ * healthy communicator and the refusals that protect the survivors. */
+static void shrink_refusals(const tt_coll_ops_t *ops) {
+    char err[512] = "";
+    tt_coll_cfg_t cfg = {.rank = 0, .world = 1, .generation = 7, .deadline_ms = 20000};
+    void *old = NULL, *shrunk = NULL;
+    if (ops->create(&old, &cfg, err, sizeof(err)) != 0) {
+        check(0, "a second instance for the shrink checks");
+        return;
+    }
+    void *parent = tt_coll_nccl_take_parent(ops, &old);
+    check(parent != NULL && old == NULL, "a healthy communicator is handed over for a shrink");
+    tt_coll_shrink_t s = {.of = 7, .n = 1, .exclude = {0}};
+    tt_coll_cfg_t next = {.rank = 0,
+                          .world = 1,
+                          .generation = 8,
+                          .deadline_ms = 20000,
+                          .shrink = &s,
+                          .parent = parent};
+    check(ops->create(&shrunk, &next, err, sizeof(err)) == TT_EINVAL && shrunk == NULL &&
+              strstr(err, "bad exclude list") != NULL,
+          "a shrink that leaves nobody is refused before any NCCL call");
+    next.parent = NULL;
+    check(ops->create(&shrunk, &next, err, sizeof(err)) == TT_ECLOSED && shrunk == NULL,
+          "an announced shrink without a communicator to shrink is refused");
+}
 #endif
 
 int main(void) {
@@ -135,11 +163,7 @@ int main(void) {
     char *dump = ops->dump(inst);
     check(dump != NULL && strstr(dump, "gen=3") != NULL, "dump names the generation");
     free(dump);
-    int ex = 0;
-    void *shrunk = NULL;
-    check(tt_coll_nccl_shrink(inst, &ex, 1, 4, &shrunk, err, sizeof(err)) == TT_EINVAL &&
-              shrunk == NULL,
-          "shrink refuses to exclude every rank");
+    shrink_refusals(ops);
     ops->abort(inst);
     float f = 1.0f;
     rc = ops->allreduce(inst, &f, 1, TT_DT_FLOAT32, TT_RED_SUM);

@@ -289,6 +289,30 @@ static void joined(tt_client_sm_t *sm, uint64_t gen) {
     CU_ASSERT_EQUAL(tt_client_sm_finish(sm, 0), TT_OK);
 }
 
+/* Generation.shrink_of is the pushed generation's own: kept with it and
+ * gone with the next one that has none (a rank never shrinks twice). */
+static void client_sm_keeps_the_announced_shrink(void) {
+    tt_client_sm_t sm;
+    msg_t m;
+    joined(&sm, 4);
+    CU_ASSERT_EQUAL(sm.shrink_of, 0);
+    CU_ASSERT_EQUAL(sm.nshrink, 0);
+    uint32_t ex[1] = {0};
+    tt_env_t *env = join_reply(&m, 5, 0, 2, 0);
+    m.gen.shrink_of = 4;
+    m.gen.n_shrink_exclude = 1;
+    m.gen.shrink_exclude = ex;
+    CU_ASSERT(tt_client_sm_on_message(&sm, env, 1100) & TT_CLIENT_EV_GENERATION);
+    CU_ASSERT_EQUAL(sm.generation, 5);
+    CU_ASSERT_EQUAL(sm.shrink_of, 4);
+    CU_ASSERT(sm.nshrink == 1 && sm.shrink_exclude[0] == 0);
+    CU_ASSERT(tt_client_sm_on_message(&sm, join_reply(&m, 6, 0, 2, 0), 1200) &
+              TT_CLIENT_EV_GENERATION);
+    CU_ASSERT_EQUAL(sm.shrink_of, 0);
+    CU_ASSERT_EQUAL(sm.nshrink, 0);
+    tt_client_sm_release(&sm);
+}
+
 static void client_sm_join_installs_generation(void) {
     tt_client_sm_t sm;
     joined(&sm, 4);
@@ -673,6 +697,7 @@ static const tt_cunit_test_t tests[] = {
     {"client_routing_id_format", client_routing_id_format},
     {"client_incarnation_always_changes", client_incarnation_always_changes},
     {"client_sm_join_installs_generation", client_sm_join_installs_generation},
+    {"client_sm_keeps_the_announced_shrink", client_sm_keeps_the_announced_shrink},
     {"client_sm_join_refused_with_message", client_sm_join_refused_with_message},
     {"client_sm_join_timeout_returns_to_idle", client_sm_join_timeout_returns_to_idle},
     {"client_sm_regroup_at_boundary", client_sm_regroup_at_boundary},

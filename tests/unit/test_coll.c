@@ -154,6 +154,37 @@ static void coll_nccl_generation_after_regroup_starts_on_shards(void) {
     CU_ASSERT_PTR_NULL(inst);
 }
 
+/* A generation announced as a shrink: only an NCCL row keeps a
+ * communicator for it (a ring instance handed over is closed, nothing
+ * comes back), and an NCCL rank that has none to shrink refuses at once,
+ * before any device or network call, so the survivors' shrink fails at
+ * the regroup rather than waiting on it. Without NCCL the row is the
+ * build's stub. */
+static void coll_shrink_needs_an_nccl_parent(void) {
+    const tt_coll_ops_t *ring = tt_coll_ops(TT_COLL_RING);
+    tt_coll_cfg_t one = {.rank = 0, .world = 1, .generation = 3};
+    void *inst = NULL;
+    char err[512] = "";
+    CU_ASSERT_EQUAL_FATAL(ring->create(&inst, &one, err, sizeof(err)), TT_OK);
+    CU_ASSERT_FALSE(tt_coll_nccl_row(ring));
+    CU_ASSERT_PTR_NULL(tt_coll_nccl_take_parent(ring, &inst));
+    CU_ASSERT_PTR_NULL(inst);
+    tt_coll_nccl_parent_free(NULL);
+    tt_coll_shrink_t s = {.of = 3, .n = 1, .exclude = {1}};
+    tt_coll_cfg_t next = {.rank = 0, .world = 1, .generation = 4, .shrink = &s};
+    const tt_coll_ops_t *ops = NULL;
+    int rc = tt_coll_open(TT_COLL_NCCL, &next, &ops, &inst, err, sizeof(err));
+    CU_ASSERT_PTR_NULL(inst);
+    if (!tt_coll_nccl_compiled()) {
+        CU_ASSERT_EQUAL(rc, TT_ENODEV);
+        return;
+    }
+    CU_ASSERT_TRUE(tt_coll_nccl_row(tt_coll_nccl_ops()));
+    CU_ASSERT_TRUE(tt_coll_nccl_row(tt_coll_nccl_ps_ops()));
+    CU_ASSERT_EQUAL(rc, TT_ECLOSED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "generation 4 is announced as a shrink of generation 3"));
+}
+
 static const tt_cunit_test_t tests[] = {
     {"coll_parse_kinds", coll_parse_kinds},
     {"coll_auto_prefers_ring_then_ps", coll_auto_prefers_ring_then_ps},
@@ -163,6 +194,7 @@ static const tt_cunit_test_t tests[] = {
     {"coll_ring_single_rank_and_abort", coll_ring_single_rank_and_abort},
     {"coll_nccl_generation_after_regroup_starts_on_shards",
      coll_nccl_generation_after_regroup_starts_on_shards},
+    {"coll_shrink_needs_an_nccl_parent", coll_shrink_needs_an_nccl_parent},
     {NULL, NULL},
 };
 

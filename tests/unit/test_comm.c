@@ -86,6 +86,17 @@ static void comm_opts_shard_update(void) {
     CU_ASSERT_EQUAL(tt_comm_opts_validate(&o, err, sizeof(err)), TT_EINVAL);
 }
 
+/* The old backend survives a generation change only as what the
+ * announced shrink starts from: an NCCL row, of exactly the generation
+ * named. Anything else is aborted and closed as before. */
+static void comm_plan_keeps_parent_only_when_announced(void) {
+    CU_ASSERT_TRUE(tt_comm_plan_keeps_parent(4, 1, 4));
+    CU_ASSERT_FALSE(tt_comm_plan_keeps_parent(4, 1, 0)); /* a fresh communicator */
+    CU_ASSERT_FALSE(tt_comm_plan_keeps_parent(4, 1, 3)); /* another generation's */
+    CU_ASSERT_FALSE(tt_comm_plan_keeps_parent(4, 0, 4)); /* a ring or ps backend */
+    CU_ASSERT_FALSE(tt_comm_plan_keeps_parent(0, 1, 0)); /* nothing open yet */
+}
+
 static void comm_gate_membership(void) {
     char err[512];
     tt_comm_view_t v = {
@@ -416,6 +427,7 @@ static const tt_cunit_test_t tests[] = {
     {"comm_opts_from_env", comm_opts_from_env},
     {"comm_opts_shard_update", comm_opts_shard_update},
     {"comm_gate_membership", comm_gate_membership},
+    {"comm_plan_keeps_parent_only_when_announced", comm_plan_keeps_parent_only_when_announced},
     {"comm_plan_launches_in_order", comm_plan_launches_in_order},
     {"comm_audit_verdict", comm_audit_verdict},
     {"comm_step_copy_path_averages", comm_step_copy_path_averages},
