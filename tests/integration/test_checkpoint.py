@@ -261,8 +261,11 @@ def test_update_on_shards_kill_shard_mid_write(h):
     ref = straight(h, 40, extra=SHARDS, shards=2)
     root = os.path.join(h.dir, "ck-shard-kill")
     env = {"TETHER_SHARD_TEST_CKPT_STALL": "60000@19", "TETHER_COLL_DEADLINE_MS": "5000"}
+    # Paced: unpaced steps take about a millisecond, and on a loaded
+    # machine the last one could end before the kill lands.
     p = spawn(h, "shard-killed", 2, ["--max-steps", "40", "--checkpoint-dir", root,
-                                     "--checkpoint-every-steps", "10", *SHARDS],
+                                     "--checkpoint-every-steps", "10", "--pace-ms", "50",
+                                     *SHARDS],
               env=env, restarts=0, shards=2)
     p.wait_line(lambda l: "stalls" in l and "before its fsync" in l, 60,
                 "a shard holding its part before the fsync", stream="log")
