@@ -167,6 +167,20 @@ static int gather_endpoints(tt_comm_t *c, const tt_comm_view_t *v, char (*eps)[T
     return TT_OK;
 }
 
+/* tt_coll_cfg_t.gone: a backend being built for `gen` will never serve
+ * it (a newer generation, or no longer a member). */
+static int generation_gone(void *ctx, uint64_t gen) {
+    tt_comm_t *c = ctx;
+    pthread_mutex_lock(&c->mu);
+    uint64_t notified = c->notified_gen;
+    pthread_mutex_unlock(&c->mu);
+    if (notified > gen)
+        return 1; /* without asking the client */
+    tt_comm_view_t v;
+    c->hooks.view(c->hooks.ctx, &v);
+    return tt_comm_plan_gone(notified, &v, gen);
+}
+
 /* `parent`: the previous generation's NCCL communicator that this one, as
  * announced, shrinks (tt_coll_cfg_t.parent; NULL: none); always consumed. */
 static int open_backend(tt_comm_t *c, const tt_comm_view_t *v, void *parent) {
@@ -203,7 +217,9 @@ static int open_backend(tt_comm_t *c, const tt_comm_view_t *v, void *parent) {
                          .ps_until_step = v->ps_until_step,
                          .job_nonce = v->job_nonce,
                          .shrink = v->shrink.of != 0 ? &v->shrink : NULL,
-                         .parent = parent};
+                         .parent = parent,
+                         .gone = generation_gone,
+                         .gone_ctx = c};
     const tt_coll_ops_t *ops = NULL;
     void *inst = NULL;
     if (rc == TT_OK)

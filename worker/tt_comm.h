@@ -113,6 +113,11 @@ int tt_comm_gate(const tt_comm_view_t *v, char *err, size_t errlen);
  * (Generation.shrink_of) derives its own from. 1 or 0. */
 int tt_comm_plan_keeps_parent(uint64_t inst_gen, int nccl_row, uint64_t shrink_of);
 
+/* Whether a backend being built for generation `gen` will never serve it:
+ * a newer generation was notified or installed, or the view says this
+ * worker is no longer a member. 1 or 0. */
+int tt_comm_plan_gone(uint64_t notified_gen, const tt_comm_view_t *v, uint64_t gen);
+
 /* Bucket launch plan of one step. Buckets are launched in ascending index
  * (the order backward produces them) whatever order they complete in, so
  * every rank issues the same sequence of all-reduces even if grad_ready

@@ -243,3 +243,7 @@ int tt_comm_audit_due(uint32_t every, int64_t step) {
 int tt_comm_plan_keeps_parent(uint64_t inst_gen, int nccl_row, uint64_t shrink_of) {
     return nccl_row && shrink_of != 0 && shrink_of == inst_gen;
 }
+
+int tt_comm_plan_gone(uint64_t notified_gen, const tt_comm_view_t *v, uint64_t gen) {
+    return notified_gen > gen || v->status != TT_OK || v->generation != gen;
+}

@@ -84,6 +84,14 @@ void tt_nccl_comm_unlock(nccl_inst_t *ni) {
 /* Completes a non-blocking NCCL call: polls the async error while it is
  * ncclInProgress, under a deadline. Called and returns with the comm lock
  * held; drops it between polls so the watchdog can abort meanwhile. */
+/* A communicator still being built (init or shrink) whose generation is
+ * over will never be used, and its peers may be gone: waiting out the
+ * init deadline would only hold up the next generation. A settled one
+ * finalizes whatever the generation. */
+static int outdated(nccl_inst_t *ni) {
+    return !ni->settled && ni->gone != NULL && ni->gone(ni->gone_ctx, ni->generation);
+}
+
 static int settle_within(nccl_inst_t *ni, ncclResult_t r, const char *what, int ms) {
     uint64_t end = tt_clock_mono_ms() + (uint64_t)ms;
     while (r == ncclInProgress) {
@@ -92,7 +100,7 @@ static int settle_within(nccl_inst_t *ni, ncclResult_t r, const char *what, int 
         tt_nccl_comm_unlock(ni);
         tt_clock_sleep_us(100);
         pthread_rwlock_rdlock(&ni->cl);
-        if (atomic_load(&ni->aborted) || atomic_load(&ni->stop))
+        if (atomic_load(&ni->aborted) || atomic_load(&ni->stop) || outdated(ni))
             return tt_nccl_set_err(ni, TT_ECLOSED, "%s: %s", what,
                                    atomic_load(&ni->aborted) ? "the communicator was aborted"
                                                              : "given up: the generation ended");
@@ -287,14 +295,16 @@ void tt_nccl_inst_free(nccl_inst_t *ni) {
     free(ni);
 }
 
-static nccl_inst_t *inst_alloc(int rank, int world, uint64_t generation, int deadline_ms) {
+static nccl_inst_t *inst_alloc(const tt_coll_cfg_t *cfg) {
     nccl_inst_t *ni = calloc(1, sizeof(*ni));
     if (ni == NULL)
         return NULL;
     pthread_mutex_init(&ni->emu, NULL);
     pthread_rwlock_init(&ni->cl, NULL);
-    ni->rank = rank, ni->world = world, ni->generation = generation;
-    ni->deadline_ms = deadline_ms > 0 ? deadline_ms : DEFAULT_MS;
+    ni->rank = cfg->rank, ni->world = cfg->world, ni->generation = cfg->generation;
+    ni->deadline_ms = cfg->deadline_ms > 0 ? cfg->deadline_ms : DEFAULT_MS;
+    ni->gone = cfg->gone;
+    ni->gone_ctx = cfg->gone_ctx;
     ni->next_seq = 1;
     atomic_init(&ni->aborted, 0);
     atomic_init(&ni->stop, 0);
@@ -324,7 +334,7 @@ int tt_nccl_inst_begin(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t 
         rc = tt_nccl_id_relay(cfg, &id, err, errlen);
     if (rc != TT_OK)
         return rc;
-    nccl_inst_t *ni = inst_alloc(cfg->rank, cfg->world, cfg->generation, cfg->deadline_ms);
+    nccl_inst_t *ni = inst_alloc(cfg);
     if (ni == NULL)
         return TT_ENOMEM;
     TT_CHECK_GOTO(cuda_setup(ni), rc, fail);
@@ -448,8 +458,7 @@ static int begin_shrink(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t
     }
     int rc = shrink_check(old, cfg, sorted, err, errlen);
     nccl_inst_t *ni = NULL;
-    if (rc == TT_OK &&
-        (ni = inst_alloc(cfg->rank, cfg->world, cfg->generation, cfg->deadline_ms)) == NULL)
+    if (rc == TT_OK && (ni = inst_alloc(cfg)) == NULL)
         rc = TT_ENOMEM;
     if (rc != TT_OK) {
         tt_nccl_parent_free(old);

@@ -34,9 +34,11 @@ typedef struct nccl_inst {
     void *report_ctx;
     int settled;              /* the non-blocking init (or shrink) completed */
     struct nccl_inst *parent; /* the instance a shrink in progress derives from */
-    atomic_int aborted;       /* ncclCommAbort returned: the comm is gone */
-    atomic_int stop;          /* tt_nccl_inst_stop: a settle in progress gives up */
-    atomic_int poisoned;      /* negative status once failed */
+    int (*gone)(void *ctx, uint64_t generation); /* tt_coll_cfg_t.gone */
+    void *gone_ctx;
+    atomic_int aborted;  /* ncclCommAbort returned: the comm is gone */
+    atomic_int stop;     /* tt_nccl_inst_stop: a settle in progress gives up */
+    atomic_int poisoned; /* negative status once failed */
     _Atomic int64_t step;
     pthread_mutex_t emu;
     pthread_rwlock_t cl; /* read: using comm; write: aborting it */

@@ -97,6 +97,21 @@ static void comm_plan_keeps_parent_only_when_announced(void) {
     CU_ASSERT_FALSE(tt_comm_plan_keeps_parent(0, 1, 0)); /* nothing open yet */
 }
 
+/* A communicator being built gives up as soon as its generation cannot
+ * use it, instead of at the init deadline. */
+static void comm_plan_gone_ends_a_build(void) {
+    tt_comm_view_t v = {.status = TT_OK, .generation = 5, .rank = 0, .world = 2};
+    CU_ASSERT_FALSE(tt_comm_plan_gone(5, &v, 5));
+    CU_ASSERT_TRUE(tt_comm_plan_gone(6, &v, 5)); /* notified before the client installed it */
+    v.generation = 6;
+    CU_ASSERT_TRUE(tt_comm_plan_gone(5, &v, 5));
+    v.generation = 5;
+    v.status = TT_EFENCED;
+    CU_ASSERT_TRUE(tt_comm_plan_gone(5, &v, 5));
+    v.status = TT_EJOBFAILED;
+    CU_ASSERT_TRUE(tt_comm_plan_gone(0, &v, 5));
+}
+
 static void comm_gate_membership(void) {
     char err[512];
     tt_comm_view_t v = {
@@ -428,6 +443,7 @@ static const tt_cunit_test_t tests[] = {
     {"comm_opts_shard_update", comm_opts_shard_update},
     {"comm_gate_membership", comm_gate_membership},
     {"comm_plan_keeps_parent_only_when_announced", comm_plan_keeps_parent_only_when_announced},
+    {"comm_plan_gone_ends_a_build", comm_plan_gone_ends_a_build},
     {"comm_plan_launches_in_order", comm_plan_launches_in_order},
     {"comm_audit_verdict", comm_audit_verdict},
     {"comm_step_copy_path_averages", comm_step_copy_path_averages},
