@@ -324,9 +324,25 @@ int tt_nccl_have_device(char *err, size_t errlen) {
 
 static int begin_shrink(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t errlen);
 
+/* Why a fresh communicator when a shrink was announced but there is
+ * nothing to shrink: ranks are in that state together (a drain during the
+ * PS steps after a regroup, before anyone switched to NCCL), and then all
+ * of them build one afresh, which works; a lone rank in it leaves the
+ * others in their shrink until its init fails and the job regroups. */
+static void log_no_parent(const tt_coll_cfg_t *cfg) {
+    TT_WARN(SUBSYS,
+            "gen=%llu rank %d/%d: announced as a shrink of generation %llu, but this rank holds "
+            "no healthy communicator of it: building a fresh one",
+            (unsigned long long)cfg->generation, cfg->rank, cfg->world,
+            (unsigned long long)cfg->shrink->of);
+}
+
 int tt_nccl_inst_begin(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t errlen) {
-    if (cfg->shrink != NULL && cfg->shrink->of != 0)
+    int shrink = cfg->shrink != NULL && cfg->shrink->of != 0;
+    if (shrink && cfg->parent != NULL)
         return begin_shrink(inst, cfg, err, errlen);
+    if (shrink)
+        log_no_parent(cfg);
     tt_nccl_parent_free(cfg->parent); /* only a shrink has a use for one */
     ncclUniqueId id;
     int rc = tt_nccl_have_device(err, errlen);
@@ -449,13 +465,6 @@ static int shrink_start(nccl_inst_t *ni, int *sorted, int n) {
 static int begin_shrink(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t errlen) {
     nccl_inst_t *old = cfg->parent;
     int sorted[TT_COLL_SHRINK_MAX];
-    if (old == NULL) {
-        snprintf(err, errlen,
-                 "nccl: generation %llu is announced as a shrink of generation %llu, but this "
-                 "rank holds no healthy communicator of it",
-                 (unsigned long long)cfg->generation, (unsigned long long)cfg->shrink->of);
-        return TT_ECLOSED;
-    }
     int rc = shrink_check(old, cfg, sorted, err, errlen);
     nccl_inst_t *ni = NULL;
     if (rc == TT_OK && (ni = inst_alloc(cfg)) == NULL)
