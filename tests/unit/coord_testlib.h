@@ -160,20 +160,26 @@ static inline int cli_call(fx_t *f, cli_t *c, tt_env_t *env, const void *frame, 
     return cli_wait(f, c, cli_send(f, c, env, frame, flen), body, rx, msg, cap);
 }
 
-/* Worker w joins `job` alone (min = max = 1) as incarnation `inc` having
- * completed `last_step` (-1: none); returns the generation, its job nonce
- * in *nonce and its resume step in *resume (either may be NULL). */
-static inline uint64_t join_at(fx_t *f, cli_t *w, const char *job, uint32_t keep, uint32_t every_ms,
-                               uint64_t inc, int64_t last_step, uint64_t *nonce, int64_t *resume) {
+/* What a test's job asks for: its size, the last call for joiners, the
+ * checkpoints kept and the time between them (0: none). */
+typedef struct {
+    uint32_t min, max, last_call_ms, keep, every_ms;
+} join_job_t;
+
+/* Worker w asks to join `job` as incarnation `inc` having completed
+ * `last_step` (-1: none), without waiting; the request id. */
+static inline uint64_t send_join(fx_t *f, cli_t *w, const char *job, const join_job_t *jj,
+                                 uint64_t inc, int64_t last_step) {
     Tether__JobSettings s = TETHER__JOB_SETTINGS__INIT;
-    s.min_workers = s.max_workers = 1;
-    s.last_call_ms = 10;
+    s.min_workers = jj->min;
+    s.max_workers = jj->max;
+    s.last_call_ms = jj->last_call_ms;
     s.heartbeat_ms = 100;
     s.heartbeat_timeout_ms = 600000; /* no eviction while the test talks */
     s.global_batch = 8;
     s.join_timeout_ms = 60000;
-    s.checkpoint_keep = keep;
-    s.checkpoint_every_ms = every_ms;
+    s.checkpoint_keep = jj->keep;
+    s.checkpoint_every_ms = jj->every_ms;
     Tether__JoinRequest jr = TETHER__JOIN_REQUEST__INIT;
     jr.settings = &s;
     jr.worker_id = w->sender;
@@ -185,9 +191,19 @@ static inline uint64_t join_at(fx_t *f, cli_t *w, const char *job, uint32_t keep
     tt_wire_env_init(&env, job, w->sender, 0, 0);
     env.body_case = TETHER__ENVELOPE__BODY_JOIN;
     env.join = &jr;
+    return cli_send(f, w, &env, NULL, 0);
+}
+
+/* Worker w joins `job` alone (min = max = 1) as incarnation `inc` having
+ * completed `last_step` (-1: none); returns the generation, its job nonce
+ * in *nonce and its resume step in *resume (either may be NULL). */
+static inline uint64_t join_at(fx_t *f, cli_t *w, const char *job, uint32_t keep, uint32_t every_ms,
+                               uint64_t inc, int64_t last_step, uint64_t *nonce, int64_t *resume) {
+    join_job_t jj = {.min = 1, .max = 1, .last_call_ms = 10, .keep = keep, .every_ms = every_ms};
+    uint64_t id = send_join(f, w, job, &jj, inc, last_step);
     tt_zmq_rx_t rx;
     uint64_t gen = 0;
-    if (cli_call(f, w, &env, NULL, 0, TETHER__ENVELOPE__BODY_JOIN_REPLY, &rx, NULL, 0) == 0) {
+    if (cli_wait(f, w, id, TETHER__ENVELOPE__BODY_JOIN_REPLY, &rx, NULL, 0) == 0) {
         CU_ASSERT_EQUAL(rx.env->body_case, TETHER__ENVELOPE__BODY_JOIN_REPLY);
         if (rx.env->body_case == TETHER__ENVELOPE__BODY_JOIN_REPLY)
             gen = rx.env->join_reply->generation->generation;

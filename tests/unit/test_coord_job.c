@@ -30,10 +30,8 @@ static void seen_from(const Tether__JoinReply *r, seen_t *out) {
 }
 
 /* Sends a heartbeat of the generation before `gen`, which makes the
- * coordinator send generation `gen` again; returns its nonce and resume
- * step (either pointer may be NULL), and all of it in *seen (may be NULL). */
-static void resent_generation_seen(fx_t *f, cli_t *w, const char *job, uint64_t gen,
-                                   uint64_t *nonce, int64_t *resume, seen_t *seen) {
+ * coordinator send generation `gen` again; what it said goes to *seen. */
+static void resent_generation(fx_t *f, cli_t *w, const char *job, uint64_t gen, seen_t *seen) {
     Tether__Heartbeat hb = TETHER__HEARTBEAT__INIT;
     hb.incarnation = 1;
     tt_env_t env;
@@ -48,19 +46,9 @@ static void resent_generation_seen(fx_t *f, cli_t *w, const char *job, uint64_t 
         return;
     if (rx.env->body_case == TETHER__ENVELOPE__BODY_JOIN_REPLY) {
         CU_ASSERT_EQUAL(rx.env->join_reply->generation->generation, gen);
-        if (nonce != NULL)
-            *nonce = rx.env->join_reply->generation->job_nonce;
-        if (resume != NULL)
-            *resume = rx.env->join_reply->generation->resume_step;
-        if (seen != NULL)
-            seen_from(rx.env->join_reply, seen);
+        seen_from(rx.env->join_reply, seen);
     }
     tt_zmq_rx_close(&rx);
-}
-
-static void resent_generation(fx_t *f, cli_t *w, const char *job, uint64_t gen, uint64_t *nonce,
-                              int64_t *resume) {
-    resent_generation_seen(f, w, job, gen, nonce, resume, NULL);
 }
 
 /* Every job record gets its own random nonce (the ring tags its messages
@@ -69,7 +57,8 @@ static void resent_generation(fx_t *f, cli_t *w, const char *job, uint64_t gen, 
 static void coord_job_nonce_is_per_job_and_survives_restart(void) {
     fx_t f;
     cli_t w, v;
-    uint64_t na = 0, nb = 0, again = 0;
+    uint64_t na = 0, nb = 0;
+    seen_t again = {0};
     fx_start(&f);
     cli_open(&f, &w, "worker", "w0");
     cli_open(&f, &v, "worker", "w1");
@@ -83,8 +72,8 @@ static void coord_job_nonce_is_per_job_and_survives_restart(void) {
     cli_open(&f, &w, "worker", "w0");
     /* The restored coordinator sends the generation again, with the nonce
      * it kept. */
-    resent_generation(&f, &w, "na", gen, &again, NULL);
-    CU_ASSERT_EQUAL(again, na);
+    resent_generation(&f, &w, "na", gen, &again);
+    CU_ASSERT_EQUAL(again.nonce, na);
     tt_zmq_close(&w.sock);
     fx_stop(&f);
 }
@@ -95,7 +84,8 @@ static void coord_job_nonce_is_per_job_and_survives_restart(void) {
 static void coord_job_formed_generation_survives_restart(void) {
     fx_t f;
     cli_t w;
-    int64_t resume = -7, again = -7;
+    int64_t resume = -7;
+    seen_t again = {.resume = -7};
     fx_start(&f);
     cli_open(&f, &w, "worker", "w0");
     uint64_t gen = join_at(&f, &w, "fg", 0, 0, 1, 41, NULL, &resume);
@@ -104,8 +94,8 @@ static void coord_job_formed_generation_survives_restart(void) {
     fx_down(&f);
     fx_up(&f);
     cli_open(&f, &w, "worker", "w0");
-    resent_generation(&f, &w, "fg", gen, NULL, &again);
-    CU_ASSERT_EQUAL(again, resume);
+    resent_generation(&f, &w, "fg", gen, &again);
+    CU_ASSERT_EQUAL(again.resume, resume);
     tt_zmq_close(&w.sock);
     fx_stop(&f);
 }
@@ -162,30 +152,6 @@ static void coord_job_comm_id_survives_restart(void) {
     fx_stop(&f);
 }
 
-/* w asks to join `job` of min 1, max 2 workers; the request id. */
-static uint64_t send_join_of_two(fx_t *f, cli_t *w, const char *job) {
-    Tether__JobSettings s = TETHER__JOB_SETTINGS__INIT;
-    s.min_workers = 1;
-    s.max_workers = 2;
-    s.last_call_ms = 3000; /* both joins arrive first: max forms at once */
-    s.heartbeat_ms = 100;
-    s.heartbeat_timeout_ms = 600000;
-    s.global_batch = 8;
-    s.join_timeout_ms = 60000;
-    Tether__JoinRequest jr = TETHER__JOIN_REQUEST__INIT;
-    jr.settings = &s;
-    jr.worker_id = w->sender;
-    jr.host = "localhost";
-    jr.endpoint = "tcp://127.0.0.1:9";
-    jr.incarnation = 1;
-    jr.last_step = -1;
-    tt_env_t env;
-    tt_wire_env_init(&env, job, w->sender, 0, 0);
-    env.body_case = TETHER__ENVELOPE__BODY_JOIN;
-    env.join = &jr;
-    return cli_send(f, w, &env, NULL, 0);
-}
-
 /* Waits for w's next JoinReply (id 0: pushed) into *out; 0 or an error. */
 static int wait_generation(fx_t *f, cli_t *w, uint64_t id, seen_t *out) {
     tt_zmq_rx_t rx;
@@ -236,7 +202,9 @@ static void coord_job_shrink_survives_restart(void) {
     cli_open(&f, &w0, "worker", "w0");
     cli_open(&f, &w1, "worker", "w1");
     cli_open(&f, &ctl, "tetherctl", "ctl");
-    uint64_t j0 = send_join_of_two(&f, &w0, "sk"), j1 = send_join_of_two(&f, &w1, "sk");
+    /* both joins arrive before the last call: max forms at once */
+    join_job_t two = {.min = 1, .max = 2, .last_call_ms = 3000};
+    uint64_t j0 = send_join(&f, &w0, "sk", &two, 1, -1), j1 = send_join(&f, &w1, "sk", &two, 1, -1);
     CU_ASSERT_EQUAL_FATAL(wait_generation(&f, &w0, j0, &g1), 0);
     CU_ASSERT_EQUAL_FATAL(wait_generation(&f, &w1, j1, &g1b), 0);
     CU_ASSERT_EQUAL(g1.world, 2);
@@ -262,7 +230,7 @@ static void coord_job_shrink_survives_restart(void) {
     fx_down(&f);
     fx_up(&f);
     cli_open(&f, &w1, "worker", "w1");
-    resent_generation_seen(&f, &w1, "sk", g2.generation, NULL, NULL, &again);
+    resent_generation(&f, &w1, "sk", g2.generation, &again);
     CU_ASSERT_EQUAL(again.generation, g2.generation);
     CU_ASSERT_EQUAL(again.resume, g2.resume);
     CU_ASSERT_EQUAL(again.shrink_of, g1.generation);
