@@ -22,6 +22,9 @@
 
 /* ---- hooks for tt_comm ---- */
 
+_Static_assert(TT_COLL_SHRINK_MAX == TT_WIRE_MAX_SHRINK,
+               "every shrink the wire carries fits in tt_coll_shrink_t");
+
 static void hook_view(void *ctx, tt_comm_view_t *v) {
     tether_t *t = ctx;
     tt_client_view_t cv;
@@ -36,7 +39,7 @@ static void hook_view(void *ctx, tt_comm_view_t *v) {
     v->job_nonce = cv.job_nonce;
     v->shrink.of = cv.shrink_of;
     v->shrink.n = (int)cv.nshrink;
-    for (uint32_t i = 0; i < cv.nshrink && i < TT_COLL_SHRINK_MAX; i++)
+    for (uint32_t i = 0; i < cv.nshrink; i++)
         v->shrink.exclude[i] = (int)cv.shrink_exclude[i];
 }
 

@@ -397,10 +397,6 @@ const tt_coll_ops_t *tt_coll_nccl_ops(void) {
     return &nccl_ops;
 }
 
-void tt_coll_nccl_parent_free(void *parent) {
-    tt_nccl_parent_free(parent);
-}
-
 int tt_coll_nccl_row(const tt_coll_ops_t *ops) {
     return ops != NULL && (ops == &nccl_ops || ops == tt_coll_nccl_ps_ops());
 }

@@ -92,7 +92,9 @@ int tt_coll_nccl_wait(void *inst);
  * built, aborted, failed, or with a collective still in flight. */
 void *tt_coll_nccl_take_parent(const tt_coll_ops_t *ops, void **inst);
 
-/* Frees a taken communicator that no shrink will use (NULL is fine). */
+/* Frees a taken communicator that no shrink will use (NULL is fine):
+ * aborted, never finalized, since a finalize could wait for a rank that
+ * left. */
 void tt_coll_nccl_parent_free(void *parent);
 
 /* 1 when `ops` is the nccl or the nccl+ps row. */

@@ -56,10 +56,6 @@ void tt_nccl_inst_stop(void *inst);
  * is stopped), else frees it and returns NULL. */
 void *tt_nccl_inst_take_parent(void *inst);
 
-/* Frees a taken parent that no shrink will use (NULL is fine): aborted,
- * never finalized, since a finalize could wait for a rank that left. */
-void tt_nccl_parent_free(void *parent);
-
 /* The nccl+ps row's NCCL instance once it has switched to it, taken out
  * of `inst` (which the caller then destroys); NULL before the switch. */
 void *tt_nccl_ps_detach(void *inst); /* tt_coll_nccl_ps.c */

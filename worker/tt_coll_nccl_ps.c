@@ -82,7 +82,7 @@ static int fb_create(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t er
     if (rc == TT_OK)
         rc = tt_nccl_inst_begin(&fi->nccl, cfg, err, errlen); /* owns cfg->parent */
     else
-        tt_nccl_parent_free(cfg->parent);
+        tt_coll_nccl_parent_free(cfg->parent);
     if (rc != TT_OK) {
         void *p = fi;
         fb_destroy(&p);

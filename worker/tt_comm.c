@@ -174,8 +174,6 @@ static int generation_gone(void *ctx, uint64_t gen) {
     pthread_mutex_lock(&c->mu);
     uint64_t notified = c->notified_gen;
     pthread_mutex_unlock(&c->mu);
-    if (notified > gen)
-        return 1; /* without asking the client */
     tt_comm_view_t v;
     c->hooks.view(c->hooks.ctx, &v);
     return tt_comm_plan_gone(notified, &v, gen);
@@ -186,11 +184,7 @@ static int generation_gone(void *ctx, uint64_t gen) {
 static int open_backend(tt_comm_t *c, const tt_comm_view_t *v, void *parent) {
     char eps[3][TT_COMM_EP_MAX], err[512] = "";
     const char **ptrs = calloc((size_t)v->world, sizeof(*ptrs));
-    if (ptrs == NULL) {
-        tt_coll_nccl_parent_free(parent);
-        return TT_ENOMEM;
-    }
-    int rc = gather_endpoints(c, v, eps, ptrs);
+    int rc = ptrs != NULL ? gather_endpoints(c, v, eps, ptrs) : TT_ENOMEM;
     pthread_mutex_lock(&c->mu);
     const size_t *tcounts = c->tcounts; /* set once, freed only at destroy */
     size_t ntcounts = c->ntcounts;
@@ -222,10 +216,12 @@ static int open_backend(tt_comm_t *c, const tt_comm_view_t *v, void *parent) {
                          .gone_ctx = c};
     const tt_coll_ops_t *ops = NULL;
     void *inst = NULL;
-    if (rc == TT_OK)
+    if (rc == TT_OK) {
         rc = tt_coll_open(c->opts.backend, &cfg, &ops, &inst, err, sizeof(err));
-    else
+    } else {
+        snprintf(err, sizeof(err), "%s", tt_strerror(rc));
         tt_coll_nccl_parent_free(parent);
+    }
     free(ptrs);
     pthread_mutex_lock(&c->mu); /* tt_comm_generation_changed reads it */
     c->inst_gen = v->generation;

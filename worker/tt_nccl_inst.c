@@ -289,7 +289,7 @@ void tt_nccl_inst_free(nccl_inst_t *ni) {
     (void)cudaFreeHost(ni->hcount);
     if (ni->stream != NULL)
         (void)cudaStreamDestroy(ni->stream);
-    tt_nccl_parent_free(ni->parent); /* after its child: a half-built one is aborted first */
+    tt_coll_nccl_parent_free(ni->parent); /* after its child: a half-built one is aborted first */
     pthread_rwlock_destroy(&ni->cl);
     pthread_mutex_destroy(&ni->emu);
     free(ni);
@@ -343,7 +343,7 @@ int tt_nccl_inst_begin(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t 
         return begin_shrink(inst, cfg, err, errlen);
     if (shrink)
         log_no_parent(cfg);
-    tt_nccl_parent_free(cfg->parent); /* only a shrink has a use for one */
+    tt_coll_nccl_parent_free(cfg->parent); /* only a shrink has a use for one */
     ncclUniqueId id;
     int rc = tt_nccl_have_device(err, errlen);
     if (rc == TT_OK)
@@ -370,7 +370,7 @@ int tt_nccl_inst_finish(void *inst) {
     int rc = atomic_load(&ni->poisoned);
     if (rc == TT_OK)
         rc = comm_settle(ni, ni->parent != NULL ? "ncclCommShrink" : "ncclCommInitRankConfig");
-    tt_nccl_parent_free(ni->parent); /* settled or given up: its part is over */
+    tt_coll_nccl_parent_free(ni->parent); /* settled or given up: its part is over */
     ni->parent = NULL;
     if (rc == TT_OK)
         rc = start_watchdog(ni);
@@ -388,7 +388,7 @@ void tt_nccl_inst_stop(void *inst) {
 
 /* A parent is aborted, never finalized: a finalize could wait for the
  * rank that left. */
-void tt_nccl_parent_free(void *parent) {
+void tt_coll_nccl_parent_free(void *parent) {
     nccl_inst_t *p = parent;
     if (p == NULL)
         return;
@@ -470,7 +470,7 @@ static int begin_shrink(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t
     if (rc == TT_OK && (ni = inst_alloc(cfg)) == NULL)
         rc = TT_ENOMEM;
     if (rc != TT_OK) {
-        tt_nccl_parent_free(old);
+        tt_coll_nccl_parent_free(old);
         return rc;
     }
     ni->parent = old;

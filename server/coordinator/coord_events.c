@@ -57,7 +57,7 @@ static int fill_generation(coord_job_t *job, const tt_rdzv_member_t *src, size_t
     if (job->formed_gen == gen) {
         g->ps_until_step = job->ps_until_step;
         g->shrink_of = job->shrink_of;
-        g->n_shrink_exclude = job->shrink_of != 0 ? job->n_shrink_exclude : 0;
+        g->n_shrink_exclude = job->n_shrink_exclude; /* 0 without a relation */
         g->shrink_exclude = job->shrink_exclude;
     }
     return TT_OK;
@@ -212,10 +212,8 @@ static int64_t ps_until(tt_coord_t *c, const tt_rdzv_event_t *ev) {
 /* Keeps the event's shrink relation and says it in `out` for the log:
  * "; shrinks generation 3 by rank(s) 1 4" (the first 8 ranks). */
 static void keep_shrink(coord_job_t *job, const tt_rdzv_event_t *ev, char *out, size_t cap) {
-    uint32_t n =
-        ev->n_shrink_exclude < TT_RDZV_SHRINK_MAX ? ev->n_shrink_exclude : TT_RDZV_SHRINK_MAX;
-    job->shrink_of = n > 0 ? ev->shrink_of : 0;
-    job->n_shrink_exclude = job->shrink_of != 0 ? n : 0;
+    job->shrink_of = ev->shrink_of; /* the rendezvous sets both or neither */
+    job->n_shrink_exclude = ev->n_shrink_exclude;
     memcpy(job->shrink_exclude, ev->shrink_exclude,
            (size_t)job->n_shrink_exclude * sizeof(uint32_t));
     if (job->shrink_of == 0)

@@ -171,7 +171,7 @@ static int job_to_pb(const coord_job_t *job, const clocks_t *k, job_pb_t *j) {
     j->pb.resume_step = job->resume_step;
     j->pb.ps_until_step = job->ps_until_step;
     j->pb.shrink_of = job->shrink_of;
-    j->pb.n_shrink_exclude = job->shrink_of != 0 ? job->n_shrink_exclude : 0;
+    j->pb.n_shrink_exclude = job->n_shrink_exclude;         /* 0 without a relation */
     j->pb.shrink_exclude = (uint32_t *)job->shrink_exclude; /* read only */
     j->pb.comm_id_generation = job->comm_id_gen;
     j->pb.comm_id.data = job->comm_id_gen != 0 ? (uint8_t *)job->comm_id : NULL; /* read only */
@@ -298,15 +298,12 @@ static void restore_formed(coord_job_t *job, const Tether__CoordJobRecord *p) {
     job->formed_gen = p->formed_generation;
     job->resume_step = p->resume_step;
     job->ps_until_step = p->ps_until_step;
-    /* The decoder refused a malformed relation (tt_wire_shrink_ok); the
-     * bound is checked again because the copy depends on it. */
-    if (p->shrink_of != 0 && p->n_shrink_exclude <= TT_RDZV_SHRINK_MAX &&
-        tt_wire_shrink_ok(p->formed_generation, p->shrink_of, p->shrink_exclude,
-                          p->n_shrink_exclude)) {
-        job->shrink_of = p->shrink_of;
-        job->n_shrink_exclude = (uint32_t)p->n_shrink_exclude;
+    /* The decoder refused a malformed relation (tt_wire_shrink_ok: at most
+     * TT_WIRE_MAX_SHRINK ranks, the size of the copy). */
+    job->shrink_of = p->shrink_of;
+    job->n_shrink_exclude = (uint32_t)p->n_shrink_exclude;
+    if (p->n_shrink_exclude > 0)
         memcpy(job->shrink_exclude, p->shrink_exclude, p->n_shrink_exclude * sizeof(uint32_t));
-    }
     /* The id only means something to the generation it was offered for
      * (the decoder bounded its size). */
     if (p->comm_id_generation == p->generation && p->comm_id.len > 0) {
