@@ -294,6 +294,10 @@ static int ps_create(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t er
     return TT_OK;
 }
 
+int tt_coll_ps_has_ring(const void *ps_inst) {
+    return ps_inst != NULL && ((const ps_inst_t *)ps_inst)->ring != NULL;
+}
+
 static int ps_no_ring(ps_inst_t *pi) {
     if (pi->ring_err[0] != '\0')
         snprintf(pi->err, sizeof(pi->err),
@@ -589,8 +593,10 @@ int tt_coll_open(tt_coll_kind_t want, const tt_coll_cfg_t *cfg, const tt_coll_op
         const tt_coll_ops_t *o = tt_coll_ops(cand[i]);
         if (cfg->ps_until_step > 0 && cfg->world > 1 && cand[i] == TT_COLL_RING)
             o = &fallback_ops;
-        if (cfg->ps_until_step > 0 && cfg->world > 1 && cand[i] == TT_COLL_NCCL &&
-            tt_coll_nccl_ps_ops() != NULL)
+        /* Without registered gradients the shards have nothing to take
+         * over: the plain row builds its communicator at once. */
+        if (cfg->ps_until_step > 0 && cfg->world > 1 && cfg->ntensors > 0 &&
+            cand[i] == TT_COLL_NCCL && tt_coll_nccl_ps_ops() != NULL)
             o = tt_coll_nccl_ps_ops();
         char why[256] = "";
         if (o == NULL)

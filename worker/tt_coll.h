@@ -183,6 +183,10 @@ typedef struct tt_coll_ops {
 /* The table for `kind` (never AUTO); NULL for an unknown kind. Static. */
 const tt_coll_ops_t *tt_coll_ops(tt_coll_kind_t kind);
 
+/* 1 when an instance of the "ps" row has a ring for plain collectives
+ * (the members advertised endpoints and it could be set up), else 0. */
+int tt_coll_ps_has_ring(const void *ps_inst);
+
 /* "auto", "ring", "ps", "nccl" -> kind. TT_EINVAL for anything else. */
 int tt_coll_parse_kind(const char *s, tt_coll_kind_t *out);
 const char *tt_coll_kind_name(tt_coll_kind_t kind);

@@ -12,14 +12,17 @@
  * (means, with the count), back to sums as tt_comm's host path does, host
  * -> device; so the trainer's update is the one it would make on the host.
  * Plain collectives take the shards' ring before the switch and NCCL from
- * it. It owns the pair and the staging buffer; the ps row (tt_coll.c) and
- * the NCCL instance (tt_coll_nccl.c) own everything else. Compiled only
- * where NCCL is. */
+ * it; with no ring (NCCL needs no TETHER_ENDPOINT) they take NCCL before
+ * it too, the first one waiting for the communicator, while gradients
+ * keep the announced step (tt_nccl_ps_route). It owns the pair and the
+ * staging buffer; the ps row (tt_coll.c) and the NCCL instance
+ * (tt_coll_nccl.c) own everything else. Compiled only where NCCL is. */
 #include "tt_coll_nccl.h"
 #include "tt_coll_nccl_int.h"
 
 #include "tt_clock.h"
 #include "tt_log.h"
+#include "tt_nccl_plan.h"
 #include "tt_status.h"
 
 #include <cuda_runtime.h>
@@ -38,6 +41,7 @@ typedef struct fb_inst {
     atomic_int aborted;
     atomic_int ready; /* 1: the communicator is ready; < 0: it failed (sticky) */
     uint64_t built_ms, ps_steps;
+    int switched, plain_noted; /* the log lines of route were written */
     int rank;
     float *hbuf; /* pinned staging of device steps before the switch */
     size_t hcap;
@@ -97,15 +101,14 @@ static int fb_create(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t er
     return TT_OK;
 }
 
-/* The switch: waits for the communicator once. A failure is sticky and
- * is what every later collective returns (tt_comm then regroups). */
-static int switched(fb_inst_t *fi) {
+/* Waits for the communicator once. A failure is sticky and is what every
+ * later collective returns (tt_comm then regroups). */
+static int comm_ready(fb_inst_t *fi) {
     if (atomic_load(&fi->aborted))
         return fb_set_err(fi, TT_ECLOSED, "%s", "nccl+ps: aborted (the generation ended)");
     int r = atomic_load(&fi->ready);
     if (r != 0)
         return r > 0 ? TT_OK : r;
-    uint64_t t0 = tt_clock_mono_ms();
     int rc = tt_nccl_inst_finish(fi->nccl);
     if (rc != TT_OK) {
         atomic_store(&fi->ready, rc);
@@ -114,23 +117,45 @@ static int switched(fb_inst_t *fi) {
     }
     atomic_store(&fi->ready, 1);
     fi->nco->set_step(fi->nccl, atomic_load(&fi->step));
-    TT_LOG(fi->rank == 0 ? TT_LOG_WARN : TT_LOG_INFO, SUBSYS,
-           "switched to NCCL at step %lld (%llu step(s) of this generation went through the "
-           "shard servers in %.1f s; the switch waited %.1f s more for the communicator)",
-           (long long)atomic_load(&fi->step), (unsigned long long)fi->ps_steps,
-           (double)(t0 - fi->built_ms) / 1000.0, (double)(tt_clock_mono_ms() - t0) / 1000.0);
     return TT_OK;
 }
 
-/* The row that serves a collective of `step`: the ps row before the
- * announced step, NCCL (waited for once) from it. */
-static int route(fb_inst_t *fi, int64_t step, const tt_coll_ops_t **ops, void **inst) {
-    int nccl = step >= fi->from;
-    *ops = nccl ? fi->nco : fi->pso;
-    *inst = nccl ? fi->nccl : fi->ps;
+/* Both ends of the window are worth an operator's eye: rank 0 warns. */
+static void note_nccl(fb_inst_t *fi, int64_t step, uint64_t t0) {
+    int lvl = fi->rank == 0 ? TT_LOG_WARN : TT_LOG_INFO;
+    if (step >= fi->from && !fi->switched) {
+        fi->switched = 1;
+        TT_LOG(lvl, SUBSYS,
+               "switched to NCCL at step %lld (%llu step(s) of this generation went through the "
+               "shard servers in %.1f s; the switch waited %.1f s more for the communicator)",
+               (long long)step, (unsigned long long)fi->ps_steps,
+               (double)(t0 - fi->built_ms) / 1000.0, (double)(tt_clock_mono_ms() - t0) / 1000.0);
+    } else if (step < fi->from && !fi->plain_noted) {
+        fi->plain_noted = 1;
+        TT_LOG(lvl, SUBSYS,
+               "plain collectives before step %lld take the NCCL communicator (waited %.1f s "
+               "for it): the shard servers have no ring for them (no TETHER_ENDPOINT); "
+               "gradients stay on the shards until then",
+               (long long)fi->from, (double)(tt_clock_mono_ms() - t0) / 1000.0);
+    }
+}
+
+/* The row that serves a collective of `step` (tt_nccl_ps_route): the
+ * shards, or the ps row's ring, before the switch; NCCL, waited for once,
+ * from it. Collectives run on tt_comm's thread, one at a time. */
+static int route(fb_inst_t *fi, int64_t step, int plain, const tt_coll_ops_t **ops, void **inst) {
+    tt_nccl_via_t via = tt_nccl_ps_route(step, fi->from, plain, tt_coll_ps_has_ring(fi->ps));
+    *ops = via == TT_NCCL_VIA_NCCL ? fi->nco : fi->pso;
+    *inst = via == TT_NCCL_VIA_NCCL ? fi->nccl : fi->ps;
     if (atomic_load(&fi->aborted))
-        return switched(fi); /* TT_ECLOSED with its sentence */
-    return nccl ? switched(fi) : TT_OK;
+        return comm_ready(fi); /* TT_ECLOSED with its sentence */
+    if (via != TT_NCCL_VIA_NCCL)
+        return TT_OK;
+    uint64_t t0 = tt_clock_mono_ms();
+    int rc = comm_ready(fi);
+    if (rc == TT_OK)
+        note_nccl(fi, step, t0);
+    return rc;
 }
 
 static int fb_whole_step(void *inst, int64_t step) {
@@ -144,7 +169,7 @@ static int fb_allreduce(void *inst, void *buf, size_t count, tt_dtype_t dt, tt_r
     fb_inst_t *fi = inst;
     const tt_coll_ops_t *o;
     void *i;
-    int rc = route(fi, atomic_load(&fi->step), &o, &i);
+    int rc = route(fi, atomic_load(&fi->step), 1, &o, &i);
     return rc == TT_OK ? o->allreduce(i, buf, count, dt, op) : rc;
 }
 
@@ -152,7 +177,7 @@ static int fb_broadcast(void *inst, void *buf, size_t count, tt_dtype_t dt, int 
     fb_inst_t *fi = inst;
     const tt_coll_ops_t *o;
     void *i;
-    int rc = route(fi, atomic_load(&fi->step), &o, &i);
+    int rc = route(fi, atomic_load(&fi->step), 1, &o, &i);
     return rc == TT_OK ? o->broadcast(i, buf, count, dt, root) : rc;
 }
 
@@ -160,7 +185,7 @@ static int fb_barrier(void *inst) {
     fb_inst_t *fi = inst;
     const tt_coll_ops_t *o;
     void *i;
-    int rc = route(fi, atomic_load(&fi->step), &o, &i);
+    int rc = route(fi, atomic_load(&fi->step), 1, &o, &i);
     return rc == TT_OK ? o->barrier(i) : rc;
 }
 
@@ -289,7 +314,7 @@ static int fb_step_device(void *inst, float *dgrads, size_t count, const tt_coll
     fb_inst_t *fi = inst;
     const tt_coll_ops_t *o;
     void *i;
-    int rc = route(fi, step, &o, &i);
+    int rc = route(fi, step, 0, &o, &i);
     if (rc != TT_OK)
         return rc;
     if (o == fi->pso) /* the shards read host memory */
@@ -304,7 +329,7 @@ static int fb_part_device(void *inst, float *dpart, size_t count, void *after, i
     fb_inst_t *fi = inst;
     const tt_coll_ops_t *o;
     void *i;
-    int rc = route(fi, step, &o, &i);
+    int rc = route(fi, step, 0, &o, &i);
     if (rc != TT_OK || o == fi->pso)
         return rc;
     return o->reduce_part_device(i, dpart, count, after, step);

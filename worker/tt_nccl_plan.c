@@ -69,3 +69,11 @@ int tt_nccl_rest_plan(const tt_coll_span_t *parts, int n, size_t total, tt_coll_
     *nrest = rc == TT_OK ? k : 0;
     return rc;
 }
+
+tt_nccl_via_t tt_nccl_ps_route(int64_t step, int64_t from, int plain, int ring) {
+    if (step >= from)
+        return TT_NCCL_VIA_NCCL;
+    if (!plain)
+        return TT_NCCL_VIA_SHARDS;
+    return ring ? TT_NCCL_VIA_RING : TT_NCCL_VIA_NCCL;
+}

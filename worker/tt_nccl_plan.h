@@ -8,7 +8,8 @@
  * an excluded rank must not call ncclCommShrink: the plan hands out a
  * private sorted copy and refuses an excluded caller. It also plans the
  * rest of a step whose parts were reduced early (bucket overlap on the
- * device). It owns no state.
+ * device), and where the "nccl+ps" row sends each collective. It owns no
+ * state.
  * Thread safety: reentrant. */
 #ifndef TT_NCCL_PLAN_H
 #define TT_NCCL_PLAN_H
@@ -16,6 +17,7 @@
 #include "tt_coll.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Checks `exclude[0..n)` against a communicator of `world` ranks and
  * writes a sorted copy into sorted[0..n) (the caller's list is never
@@ -34,5 +36,22 @@ int tt_nccl_shrink_plan(int rank, int world, const int *exclude, int n, int *sor
  * nothing of the caller's; allocates nothing (it runs every step). */
 int tt_nccl_rest_plan(const tt_coll_span_t *parts, int n, size_t total, tt_coll_span_t *rest,
                       int *nrest);
+
+/* Where the "nccl+ps" row (tt_coll_nccl_ps.c) sends a collective. */
+typedef enum {
+    TT_NCCL_VIA_SHARDS, /* the step's gradients, before the switch */
+    TT_NCCL_VIA_RING,   /* a plain collective before the switch: the ps row's ring */
+    TT_NCCL_VIA_NCCL,   /* the communicator, waited for once */
+} tt_nccl_via_t;
+
+/* The route of a collective of `step` (the job's next step, -1: none yet)
+ * when NCCL takes over at `from` (Generation.ps_until_step): gradients
+ * (plain == 0) go to the shards before it, plain collectives to the ps
+ * row's ring when it has one (ring != 0), else to NCCL (an NCCL job needs
+ * no TETHER_ENDPOINT). Nothing but `from` depends on the step: members
+ * may be at different steps when a generation starts (a joiner has none),
+ * so a switch moved by one rank's step would split the ranks between two
+ * backends. */
+tt_nccl_via_t tt_nccl_ps_route(int64_t step, int64_t from, int plain, int ring);
 
 #endif

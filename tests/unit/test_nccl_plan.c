@@ -1,7 +1,9 @@
 /* Unit tests of tt_nccl_plan: the shrink plan sorts a private copy of the
  * exclude list (the caller's stays as given), maps survivors to their new
  * ranks, refuses an excluded caller and bad lists; the rest plan of a step
- * covers what its early parts left. */
+ * covers what its early parts left; the nccl+ps route keeps gradients on
+ * the shards until the switch and sends plain collectives to NCCL when
+ * there is no ring, whatever each rank's step. */
 #include "tt_cunit.h"
 #include "tt_nccl_plan.h"
 #include "tt_status.h"
@@ -70,7 +72,31 @@ static void nccl_plan_rest_refuses_overlap_and_overrun(void) {
     CU_ASSERT_EQUAL(tt_nccl_rest_plan(past, TT_COLL_EARLY_MAX + 1, 100, rest, &n), TT_EINVAL);
 }
 
+static void nccl_plan_route_with_a_ring(void) {
+    CU_ASSERT_EQUAL(tt_nccl_ps_route(-1, 10, 1, 1), TT_NCCL_VIA_RING);
+    CU_ASSERT_EQUAL(tt_nccl_ps_route(3, 10, 0, 1), TT_NCCL_VIA_SHARDS);
+    CU_ASSERT_EQUAL(tt_nccl_ps_route(3, 10, 1, 1), TT_NCCL_VIA_RING);
+    CU_ASSERT_EQUAL(tt_nccl_ps_route(9, 10, 1, 1), TT_NCCL_VIA_RING);
+    CU_ASSERT_EQUAL(tt_nccl_ps_route(10, 10, 0, 1), TT_NCCL_VIA_NCCL);
+    CU_ASSERT_EQUAL(tt_nccl_ps_route(10, 10, 1, 1), TT_NCCL_VIA_NCCL);
+}
+
+/* Members at different steps (a joiner has none) route alike: without a
+ * ring, plain collectives take NCCL at any step; gradients keep the
+ * announced switch. */
+static void nccl_plan_route_without_a_ring(void) {
+    const int64_t steps[] = {-1, 0, 3, 9};
+    for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+        CU_ASSERT_EQUAL(tt_nccl_ps_route(steps[i], 10, 1, 0), TT_NCCL_VIA_NCCL);
+        CU_ASSERT_EQUAL(tt_nccl_ps_route(steps[i], 10, 0, 0), TT_NCCL_VIA_SHARDS);
+    }
+    CU_ASSERT_EQUAL(tt_nccl_ps_route(10, 10, 0, 0), TT_NCCL_VIA_NCCL);
+    CU_ASSERT_EQUAL(tt_nccl_ps_route(11, 10, 1, 0), TT_NCCL_VIA_NCCL);
+}
+
 static const tt_cunit_test_t tests[] = {
+    {"nccl_plan_route_with_a_ring", nccl_plan_route_with_a_ring},
+    {"nccl_plan_route_without_a_ring", nccl_plan_route_without_a_ring},
     {"nccl_plan_rest_covers_what_parts_left", nccl_plan_rest_covers_what_parts_left},
     {"nccl_plan_rest_refuses_overlap_and_overrun", nccl_plan_rest_refuses_overlap_and_overrun},
     {"nccl_plan_sorts_a_copy_and_maps_ranks", nccl_plan_sorts_a_copy_and_maps_ranks},
