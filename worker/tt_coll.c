@@ -577,6 +577,17 @@ void tt_coll_candidates(tt_coll_kind_t want, int world, int ring_endpoints_ok,
     out[(*n)++] = TT_COLL_PS;
 }
 
+const tt_coll_ops_t *tt_coll_row(tt_coll_kind_t kind, const tt_coll_cfg_t *cfg) {
+    int window = cfg->ps_until_step > 0 && cfg->world > 1;
+    if (window && kind == TT_COLL_RING)
+        return &fallback_ops;
+    /* Without registered gradients the shards have nothing to take
+     * over: the plain row builds its communicator at once. */
+    if (window && kind == TT_COLL_NCCL && cfg->ntensors > 0 && tt_coll_nccl_ps_ops() != NULL)
+        return tt_coll_nccl_ps_ops();
+    return tt_coll_ops(kind);
+}
+
 int tt_coll_open(tt_coll_kind_t want, const tt_coll_cfg_t *cfg, const tt_coll_ops_t **ops,
                  void **inst, char *err, size_t errlen) {
     tt_coll_kind_t cand[3];
@@ -590,14 +601,7 @@ int tt_coll_open(tt_coll_kind_t want, const tt_coll_cfg_t *cfg, const tt_coll_op
         used += (size_t)snprintf(err, errlen, "ring skipped: no endpoint for rank %d or %d; ",
                                  cfg->rank, (cfg->rank + 1) % cfg->world);
     for (size_t i = 0; i < n; i++) {
-        const tt_coll_ops_t *o = tt_coll_ops(cand[i]);
-        if (cfg->ps_until_step > 0 && cfg->world > 1 && cand[i] == TT_COLL_RING)
-            o = &fallback_ops;
-        /* Without registered gradients the shards have nothing to take
-         * over: the plain row builds its communicator at once. */
-        if (cfg->ps_until_step > 0 && cfg->world > 1 && cfg->ntensors > 0 &&
-            cand[i] == TT_COLL_NCCL && tt_coll_nccl_ps_ops() != NULL)
-            o = tt_coll_nccl_ps_ops();
+        const tt_coll_ops_t *o = tt_coll_row(cand[i], cfg);
         char why[256] = "";
         if (o == NULL)
             continue;

@@ -202,6 +202,12 @@ void tt_coll_candidates(tt_coll_kind_t want, int world, int ring_endpoints_ok,
  * entries of rank and rank+1 (mod world) are non-empty. Pure. */
 int tt_coll_ring_endpoints_ok(const char *const *endpoints, int rank, int world);
 
+/* The row a generation described by `cfg` gets for `kind`: a regrouped
+ * generation that starts on the shard servers (ps_until_step > 0, two or
+ * more ranks) gets "ring+ps" for the ring, and "nccl+ps" for NCCL where
+ * NCCL is built and gradients are registered; otherwise tt_coll_ops. */
+const tt_coll_ops_t *tt_coll_row(tt_coll_kind_t kind, const tt_coll_cfg_t *cfg);
+
 /* Tries the candidates for `want` in order and returns the first instance
  * that could be created: *ops and *inst are set (caller destroys with
  * (*ops)->destroy). When every candidate fails, returns the error of the

@@ -119,8 +119,14 @@ static void coll_ring_single_rank_and_abort(void) {
  * only on a GPU (docs/gpu.md says what has run). */
 static void coll_nccl_generation_after_regroup_starts_on_shards(void) {
     const char *eps[2] = {"tcp://127.0.0.1:1", "tcp://127.0.0.1:2"};
-    tt_coll_cfg_t cfg = {
-        .rank = 0, .world = 2, .generation = 5, .endpoints = eps, .ps_until_step = 40};
+    const size_t counts[1] = {100};
+    tt_coll_cfg_t cfg = {.rank = 0,
+                         .world = 2,
+                         .generation = 5,
+                         .endpoints = eps,
+                         .ps_until_step = 40,
+                         .tensor_counts = counts,
+                         .ntensors = 1};
     const tt_coll_ops_t *ops = NULL;
     void *inst = NULL;
     char err[512] = "";
@@ -134,6 +140,20 @@ static void coll_nccl_generation_after_regroup_starts_on_shards(void) {
     const tt_coll_ops_t *fb = tt_coll_nccl_ps_ops();
     CU_ASSERT_PTR_NOT_NULL_FATAL(fb);
     CU_ASSERT_STRING_EQUAL(fb->name, "nccl+ps");
+    CU_ASSERT_PTR_EQUAL(tt_coll_row(TT_COLL_NCCL, &cfg), fb);
+    /* no gradients: nothing for the shards to take over */
+    tt_coll_cfg_t bare = cfg;
+    bare.ntensors = 0;
+    CU_ASSERT_PTR_EQUAL(tt_coll_row(TT_COLL_NCCL, &bare), tt_coll_nccl_ops());
+    /* a first generation, or one rank: the plain row */
+    bare = cfg;
+    bare.ps_until_step = 0;
+    CU_ASSERT_PTR_EQUAL(tt_coll_row(TT_COLL_NCCL, &bare), tt_coll_nccl_ops());
+    bare = cfg;
+    bare.world = 1;
+    CU_ASSERT_PTR_EQUAL(tt_coll_row(TT_COLL_NCCL, &bare), tt_coll_nccl_ops());
+    CU_ASSERT_STRING_EQUAL(tt_coll_row(TT_COLL_RING, &cfg)->name, "ring+ps");
+    CU_ASSERT_PTR_EQUAL(tt_coll_row(TT_COLL_PS, &cfg), tt_coll_ops(TT_COLL_PS));
     /* both halves of the row: whole steps on the shards until step 40,
      * device steps staged or on NCCL */
     CU_ASSERT_PTR_NOT_NULL(fb->reduce_step);
@@ -148,7 +168,7 @@ static void coll_nccl_generation_after_regroup_starts_on_shards(void) {
     CU_ASSERT_PTR_NULL(tt_coll_ops(TT_COLL_RING)->reduce_part_device);
     CU_ASSERT_PTR_NULL(tt_coll_ops(TT_COLL_PS)->reduce_part_device);
     /* No GPU: the row's first check. A GPU: its ps half has no
-     * coordinator to ask (the plain nccl row would name the ring). */
+     * coordinator to ask (the plain nccl row would name the id relay). */
     CU_ASSERT_EQUAL(rc, TT_ENODEV);
     CU_ASSERT(strstr(err, "no CUDA device") != NULL || strstr(err, "ps: no coordinator") != NULL);
     CU_ASSERT_PTR_NULL(inst);
