@@ -56,8 +56,9 @@ void tt_nccl_inst_stop(void *inst);
  * is stopped), else frees it and returns NULL. */
 void *tt_nccl_inst_take_parent(void *inst);
 
-/* The nccl+ps row's NCCL instance once it has switched to it, taken out
- * of `inst` (which the caller then destroys); NULL before the switch. */
+/* The nccl+ps row's NCCL instance once it is ready (the row switched to
+ * it, or a plain collective with no ring waited for it), taken out of
+ * `inst` (which the caller then destroys); NULL before that. */
 void *tt_nccl_ps_detach(void *inst); /* tt_coll_nccl_ps.c */
 
 #endif

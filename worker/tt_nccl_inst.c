@@ -326,9 +326,10 @@ static int begin_shrink(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t
 
 /* Why a fresh communicator when a shrink was announced but there is
  * nothing to shrink: ranks are in that state together (a drain during the
- * PS steps after a regroup, before anyone switched to NCCL), and then all
- * of them build one afresh, which works; a lone rank in it leaves the
- * others in their shrink until its init fails and the job regroups. */
+ * PS steps after a regroup, before anyone's communicator was ready), and
+ * then all of them build one afresh, which works; a lone rank in it
+ * leaves the others in their shrink until its init fails and the job
+ * regroups. */
 static void log_no_parent(const tt_coll_cfg_t *cfg) {
     TT_WARN(SUBSYS,
             "gen=%llu rank %d/%d: announced as a shrink of generation %llu, but this rank holds "
