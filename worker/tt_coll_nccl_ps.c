@@ -134,7 +134,7 @@ static void note_nccl(fb_inst_t *fi, int64_t step, uint64_t t0) {
         fi->plain_noted = 1;
         TT_LOG(lvl, SUBSYS,
                "plain collectives before step %lld take the NCCL communicator (waited %.1f s "
-               "for it): the shard servers have no ring for them (no TETHER_ENDPOINT); "
+               "for it): there is no ring for them (no TETHER_ENDPOINT); "
                "gradients stay on the shards until then",
                (long long)fi->from, (double)(tt_clock_mono_ms() - t0) / 1000.0);
     }
