@@ -9,6 +9,7 @@
  * recorders). It holds no protocol logic. */
 #include "tether_internal.h"
 
+#include "tt_coll_nccl.h"
 #include "tt_log.h"
 #include "tt_ps.h"
 #include "tt_status.h"
@@ -107,6 +108,7 @@ static void to_comm(const tether_coll_opts_t *o, tt_comm_opts_t *c) {
                                      .weight_decay = o->optimizer.weight_decay};
     snprintf(c->bind_endpoint, sizeof(c->bind_endpoint), "%s", o->ring_bind);
     c->ring_tcp_only = !o->ring_shm;
+    c->cuda_device = o->cuda_device;
 }
 
 static void from_comm(const tt_comm_opts_t *c, tether_coll_opts_t *o) {
@@ -130,6 +132,15 @@ static void from_comm(const tt_comm_opts_t *c, tether_coll_opts_t *o) {
                                         .eps = c->adamw.eps};
     snprintf(o->ring_bind, sizeof(o->ring_bind), "%s", c->bind_endpoint);
     o->ring_shm = !c->ring_tcp_only;
+    o->cuda_device = c->cuda_device;
+}
+
+/* Why here: the communicator is built on the communication thread, whose
+ * current device is not the application's. Other backends never touch
+ * CUDA, so only an nccl job asks. */
+static void take_current_device(tt_comm_opts_t *c) {
+    if (c->backend == TT_COLL_NCCL && c->cuda_device < 0)
+        c->cuda_device = tt_coll_nccl_current_device();
 }
 
 TETHER_API void tether_coll_opts_default(tether_coll_opts_t *o) {
@@ -167,6 +178,7 @@ static int initial_opts(const tether_opts_t *opts, tt_comm_opts_t *c, char *err,
     int rc = tt_comm_opts_from_lookup(c, env_lookup, NULL, err, errlen);
     if (rc == TT_OK)
         rc = tt_comm_opts_validate(c, err, errlen);
+    take_current_device(c);
     snprintf(c->coordinator, sizeof(c->coordinator), "%s", opts->coordinator);
     snprintf(c->job_id, sizeof(c->job_id), "%s", opts->job_id);
     snprintf(c->worker_id, sizeof(c->worker_id), "%s", opts->worker_id);
@@ -261,6 +273,7 @@ TETHER_API int tether_coll_configure(tether_t *t, const tether_coll_opts_t *o, c
     tt_comm_opts_default(&c);
     to_comm(o, &c);
     int rc = tt_comm_opts_validate(&c, why, sizeof(why));
+    take_current_device(&c);
     if (rc == TT_OK)
         rc = tt_comm_configure(t->comm, &c);
     if (rc == TT_EBUSY)

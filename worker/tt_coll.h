@@ -62,6 +62,11 @@ typedef struct tt_coll_cfg {
     int deadline_ms;           /* per collective; 0: backend default */
     size_t segment_bytes;      /* ring pipelining unit; 0: default */
     size_t flight_capacity;    /* backend's own recorder; 0: default */
+    /* NCCL rows: the CUDA device of this worker's communicator, made
+     * current on the thread that creates it (and on the watchdog's);
+     * < 0: that thread's current device (tt_comm passes the worker's
+     * tether_coll_opts_t.cuda_device; a zeroed config means device 0). */
+    int device;
     /* For backends that go through the coordinator or shard servers. */
     const char *coordinator, *job_id, *worker_id;
     uint32_t min_shards;    /* tt_ps_fetch_opts_t.min_shards */
@@ -86,7 +91,8 @@ typedef struct tt_coll_cfg {
     /* Set when the coordinator announced this generation as a shrink; an
      * NCCL row then shrinks `parent` (tt_coll_nccl_take_parent: the old
      * generation's communicator; NULL when this rank has none fit to
-     * shrink, which fails the create) instead of relaying a new unique id.
+     * shrink, and the row then builds a fresh one) instead of relaying a
+     * new unique id.
      * The NCCL rows' create owns `parent` from the call on, whatever it
      * returns; other rows ignore both. */
     const tt_coll_shrink_t *shrink;

@@ -22,6 +22,15 @@ int tt_coll_nccl_compiled(void) {
     return 1;
 }
 
+int tt_coll_nccl_current_device(void) {
+    int d = -1;
+    if (cudaGetDevice(&d) != cudaSuccess) {
+        (void)cudaGetLastError(); /* not sticky for the next caller */
+        return -1;
+    }
+    return d;
+}
+
 static int map_dt(tt_dtype_t dt, ncclDataType_t *out, size_t *size) {
     switch (dt) {
     case TT_DT_FLOAT32:
@@ -141,6 +150,29 @@ static int end(nccl_inst_t *ni, uint64_t seq) {
                   : TT_OK;
 }
 
+/* Gradients on another device than the communicator's (two workers of a
+ * host left on device 0, or a model moved after tether_create) would fail
+ * inside NCCL with an error that names neither; checked once per
+ * instance, refused (not poisoned) with both devices named. */
+static int on_our_device(nccl_inst_t *ni, const void *dbuf) {
+    if (ni->buf_checked || dbuf == NULL)
+        return TT_OK;
+    struct cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, dbuf) != cudaSuccess) {
+        (void)cudaGetLastError(); /* NCCL will say what is wrong with it */
+        return TT_OK;
+    }
+    int dev = a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+    if (dev && a.device != ni->device)
+        return tt_nccl_set_err(ni, TT_EINVAL,
+                               "the gradients are on CUDA device %d, this worker's communicator "
+                               "on device %d: set the collective options' cuda_device "
+                               "(TETHER_CUDA_DEVICE; tether-train --cuda-device) to theirs",
+                               a.device, ni->device);
+    ni->buf_checked = 1;
+    return TT_OK;
+}
+
 int tt_coll_nccl_allreduce_device(void *inst, void *dbuf, size_t count, tt_dtype_t dt,
                                   tt_redop_t op, void *after) {
     nccl_inst_t *ni = inst;
@@ -150,7 +182,9 @@ int tt_coll_nccl_allreduce_device(void *inst, void *dbuf, size_t count, tt_dtype
     uint64_t seq;
     if (map_dt(dt, &t, &sz) < 0 || map_op(op, &o) < 0 || (dbuf == NULL && count > 0))
         return tt_nccl_set_err(ni, TT_EINVAL, "allreduce: bad dtype %d / op %d", (int)dt, (int)op);
-    int rc = begin(ni, after, &seq);
+    int rc = on_our_device(ni, dbuf);
+    if (rc == TT_OK)
+        rc = begin(ni, after, &seq);
     if (rc == TT_OK && (rc = tt_nccl_comm_lock(ni)) == TT_OK) {
         rc = tt_nccl_settle(ni, ncclAllReduce(dbuf, dbuf, count, t, o, ni->comm, ni->stream),
                             "ncclAllReduce");
@@ -206,7 +240,9 @@ int tt_coll_nccl_reduce_step_device(void *inst, float *dgrads, size_t count,
     tt_coll_span_t rest[TT_COLL_EARLY_MAX + 1];
     int nrest = 0;
     uint64_t seq;
-    int rc = step_rest(ni, count, early, nearly, rest, &nrest);
+    int rc = on_our_device(ni, dgrads);
+    if (rc == TT_OK)
+        rc = step_rest(ni, count, early, nearly, rest, &nrest);
     if (rc == TT_OK)
         rc = begin(ni, after, &seq);
     if (rc < 0)

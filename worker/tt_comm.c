@@ -195,6 +195,7 @@ static int open_backend(tt_comm_t *c, const tt_comm_view_t *v, void *parent) {
                          .endpoints = ptrs,
                          .bind_endpoint = c->opts.bind_endpoint[0] ? c->opts.bind_endpoint : NULL,
                          .ring_tcp_only = c->opts.ring_tcp_only,
+                         .device = c->opts.cuda_device,
                          .deadline_ms = c->opts.deadline_ms,
                          .segment_bytes = c->opts.segment_bytes,
                          .coordinator = c->opts.coordinator,

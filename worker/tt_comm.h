@@ -82,6 +82,7 @@ typedef struct tt_comm_opts {
     int optim;              /* with shard_update: 0 SGD, 1 AdamW */
     tt_optim_sgd_hp_t sgd;
     tt_optim_adamw_hp_t adamw;
+    int cuda_device; /* nccl: the CUDA device (tt_coll_cfg_t.device); -1: unset */
 } tt_comm_opts_t;
 
 /* Defaults: auto backend, 60 s deadline, 25 MiB / 1 MiB buckets, audit
@@ -92,7 +93,8 @@ typedef const char *(*tt_comm_lookup_fn)(void *ctx, const char *name);
 
 /* Applies TETHER_BACKEND (ring|ps|nccl|auto), TETHER_COLL_DEADLINE_MS,
  * TETHER_BUCKET_BYTES, TETHER_FIRST_BUCKET_BYTES, TETHER_AUDIT_EVERY,
- * TETHER_MIN_SHARDS, TETHER_SHARD_WAIT_MS, TETHER_RING_BIND read through
+ * TETHER_MIN_SHARDS, TETHER_SHARD_WAIT_MS, TETHER_RING_SHM,
+ * TETHER_CUDA_DEVICE, TETHER_RING_BIND read through
  * `lookup`; unset ones
  * are left alone.
  * TT_OK or TT_EINVAL with "TETHER_X='v': why" in err. Pure. */

@@ -26,6 +26,7 @@ void tt_comm_opts_default(tt_comm_opts_t *o) {
     o->deadline_ms = 60000;
     o->audit_every = TT_COMM_AUDIT_DEFAULT;
     o->average = 1;
+    o->cuda_device = -1;
     o->adamw = (tt_optim_adamw_hp_t){.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f};
 }
 
@@ -55,6 +56,7 @@ static const num_var_t num_vars[] = {
     {"TETHER_MIN_SHARDS", 0, 100000},
     {"TETHER_SHARD_WAIT_MS", 1, 86400000},
     {"TETHER_RING_SHM", 0, 1},
+    {"TETHER_CUDA_DEVICE", 0, 1023},
 };
 
 static void store_num(tt_comm_opts_t *o, size_t i, uint64_t x) {
@@ -70,8 +72,10 @@ static void store_num(tt_comm_opts_t *o, size_t i, uint64_t x) {
         o->min_shards = (uint32_t)x;
     else if (i == 5)
         o->shard_wait_ms = (uint32_t)x;
-    else
+    else if (i == 6)
         o->ring_tcp_only = x == 0;
+    else
+        o->cuda_device = (int)x;
 }
 
 int tt_comm_opts_from_lookup(tt_comm_opts_t *o, tt_comm_lookup_fn lookup, void *ctx, char *err,
@@ -146,6 +150,11 @@ int tt_comm_opts_validate(const tt_comm_opts_t *o, char *err, size_t errlen) {
     size_t fb = o->first_bucket_bytes;
     if (o->backend < TT_COLL_AUTO || o->backend > TT_COLL_NCCL) {
         SET_ERR(err, errlen, "backend %d is not auto, ring, ps or nccl", (int)o->backend);
+        return TT_EINVAL;
+    }
+    if (o->cuda_device < -1) {
+        SET_ERR(err, errlen, "CUDA device %d: a device number, or -1 for the current one",
+                o->cuda_device);
         return TT_EINVAL;
     }
     if (o->deadline_ms < 0) {

@@ -199,8 +199,28 @@ static int start_watchdog(nccl_inst_t *ni) {
 
 /* ---- creation ---- */
 
+/* The thread that builds the communicator runs its collectives: the device
+ * set here stays current for them. */
+static int use_device(nccl_inst_t *ni) {
+    if (ni->want_device < 0)
+        return TT_OK;
+    cudaError_t e = cudaSetDevice(ni->want_device);
+    if (e == cudaSuccess)
+        return TT_OK;
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess)
+        n = 0;
+    (void)cudaGetLastError();
+    return tt_nccl_set_err(ni, e == cudaErrorInvalidDevice ? TT_ENODEV : TT_ECUDA,
+                           "CUDA device %d: %s (this process sees %d device(s), numbered from 0 "
+                           "after CUDA_VISIBLE_DEVICES)",
+                           ni->want_device, cudaGetErrorString(e), n);
+}
+
 static int cuda_setup(nccl_inst_t *ni) {
-    int rc = tt_nccl_cu_rc(ni, cudaGetDevice(&ni->device), "cudaGetDevice");
+    int rc = use_device(ni);
+    if (rc == TT_OK)
+        rc = tt_nccl_cu_rc(ni, cudaGetDevice(&ni->device), "cudaGetDevice");
     if (rc == TT_OK)
         rc = tt_nccl_cu_rc(ni, cudaStreamCreateWithFlags(&ni->stream, cudaStreamNonBlocking),
                            "cudaStreamCreate(communication)");
@@ -258,6 +278,26 @@ static tt_wd_state_t settle_abort(nccl_inst_t *ni) {
     return st;
 }
 
+/* Teardown may run on any thread (a new generation closes the old
+ * backend from the membership thread): the instance's device is made
+ * current for it and the caller's put back. Returns the caller's, or -1
+ * when nothing was changed. */
+static int enter_device(const nccl_inst_t *ni) {
+    int prev = -1;
+    if (ni->device < 0)
+        return -1; /* nothing was made on a device */
+    if (cudaGetDevice(&prev) == cudaSuccess && prev != ni->device &&
+        cudaSetDevice(ni->device) == cudaSuccess)
+        return prev;
+    (void)cudaGetLastError();
+    return -1;
+}
+
+static void leave_device(int prev) {
+    if (prev >= 0)
+        (void)cudaSetDevice(prev);
+}
+
 void tt_nccl_inst_free(nccl_inst_t *ni) {
     /* Work still in flight finishes or meets its deadline (and the abort)
      * before anything is torn down; a plain stream sync could hang. */
@@ -267,6 +307,7 @@ void tt_nccl_inst_free(nccl_inst_t *ni) {
     tt_nccl_wd_destroy(&ni->wd);
     if (st == TT_WD_HUNG || st == TT_WD_ABORTING)
         return; /* the abort is still running on the watchdog thread: leak */
+    int prev = enter_device(ni);
     if (ni->comm != NULL && tt_nccl_comm_lock(ni) == TT_OK) { /* the threads are gone */
         int rc = atomic_load(&ni->poisoned) == 0 && ni->settled
                      ? tt_nccl_settle(ni, ncclCommFinalize(ni->comm), "ncclCommFinalize")
@@ -290,6 +331,7 @@ void tt_nccl_inst_free(nccl_inst_t *ni) {
     if (ni->stream != NULL)
         (void)cudaStreamDestroy(ni->stream);
     tt_coll_nccl_parent_free(ni->parent); /* after its child: a half-built one is aborted first */
+    leave_device(prev);
     pthread_rwlock_destroy(&ni->cl);
     pthread_mutex_destroy(&ni->emu);
     free(ni);
@@ -302,6 +344,8 @@ static nccl_inst_t *inst_alloc(const tt_coll_cfg_t *cfg) {
     pthread_mutex_init(&ni->emu, NULL);
     pthread_rwlock_init(&ni->cl, NULL);
     ni->rank = cfg->rank, ni->world = cfg->world, ni->generation = cfg->generation;
+    ni->want_device = cfg->device;
+    ni->device = -1; /* until cuda_setup */
     ni->deadline_ms = cfg->deadline_ms > 0 ? cfg->deadline_ms : DEFAULT_MS;
     ni->gone = cfg->gone;
     ni->gone_ctx = cfg->gone_ctx;

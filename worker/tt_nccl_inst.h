@@ -19,7 +19,10 @@
 #define NSLOT 64 /* device collectives in flight, one event each */
 
 typedef struct nccl_inst {
-    int rank, world, device, deadline_ms;
+    int rank, world, deadline_ms;
+    int device;      /* of the communicator, current on the creating thread; -1 before */
+    int want_device; /* tt_coll_cfg_t.device; < 0: the creating thread's */
+    int buf_checked; /* a device buffer was found on `device` */
     uint64_t generation;
     ncclComm_t comm;
     cudaStream_t stream;

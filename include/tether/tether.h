@@ -392,6 +392,14 @@ typedef struct tether_coll_opts {
      * neighbour's (checked by the ring itself; otherwise all over TCP);
      * 0 keeps them on TCP. Default 1 (TETHER_RING_SHM). */
     int ring_shm;
+    /* nccl backend: the CUDA device of this worker's communicator, which
+     * the buffers given to tether_step_finish_device must be on; NCCL
+     * refuses two ranks on one device, so workers that share a host need
+     * one each (tether-train: --cuda-device). Default -1: the device
+     * current on the thread that calls tether_create or
+     * tether_coll_configure with the nccl backend (cudaSetDevice first),
+     * as ncclCommInitRank takes its caller's. TETHER_CUDA_DEVICE. */
+    int cuda_device;
 } tether_coll_opts_t;
 
 /* Fills `o` with the defaults above. Any thread. */
@@ -400,9 +408,10 @@ TETHER_API void tether_coll_opts_default(tether_coll_opts_t *o);
 /* Overrides fields from TETHER_BACKEND (ring|ps|nccl|auto),
  * TETHER_COLL_DEADLINE_MS, TETHER_BUCKET_BYTES, TETHER_FIRST_BUCKET_BYTES,
  * TETHER_AUDIT_EVERY, TETHER_MIN_SHARDS, TETHER_SHARD_WAIT_MS,
- * TETHER_RING_BIND and TETHER_RING_SHM (0 or 1). TETHER_OK or TETHER_EINVAL with
- * a sentence naming the variable in `err` (may be NULL). tether_create
- * already applies these to the object's defaults. */
+ * TETHER_RING_BIND, TETHER_RING_SHM (0 or 1) and TETHER_CUDA_DEVICE.
+ * TETHER_OK or TETHER_EINVAL with a sentence naming the variable in `err`
+ * (may be NULL). tether_create already applies these to the object's
+ * defaults. */
 TETHER_API int tether_coll_opts_from_env(tether_coll_opts_t *o, char *err, size_t errlen);
 
 /* Replaces the collective options of `t`. Only before the first

@@ -1,7 +1,8 @@
 /* GPU test of the NCCL backend with one rank: create through the ops table
  * (non-blocking init, unique id drawn locally), host-buffer all-reduce /
  * broadcast / barrier, a device all-reduce ordered after an event, the
- * step reduction that carries the example count, and abort: afterwards
+ * step reduction that carries the example count, a device the process
+ * does not see refused with a sentence, and abort: afterwards
  * every collective is refused and destroy returns cleanly. Exits 77
  * (skipped) without NCCL support or a GPU, and says so. */
 #include "tt_coll.h"
@@ -140,6 +141,24 @@ static void shrink_refusals(const tt_coll_ops_t *ops) {
           "an announced shrink without a communicator to shrink builds a fresh one");
     ops->destroy(&shrunk);
 }
+
+/* The communicator's device is the worker's (tt_coll_cfg_t.device), set
+ * on the creating thread: one this process does not see is refused
+ * before any NCCL call, naming it and the count. */
+static void device_choice(const tt_coll_ops_t *ops, int ndev) {
+    char err[512] = "";
+    tt_coll_cfg_t cfg = {.rank = 0, .world = 1, .generation = 9, .deadline_ms = 20000};
+    cfg.device = ndev;
+    void *inst = NULL;
+    int rc = ops->create(&inst, &cfg, err, sizeof(err));
+    char want[64];
+    snprintf(want, sizeof(want), "CUDA device %d", ndev);
+    printf("  device %d of %d: %s (%s)\n", ndev, ndev, err, tt_status_name(rc));
+    check(rc == TT_ENODEV && inst == NULL && strstr(err, want) != NULL,
+          "a device the process does not see is refused");
+    int cur = -1;
+    check(cudaGetDevice(&cur) == cudaSuccess && cur == 0, "the caller's device is left alone");
+}
 #endif
 
 int main(void) {
@@ -166,6 +185,7 @@ int main(void) {
     check(dump != NULL && strstr(dump, "gen=3") != NULL, "dump names the generation");
     free(dump);
     shrink_refusals(ops);
+    device_choice(ops, n);
     ops->abort(inst);
     float f = 1.0f;
     rc = ops->allreduce(inst, &f, 1, TT_DT_FLOAT32, TT_RED_SUM);

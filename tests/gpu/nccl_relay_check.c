@@ -23,7 +23,6 @@
 #include <string.h>
 
 #ifdef TT_HAVE_CUDA
-#include <cuda_runtime.h>
 
 typedef struct rank_run {
     const char *coord, *worker;
@@ -54,9 +53,10 @@ static int form_job(const char *coord, tether_t *t[2], uint64_t *gen) {
 
 static void *open_rank(void *arg) {
     rank_run_t *r = arg;
-    (void)cudaSetDevice(r->rank % r->ndev);
+    /* the device travels in the config, as tt_comm passes the worker's */
     tt_coll_cfg_t cfg = {.rank = r->rank,
                          .world = 2,
+                         .device = r->rank % r->ndev,
                          .generation = r->generation,
                          .deadline_ms = 20000,
                          .coordinator = r->coord,

@@ -7,6 +7,8 @@
 #include "tt_cunit.h"
 #include "tt_status.h"
 
+#include <tether/tether.h>
+
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,9 +34,11 @@ static void comm_opts_from_env(void) {
     CU_ASSERT_EQUAL(o.backend, TT_COLL_AUTO);
     CU_ASSERT_EQUAL(o.audit_every, 100);
     CU_ASSERT_EQUAL(o.ring_tcp_only, 0); /* shared memory where the host allows */
+    CU_ASSERT_EQUAL(o.cuda_device, -1);  /* the creating thread's device */
     env_t e = {{"TETHER_BACKEND", "TETHER_BUCKET_BYTES", "TETHER_AUDIT_EVERY", "TETHER_RING_BIND",
-                "TETHER_MIN_SHARDS", "TETHER_SHARD_WAIT_MS", "TETHER_RING_SHM"},
-               {"ps", "4096", "0", "tcp://0.0.0.0:7800", "3", "600000", "0"}};
+                "TETHER_MIN_SHARDS", "TETHER_SHARD_WAIT_MS", "TETHER_RING_SHM",
+                "TETHER_CUDA_DEVICE"},
+               {"ps", "4096", "0", "tcp://0.0.0.0:7800", "3", "600000", "0", "3"}};
     char err[256] = "";
     CU_ASSERT_EQUAL(tt_comm_opts_from_lookup(&o, lookup, &e, err, sizeof(err)), TT_OK);
     CU_ASSERT_EQUAL(o.backend, TT_COLL_PS);
@@ -44,6 +48,15 @@ static void comm_opts_from_env(void) {
     CU_ASSERT_EQUAL(o.min_shards, 3);
     CU_ASSERT_EQUAL(o.shard_wait_ms, 600000);
     CU_ASSERT_EQUAL(o.ring_tcp_only, 1);
+    CU_ASSERT_EQUAL(o.cuda_device, 3);
+    env_t dev = {{"TETHER_CUDA_DEVICE"}, {"gpu1"}};
+    CU_ASSERT_EQUAL(tt_comm_opts_from_lookup(&o, lookup, &dev, err, sizeof(err)), TT_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "TETHER_CUDA_DEVICE='gpu1'"));
+    CU_ASSERT_EQUAL(o.cuda_device, 3);
+    o.cuda_device = -2;
+    CU_ASSERT_EQUAL(tt_comm_opts_validate(&o, err, sizeof(err)), TT_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "CUDA device -2"));
+    o.cuda_device = 3;
     env_t shm = {{"TETHER_RING_SHM"}, {"1"}}, two = {{"TETHER_RING_SHM"}, {"2"}};
     CU_ASSERT_EQUAL(tt_comm_opts_from_lookup(&o, lookup, &shm, err, sizeof(err)), TT_OK);
     CU_ASSERT_EQUAL(o.ring_tcp_only, 0);
@@ -60,6 +73,22 @@ static void comm_opts_from_env(void) {
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "TETHER_COLL_DEADLINE_MS"));
     o.first_bucket_bytes = 8192; /* larger than the 4096-byte buckets */
     CU_ASSERT_EQUAL(tt_comm_opts_validate(&o, err, sizeof(err)), TT_EINVAL);
+}
+
+/* The public options carry the device through: -1 (the configuring
+ * thread's) unless TETHER_CUDA_DEVICE says which. */
+static void comm_public_cuda_device(void) {
+    tether_coll_opts_t co;
+    char err[256] = "";
+    tether_coll_opts_default(&co);
+    CU_ASSERT_EQUAL(co.cuda_device, -1);
+    CU_ASSERT_EQUAL_FATAL(setenv("TETHER_CUDA_DEVICE", "2", 1), 0);
+    CU_ASSERT_EQUAL(tether_coll_opts_from_env(&co, err, sizeof(err)), TETHER_OK);
+    CU_ASSERT_EQUAL(co.cuda_device, 2);
+    CU_ASSERT_EQUAL_FATAL(setenv("TETHER_CUDA_DEVICE", "cuda:2", 1), 0);
+    CU_ASSERT_EQUAL(tether_coll_opts_from_env(&co, err, sizeof(err)), TETHER_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "TETHER_CUDA_DEVICE='cuda:2'"));
+    unsetenv("TETHER_CUDA_DEVICE");
 }
 
 /* The update on the shards needs shards that are always there (the ps
@@ -439,6 +468,7 @@ static void comm_bad_arguments_are_refused(void) {
 }
 
 static const tt_cunit_test_t tests[] = {
+    {"comm_public_cuda_device", comm_public_cuda_device},
     {"comm_opts_from_env", comm_opts_from_env},
     {"comm_opts_shard_update", comm_opts_shard_update},
     {"comm_gate_membership", comm_gate_membership},
