@@ -173,6 +173,8 @@ def test_sigterm_leaves_nothing(h):
 BAD_ARGS = [
     (["--device", "gpu"], "bad --device 'gpu': cpu or cuda"),
     (["--tf32"], "--tf32 is for --device cuda"),
+    (["--cuda-device", "1"], "--cuda-device is for --device cuda"),
+    (["--device", "cuda", "--cuda-device", "gpu1"], "--cuda-device 'gpu1': auto or a device"),
     (["--optimizer", "lamb"], "bad --optimizer 'lamb'"),
     (["--layers", "784"], "bad --layers '784'"),
     (["--batch", "0"], "--batch"),

@@ -16,6 +16,7 @@
 #include "tt_progress.h"
 #include "tt_status.h"
 #include "tt_train_ckpt.h"
+#include "tt_train_dev.h"
 #include "tt_train_ft.h"
 #include "tt_train_tether.h"
 #include "tt_trainer.h"
@@ -37,7 +38,7 @@ typedef struct {
     uint64_t epochs, batch, micro, warmup, seed, train_limit, max_steps, log_every, threads;
     double lr, min_lr, momentum, weight_decay, beta1, beta2, eps;
     int nesterov, scale_lr, tf32, help;
-    char optimizer[16], schedule[16], backend[16], device[16], update[16];
+    char optimizer[16], schedule[16], backend[16], device[16], update[16], cuda_device[16];
     char data[1024], metrics[1024], dump[1024];
     char ckpt_dir[1024], resume[1024]; /* checkpoints: tt_train_ckpt */
     uint64_t ckpt_every, ckpt_keep;
@@ -94,6 +95,9 @@ static const opt_t OPTS[] = {
         "local | ring | ps | nccl | auto (auto: ring, local when TETHER_COORDINATOR is unset)"),
     U64("threads", threads, 1, 256, "BLAS threads (1)"),
     STR("device", device, "cpu | cuda: where forward/backward/update run (cpu)"),
+    STR("cuda-device", cuda_device,
+        "cuda: device number; auto: TETHER_CUDA_DEVICE, else TETHER_LOCAL_RANK modulo the "
+        "devices this process sees (tether-launch sets it), else 0 (auto)"),
     FLAG("tf32", tf32,
          "cuda: products on TF32 tensor cores; faster for wide layers, not the CPU's FP32 (off)"),
     STR("update", update,
@@ -132,6 +136,7 @@ static void cli_defaults(cli_t *c) {
     snprintf(c->schedule, sizeof(c->schedule), "cosine");
     snprintf(c->backend, sizeof(c->backend), "auto");
     snprintf(c->device, sizeof(c->device), "cpu");
+    snprintf(c->cuda_device, sizeof(c->cuda_device), "auto");
     snprintf(c->update, sizeof(c->update), "local");
     snprintf(c->data, sizeof(c->data), "/usr/share/datasets/fashion-mnist");
 }
@@ -227,6 +232,17 @@ static int parse_layers(const char *s, tt_trainer_opts_t *o) {
 }
 
 /* Turns the command line into trainer options; messages go to stderr. */
+/* The device of this worker's model, and so of its NCCL communicator. */
+static int pick_device(const cli_t *c, tt_trainer_opts_t *o) {
+    char err[256];
+    int rc = tt_train_pick_device(c->cuda_device, getenv("TETHER_CUDA_DEVICE"),
+                                  getenv("TETHER_LOCAL_RANK"), tt_mlp_cuda_device_count(),
+                                  &o->cuda_device, err, sizeof(err));
+    if (rc != TT_OK)
+        fprintf(stderr, "tether-train: %s\n", err);
+    return rc == TT_OK ? 0 : -1;
+}
+
 static int build_opts(const cli_t *c, tt_trainer_opts_t *o) {
     memset(o, 0, sizeof(*o));
     if (parse_layers(c->layers, o) < 0) {
@@ -269,8 +285,12 @@ static int build_opts(const cli_t *c, tt_trainer_opts_t *o) {
         fprintf(stderr, "tether-train: --tf32 is for --device cuda (the CPU computes in FP32)\n");
         return -1;
     }
+    if (strcmp(c->cuda_device, "auto") != 0 && !o->device) {
+        fprintf(stderr, "tether-train: --cuda-device is for --device cuda\n");
+        return -1;
+    }
     o->cuda_math = c->tf32 ? TT_MLP_CUDA_TF32 : TT_MLP_CUDA_FP32;
-    return 0;
+    return o->device ? pick_device(c, o) : 0;
 }
 
 /* Internal code (not an exit code): the job had finished already. */

@@ -11,6 +11,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 struct tt_train_dev {
     tt_mlp_t *host;
@@ -40,6 +41,59 @@ int tt_train_dev_create(tt_train_dev_t **out, tt_mlp_t *host, const tt_mlp_opts_
     d->dirty[0] = d->dirty[1] = 1;
     *out = d;
     return TT_OK;
+}
+
+/* A device or rank number: digits only, at most 1023. */
+static int parse_index(const char *s, int *out) {
+    if (s == NULL || s[0] == '\0' || strlen(s) > 4)
+        return TT_EINVAL;
+    int v = 0;
+    for (const char *p = s; *p != '\0'; p++) {
+        if (*p < '0' || *p > '9')
+            return TT_EINVAL;
+        v = v * 10 + (*p - '0');
+    }
+    if (v > 1023)
+        return TT_EINVAL;
+    *out = v;
+    return TT_OK;
+}
+
+static int auto_device(const char *tether_dev, const char *local_rank, int ndev, int *out,
+                       char *err, size_t errlen) {
+    if (tether_dev != NULL && tether_dev[0] != '\0') {
+        if (parse_index(tether_dev, out) == TT_OK)
+            return TT_OK;
+        snprintf(err, errlen, "TETHER_CUDA_DEVICE='%.32s': not a device number", tether_dev);
+        return TT_EINVAL;
+    }
+    int r = 0;
+    if (local_rank != NULL && local_rank[0] != '\0' && parse_index(local_rank, &r) != TT_OK) {
+        snprintf(err, errlen, "TETHER_LOCAL_RANK='%.32s': not a rank number", local_rank);
+        return TT_EINVAL;
+    }
+    *out = ndev > 0 ? r % ndev : 0;
+    return TT_OK;
+}
+
+int tt_train_pick_device(const char *want, const char *tether_dev, const char *local_rank, int ndev,
+                         int *out, char *err, size_t errlen) {
+    int d = 0, rc;
+    if (want == NULL || want[0] == '\0' || strcmp(want, "auto") == 0) {
+        rc = auto_device(tether_dev, local_rank, ndev, &d, err, errlen);
+    } else if ((rc = parse_index(want, &d)) != TT_OK) {
+        snprintf(err, errlen, "--cuda-device '%.32s': auto or a device number", want);
+    }
+    if (rc == TT_OK && ndev > 0 && d >= ndev) {
+        snprintf(err, errlen,
+                 "CUDA device %d: this process sees %d device(s), numbered from 0 after "
+                 "CUDA_VISIBLE_DEVICES",
+                 d, ndev);
+        rc = TT_ENODEV;
+    }
+    if (rc == TT_OK)
+        *out = d;
+    return rc;
 }
 
 void tt_train_dev_destroy(tt_train_dev_t **dp) {

@@ -70,12 +70,15 @@ static int configure(tt_train_tether_t *tt, const char *backend, const tt_train_
     if (rc != TETHER_OK)
         return rc;
     if (backend_of(backend, &co.backend) != TT_OK) {
-        snprintf(err, errlen, "unknown backend '%s' (ring, ps or auto)", backend);
+        snprintf(err, errlen, "unknown backend '%s' (ring, ps, nccl or auto)", backend);
         return TT_EINVAL;
     }
     co.average = 0; /* the optimizer divides by the global count itself */
     if (up != NULL && up->on_shards)
         shard_update(tt, up->topts, &co);
+    /* The communicator goes where the model is, whatever thread builds it. */
+    if (up != NULL && up->topts != NULL && up->topts->device)
+        co.cuda_device = up->topts->cuda_device;
     return tether_coll_configure(tt->t, &co, err, errlen);
 }
 

@@ -26,7 +26,9 @@ typedef struct {
 } tt_train_tether_ckpt_t;
 
 /* Where the optimizer runs: on_shards 0, every rank (the trainer); 1, the
- * shard servers (backend "ps" only), with the trainer's optimizer. */
+ * shard servers (backend "ps" only), with the trainer's optimizer. The
+ * trainer's options also name the CUDA device of a GPU worker, which its
+ * NCCL communicator then uses. */
 typedef struct {
     int on_shards;
     const tt_trainer_opts_t *topts; /* borrowed during create */

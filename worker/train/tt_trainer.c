@@ -142,7 +142,8 @@ int tt_trainer_create(tt_trainer_t **out, const tt_trainer_opts_t *opts, const t
     if (opts->device) {
         tt_mlp_opts_t mo = {.nlayers = t->o.nlayers, .max_batch = t->micro};
         memcpy(mo.dims, t->o.dims, sizeof(mo.dims));
-        if ((rc = tt_train_dev_create(&t->dev, t->mlp, &mo, 0, opts->cuda_math, err, errlen)) < 0) {
+        if ((rc = tt_train_dev_create(&t->dev, t->mlp, &mo, opts->cuda_device, opts->cuda_math, err,
+                                      errlen)) < 0) {
             tt_trainer_destroy(&t);
             return rc;
         }

@@ -78,7 +78,8 @@ typedef struct {
     tt_optim_sgd_hp_t sgd;
     tt_optim_adamw_hp_t adamw;
     tt_lr_sched_t sched; /* total_steps is filled in by the trainer */
-    int device;          /* 0: CPU (BLAS); 1: CUDA device 0 (tt_train_dev) */
+    int device;          /* 0: CPU (BLAS); 1: CUDA (tt_train_dev) */
+    int cuda_device;     /* device 1: which one (tt_train_pick_device) */
     int cuda_math;       /* device 1: tt_mlp_cuda_math_t of the products (0: FP32) */
 } tt_trainer_opts_t;
 
