@@ -11,6 +11,7 @@
  * progress and writes the metrics; the other ranks only report errors. */
 #include "tt_idx.h"
 #include "tt_clock.h"
+#include "tt_cuda.h"
 #include "tt_log.h"
 #include "tt_mlp_cuda.h"
 #include "tt_progress.h"
@@ -232,12 +233,15 @@ static int parse_layers(const char *s, tt_trainer_opts_t *o) {
 }
 
 /* Turns the command line into trainer options; messages go to stderr. */
-/* The device of this worker's model, and so of its NCCL communicator. */
+/* The device of this worker's model, and so of its NCCL communicator.
+ * No device seen (ndev 0): creating the model says why. */
 static int pick_device(const cli_t *c, tt_trainer_opts_t *o) {
     char err[256];
-    int rc = tt_train_pick_device(c->cuda_device, getenv("TETHER_CUDA_DEVICE"),
-                                  getenv("TETHER_LOCAL_RANK"), tt_mlp_cuda_device_count(),
-                                  &o->cuda_device, err, sizeof(err));
+    int ndev = 0;
+    (void)tt_cuda_device_count(&ndev, err, sizeof(err));
+    int rc =
+        tt_train_pick_device(c->cuda_device, getenv("TETHER_CUDA_DEVICE"),
+                             getenv("TETHER_LOCAL_RANK"), ndev, &o->cuda_device, err, sizeof(err));
     if (rc != TT_OK)
         fprintf(stderr, "tether-train: %s\n", err);
     return rc == TT_OK ? 0 : -1;

@@ -327,15 +327,6 @@ extern "C" int tt_mlp_cuda_compiled(void) {
     return 1;
 }
 
-extern "C" int tt_mlp_cuda_device_count(void) {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
-        (void)cudaGetLastError(); /* clear the sticky "no device" error */
-        n = 0;
-    }
-    return n;
-}
-
 extern "C" int tt_mlp_cuda_create(tt_mlp_cuda_t **out, const tt_mlp_opts_t *opts, int device,
                                   char *err, size_t errlen) {
     int n = 0;

@@ -29,10 +29,6 @@ typedef struct tt_mlp_cuda tt_mlp_cuda_t;
 /* 1 when this build has the CUDA model compiled in. */
 int tt_mlp_cuda_compiled(void);
 
-/* The CUDA devices this process sees (after CUDA_VISIBLE_DEVICES); 0
- * without a CUDA build, a driver or a device. */
-int tt_mlp_cuda_device_count(void);
-
 /* Opens cuBLAS (loaded on demand, see tt_mlp_cuda.cu) and resolves every
  * entry point the model calls, then closes it again: TT_OK, or TT_ENODEV
  * with the reason in `err` (no CUDA build, library or symbol missing).

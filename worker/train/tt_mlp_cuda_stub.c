@@ -10,10 +10,6 @@ int tt_mlp_cuda_compiled(void) {
     return 0;
 }
 
-int tt_mlp_cuda_device_count(void) {
-    return 0;
-}
-
 int tt_mlp_cuda_blas_probe(char *err, size_t errlen) {
     if (err != NULL && errlen > 0)
         snprintf(err, errlen, "this build of tether has no CUDA support");
