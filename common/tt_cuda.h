@@ -14,6 +14,10 @@ int tt_cuda_compiled(void);
  * compiled in or no device/driver is present; `err` says which. */
 int tt_cuda_device_count(int *n, char *err, size_t errlen);
 
+/* The device current on the calling thread (cudaGetDevice); -1 without
+ * CUDA, a driver or a device. */
+int tt_cuda_current_device(void);
+
 /* Runs a small kernel (y = a*x + y on `n` floats) on device 0 and checks
  * the result against the host. TT_OK, TT_ENODEV, TT_ECUDA or TT_ECORRUPT
  * (wrong result) with `err` filled. */

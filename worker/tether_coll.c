@@ -9,7 +9,7 @@
  * recorders). It holds no protocol logic. */
 #include "tether_internal.h"
 
-#include "tt_coll_nccl.h"
+#include "tt_cuda.h"
 #include "tt_log.h"
 #include "tt_ps.h"
 #include "tt_status.h"
@@ -140,7 +140,7 @@ static void from_comm(const tt_comm_opts_t *c, tether_coll_opts_t *o) {
  * CUDA, so only an nccl job asks. */
 static void take_current_device(tt_comm_opts_t *c) {
     if (c->backend == TT_COLL_NCCL && c->cuda_device < 0)
-        c->cuda_device = tt_coll_nccl_current_device();
+        c->cuda_device = tt_cuda_current_device();
 }
 
 TETHER_API void tether_coll_opts_default(tether_coll_opts_t *o) {

@@ -22,15 +22,6 @@ int tt_coll_nccl_compiled(void) {
     return 1;
 }
 
-int tt_coll_nccl_current_device(void) {
-    int d = -1;
-    if (cudaGetDevice(&d) != cudaSuccess) {
-        (void)cudaGetLastError(); /* not sticky for the next caller */
-        return -1;
-    }
-    return d;
-}
-
 static int map_dt(tt_dtype_t dt, ncclDataType_t *out, size_t *size) {
     switch (dt) {
     case TT_DT_FLOAT32:

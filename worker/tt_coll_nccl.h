@@ -51,10 +51,6 @@ const tt_coll_ops_t *tt_coll_nccl_ps_ops(void);
 /* 1 when this build has the NCCL backend compiled in. */
 int tt_coll_nccl_compiled(void);
 
-/* The CUDA device current on the calling thread; -1 without NCCL or when
- * CUDA cannot say (no device, no driver). */
-int tt_coll_nccl_current_device(void);
-
 /* Called once per instance when the watchdog or a collective reaches a
  * verdict: `suspect` is the blamed rank or -1 (NCCL does not say which
  * peer failed), `status` TT_ETIMEDOUT / TT_ENCCL / TT_ECUDA, `why` a

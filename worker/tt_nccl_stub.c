@@ -11,10 +11,6 @@ int tt_coll_nccl_compiled(void) {
     return 0;
 }
 
-int tt_coll_nccl_current_device(void) {
-    return -1;
-}
-
 const tt_coll_ops_t *tt_coll_nccl_ops(void) {
     return NULL;
 }

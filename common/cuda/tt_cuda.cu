@@ -37,6 +37,15 @@ extern "C" int tt_cuda_device_count(int *n, char *err, size_t errlen) {
     return TT_OK;
 }
 
+extern "C" int tt_cuda_current_device(void) {
+    int d = -1;
+    if (cudaGetDevice(&d) != cudaSuccess) {
+        (void)cudaGetLastError(); /* not sticky for the next caller */
+        return -1;
+    }
+    return d;
+}
+
 static int run_axpy(float *hx, float *hy, size_t n, char *err, size_t errlen) {
     float *dx = NULL, *dy = NULL;
     size_t bytes = n * sizeof(float);

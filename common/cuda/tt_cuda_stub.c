@@ -18,6 +18,10 @@ int tt_cuda_device_count(int *n, char *err, size_t errlen) {
     return TT_ENODEV;
 }
 
+int tt_cuda_current_device(void) {
+    return -1;
+}
+
 int tt_cuda_selftest(size_t n, char *err, size_t errlen) {
     (void)n;
     int count;
