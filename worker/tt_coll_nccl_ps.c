@@ -102,7 +102,8 @@ static int fb_create(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t er
 }
 
 /* Waits for the communicator once. A failure is sticky and is what every
- * later collective returns (tt_comm then regroups). */
+ * later collective returns (tt_comm then regroups); after an abort,
+ * TT_ECLOSED with its sentence whatever the route. */
 static int comm_ready(fb_inst_t *fi) {
     if (atomic_load(&fi->aborted))
         return fb_set_err(fi, TT_ECLOSED, "%s", "nccl+ps: aborted (the generation ended)");
@@ -147,9 +148,7 @@ static int route(fb_inst_t *fi, int64_t step, int plain, const tt_coll_ops_t **o
     tt_nccl_via_t via = tt_nccl_ps_route(step, fi->from, plain, tt_coll_ps_has_ring(fi->ps));
     *ops = via == TT_NCCL_VIA_NCCL ? fi->nco : fi->pso;
     *inst = via == TT_NCCL_VIA_NCCL ? fi->nccl : fi->ps;
-    if (atomic_load(&fi->aborted))
-        return comm_ready(fi); /* TT_ECLOSED with its sentence */
-    if (via != TT_NCCL_VIA_NCCL)
+    if (via != TT_NCCL_VIA_NCCL && !atomic_load(&fi->aborted))
         return TT_OK;
     uint64_t t0 = tt_clock_mono_ms();
     int rc = comm_ready(fi);
