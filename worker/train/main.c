@@ -239,9 +239,9 @@ static int pick_device(const cli_t *c, tt_trainer_opts_t *o) {
     char err[256];
     int ndev = 0;
     (void)tt_cuda_device_count(&ndev, err, sizeof(err));
-    int rc =
-        tt_train_pick_device(c->cuda_device, getenv("TETHER_CUDA_DEVICE"),
-                             getenv("TETHER_LOCAL_RANK"), ndev, &o->cuda_device, err, sizeof(err));
+    int rc = tt_train_pick_device(
+        c->cuda_device, getenv("TETHER_CUDA_DEVICE"), getenv("TETHER_LOCAL_RANK"), ndev,
+        strcmp(c->backend, "nccl") == 0, &o->cuda_device, err, sizeof(err));
     if (rc != TT_OK)
         fprintf(stderr, "tether-train: %s\n", err);
     return rc == TT_OK ? 0 : -1;

@@ -59,8 +59,8 @@ static int parse_index(const char *s, int *out) {
     return TT_OK;
 }
 
-static int auto_device(const char *tether_dev, const char *local_rank, int ndev, int *out,
-                       char *err, size_t errlen) {
+static int auto_device(const char *tether_dev, const char *local_rank, int ndev, int exclusive,
+                       int *out, char *err, size_t errlen) {
     if (tether_dev != NULL && tether_dev[0] != '\0') {
         if (parse_index(tether_dev, out) == TT_OK)
             return TT_OK;
@@ -72,15 +72,26 @@ static int auto_device(const char *tether_dev, const char *local_rank, int ndev,
         snprintf(err, errlen, "TETHER_LOCAL_RANK='%.32s': not a rank number", local_rank);
         return TT_EINVAL;
     }
+    if (exclusive && ndev > 0 && r >= ndev) {
+        /* Said here, at start-up, because NCCL would say it only inside
+         * every rank's communicator init ("Duplicate GPU"), failing the
+         * whole generation, again at each regroup. */
+        snprintf(err, errlen,
+                 "local rank %d on a host where this process sees %d CUDA device(s): the nccl "
+                 "backend needs a device per worker (start at most %d workers on this host, or "
+                 "use --backend ring or ps, which may share one)",
+                 r, ndev, ndev);
+        return TT_EBUSY;
+    }
     *out = ndev > 0 ? r % ndev : 0;
     return TT_OK;
 }
 
 int tt_train_pick_device(const char *want, const char *tether_dev, const char *local_rank, int ndev,
-                         int *out, char *err, size_t errlen) {
+                         int exclusive, int *out, char *err, size_t errlen) {
     int d = 0, rc;
     if (want == NULL || want[0] == '\0' || strcmp(want, "auto") == 0) {
-        rc = auto_device(tether_dev, local_rank, ndev, &d, err, errlen);
+        rc = auto_device(tether_dev, local_rank, ndev, exclusive, &d, err, errlen);
     } else if ((rc = parse_index(want, &d)) != TT_OK) {
         snprintf(err, errlen, "--cuda-device '%.32s': auto or a device number", want);
     }

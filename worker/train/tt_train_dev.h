@@ -26,12 +26,14 @@ typedef struct tt_train_dev tt_train_dev_t;
  * which tether-launch sets) modulo the `ndev` devices this process sees,
  * else 0. NCCL refuses two ranks on one device, so workers that share a
  * host need one each; with more workers than devices the modulo puts
- * several on one (the ring and ps backends allow it). A number at or
- * above a known `ndev` (> 0) is TT_ENODEV, anything that is not a number
- * TT_EINVAL, with a sentence in err; ndev 0 leaves saying why there is no
- * device to tt_train_dev_create. Pure. */
+ * several on one (the ring and ps backends allow it); `exclusive` (the
+ * nccl backend) refuses that instead: a local rank at or above a known
+ * `ndev` is TT_EBUSY. A number at or above a known `ndev` (> 0) is
+ * TT_ENODEV, anything that is not a number TT_EINVAL, with a sentence in
+ * err; ndev 0 leaves saying why there is no device to
+ * tt_train_dev_create. Pure. */
 int tt_train_pick_device(const char *want, const char *tether_dev, const char *local_rank, int ndev,
-                         int *out, char *err, size_t errlen);
+                         int exclusive, int *out, char *err, size_t errlen);
 
 /* Builds the twin of `host` (borrowed, must outlive it) on CUDA device
  * `device` with the same dims and max_batch, its products computed as
