@@ -1,7 +1,10 @@
 /* tt_commid: the worker's half of the bootstrap id relay (tt_commid.h).
- * Every exchange is bounded by ASK_MS, then asked again: a coordinator
- * that dies holding the request never answers it, and its successor on the
- * same endpoint never saw it (an answer to an earlier ask is skipped). */
+ * A request for the id asks the coordinator to hold it until rank 0 offers
+ * (a long poll of WAIT_MS), so members learn the id as soon as it is there
+ * without asking over and over. Every exchange is bounded by ASK_MS beyond
+ * that wait, then asked again: a coordinator that dies holding the request
+ * never answers it, and its successor on the same endpoint never saw it
+ * (an answer to an earlier ask is skipped). */
 #include "tt_commid.h"
 
 #include "tt_clock.h"
@@ -16,6 +19,7 @@
 #include <string.h>
 
 #define ASK_MS       2000
+#define WAIT_MS      2000 /* CommIdRequest.wait_ms */
 #define PAUSE_MAX_MS 200
 #define NOTE_MS      10000 /* a wait this long is logged: it looks like a hang */
 
@@ -57,13 +61,20 @@ static int more_time(const call_t *c, int pause_ms) {
     return tt_clock_mono_ms() + (uint64_t)pause_ms < c->end;
 }
 
-/* One exchange, bounded by ASK_MS: TT_OK with rx holding a `want` body
- * (tt_zmq_rx_close it), the coordinator's refusal, TT_ETIMEDOUT or
- * TT_EPROTO. */
-static int ask(call_t *c, tt_env_t *env, int want, tt_zmq_rx_t *rx, char *err, size_t errlen) {
-    uint64_t now = tt_clock_mono_ms(), left = now < c->end ? c->end - now : 0;
+/* Milliseconds left of the call. */
+static uint64_t left_ms(const call_t *c) {
+    uint64_t now = tt_clock_mono_ms();
+    return now < c->end ? c->end - now : 0;
+}
+
+/* One exchange, bounded by ASK_MS beyond the `held_ms` the coordinator
+ * may hold it: TT_OK with rx holding a `want` body (tt_zmq_rx_close it),
+ * the coordinator's refusal, TT_ETIMEDOUT or TT_EPROTO. */
+static int ask(call_t *c, tt_env_t *env, int want, uint64_t held_ms, tt_zmq_rx_t *rx, char *err,
+               size_t errlen) {
+    uint64_t left = left_ms(c), bound = held_ms + ASK_MS;
     env->request_id = ++c->rid;
-    return tt_zreq_call_want(c->z, env, NULL, 0, (uint32_t)(left < ASK_MS ? left : ASK_MS), want,
+    return tt_zreq_call_want(c->z, env, NULL, 0, (uint32_t)(left < bound ? left : bound), want,
                              "commid", rx, err, errlen);
 }
 
@@ -86,7 +97,7 @@ int tt_commid_offer(const tt_commid_opts_t *o, const void *id, size_t len, char 
     env.comm_id_offer = &m;
     tt_zmq_rx_t rx;
     do /* offering the same id again is harmless: the coordinator accepts it */
-        rc = ask(&c, &env, TETHER__ENVELOPE__BODY_ACK, &rx, err, errlen);
+        rc = ask(&c, &env, TETHER__ENVELOPE__BODY_ACK, 0, &rx, err, errlen);
     while (rc == TT_ETIMEDOUT && more_time(&c, 0));
     if (rc == TT_OK)
         tt_zmq_rx_close(&rx);
@@ -107,12 +118,14 @@ static int take(const Tether__CommIdReply *r, const tt_commid_opts_t *o, void *o
     return TT_OK;
 }
 
-/* One request: TT_OK with the id in out, TT_EAGAIN while rank 0 has not
- * offered, or what ask returns. */
+/* One request, which the coordinator may hold for m->wait_ms: TT_OK with
+ * the id in out, TT_EAGAIN while rank 0 has not offered, or what ask
+ * returns. */
 static int ask_ready(call_t *c, tt_env_t *env, const tt_commid_opts_t *o, void *out, size_t len,
                      char *err, size_t errlen) {
     tt_zmq_rx_t rx;
-    int rc = ask(c, env, TETHER__ENVELOPE__BODY_COMM_ID_REPLY, &rx, err, errlen);
+    int rc = ask(c, env, TETHER__ENVELOPE__BODY_COMM_ID_REPLY, env->comm_id_request->wait_ms, &rx,
+                 err, errlen);
     if (rc != TT_OK)
         return rc;
     const Tether__CommIdReply *r = rx.env->comm_id_reply;
@@ -135,8 +148,13 @@ int tt_commid_fetch(const tt_commid_opts_t *o, void *out, size_t len, char *err,
     env.comm_id_request = &m;
     uint64_t note = c.start + NOTE_MS;
     for (int pause = 5;; pause = pause * 2 < PAUSE_MAX_MS ? pause * 2 : PAUSE_MAX_MS) {
+        uint64_t left = left_ms(&c), asked = tt_clock_mono_ms();
+        m.wait_ms = (uint32_t)(left < WAIT_MS ? left : WAIT_MS);
         rc = ask_ready(&c, &env, o, out, len, err, errlen);
-        if ((rc != TT_EAGAIN && rc != TT_ETIMEDOUT) || !more_time(&c, pause))
+        /* Held for most of its wait: ask again at once. Answered early
+         * without the id: a coordinator that does not hold requests. */
+        int held = rc == TT_EAGAIN && tt_clock_mono_ms() - asked >= m.wait_ms / 2;
+        if ((rc != TT_EAGAIN && rc != TT_ETIMEDOUT) || !more_time(&c, held ? 0 : pause))
             break;
         if (tt_clock_mono_ms() >= note) {
             TT_WARN(
@@ -145,7 +163,8 @@ int tt_commid_fetch(const tt_commid_opts_t *o, void *out, size_t len, char *err,
                 c.timeout_ms / 1000, rc == TT_EAGAIN ? "" : " (the coordinator does not answer)");
             note += NOTE_MS;
         }
-        tt_clock_sleep_ms((uint64_t)pause);
+        if (!held)
+            tt_clock_sleep_ms((uint64_t)pause);
     }
     if (rc == TT_EAGAIN) {
         rc = TT_ETIMEDOUT;

@@ -28,8 +28,10 @@ typedef struct tt_commid_opts {
 int tt_commid_offer(const tt_commid_opts_t *o, const void *id, size_t len, char *err,
                     size_t errlen);
 
-/* Every other member: asks until rank 0 has offered, pausing longer each
- * time (at most 200 ms). TT_OK with exactly `len` bytes in out;
+/* Every other member: asks until rank 0 has offered, each request held by
+ * the coordinator until the id comes (for up to 2 s, then asked again);
+ * a coordinator that answers at once without it is asked again after a
+ * pause that grows to 200 ms. TT_OK with exactly `len` bytes in out;
  * TT_ESTALE as soon as the generation is over (rank 0 died, say),
  * TT_EFENCED, TT_EPROTO (an id of another size or generation) or
  * TT_ETIMEDOUT, with a sentence in err. */

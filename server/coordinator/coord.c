@@ -35,6 +35,7 @@ coord_job_t *coord_find_job(tt_coord_t *c, const char *job_id) {
 
 void coord_remove_job(tt_coord_t *c, coord_job_t *job) {
     size_t i = (size_t)(job - c->jobs);
+    coord_commid_drop(job);
     tt_rdzv_destroy(&job->rdzv);
     tt_ckpt_book_free(&job->ckpt);
     memmove(&c->jobs[i], &c->jobs[i + 1], (c->njobs - i - 1) * sizeof(*job));
@@ -259,6 +260,8 @@ void coord_rearm(tt_coord_t *c) {
     next = shard < next ? shard : next;
     uint64_t ckpt = coord_ckpt_deadline(c, now);
     next = ckpt < next ? ckpt : next;
+    uint64_t held = coord_commid_deadline(c);
+    next = held < next ? held : next;
     if (c->dirty_since_ms != 0 && c->dirty_since_ms + COORD_LAZY_SAVE_MS < next)
         next = c->dirty_since_ms + COORD_LAZY_SAVE_MS;
     if (next == UINT64_MAX) {
@@ -362,6 +365,7 @@ void tt_coord_destroy(tt_coord_t **cp) {
     tt_coord_t *c = *cp;
     *cp = NULL;
     for (size_t i = 0; i < c->njobs; i++) {
+        coord_commid_drop(&c->jobs[i]);
         tt_rdzv_destroy(&c->jobs[i].rdzv);
         tt_ckpt_book_free(&c->jobs[i].ckpt);
     }

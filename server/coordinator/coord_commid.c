@@ -1,36 +1,164 @@
 /* coord_commid: the relay of a generation's collective bootstrap id (the
  * NCCL unique id). Rank 0 of the generation offers it, every other member
- * asks for it until it is there; the id is checked against the generation
- * on both sides, so a member never builds a communicator with the id of
- * another generation. The coordinator keeps one id per job, the current
- * generation's, in memory and in its state file (so a restart loses it
- * for nobody still asking), and forgets it when the next generation's
- * rank 0 offers; it never reads the bytes. */
+ * asks for it; the id is checked against the generation on both sides, so
+ * a member never builds a communicator with the id of another generation.
+ * The coordinator keeps one id per job, the current generation's, in
+ * memory and in its state file (so a restart loses it for nobody still
+ * asking), and forgets it when the next generation's rank 0 offers; it
+ * never reads the bytes. A request made before the offer may be held (a
+ * long poll, CommIdRequest.wait_ms): this file owns those held requests
+ * and answers each exactly once, when the id comes, when the generation
+ * ends, or when its wait is over. */
 #include "coord_internal.h"
 #include "tt_log.h"
 #include "tt_status.h"
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+/* The longest a request is held: a worker whose coordinator died holding
+ * it asks the next one after this (and its own margin). */
+#define COMMID_WAIT_MAX_MS 10000
+
+typedef struct coord_commid_wait {
+    struct coord_commid_wait *next;
+    char worker_id[TT_RDZV_ID_MAX];
+    uint64_t req_id, deadline;
+    size_t peer_len;
+    uint8_t peer[TT_ZMQ_MAX_PEER];
+} coord_commid_wait_t;
+
 /* Who may take part: a member of the job's current generation (TT_OK with
- * its rank), else the Error is sent here and the status returned. */
-static int member_or_error(const coord_req_t *q, coord_job_t *job, uint64_t gen, uint32_t *rank) {
-    int rc = tt_rdzv_member_rank(job->rdzv, q->env->sender_id, gen, rank);
-    if (rc == TT_OK)
-        return TT_OK;
-    char msg[320];
+ * its rank), else the status and a sentence for the Error. */
+static int verdict(const coord_job_t *job, const char *job_id, const char *worker, uint64_t gen,
+                   uint32_t *rank, char *msg, size_t msglen) {
+    int rc = tt_rdzv_member_rank(job->rdzv, worker, gen, rank);
     if (rc == TT_ESTALE)
-        snprintf(msg, sizeof(msg),
+        snprintf(msg, msglen,
                  "generation %" PRIu64 " is not running (job %s: %s, generation %" PRIu64 ")", gen,
-                 q->env->job_id, tt_rdzv_state_name(tt_rdzv_state(job->rdzv)),
+                 job_id, tt_rdzv_state_name(tt_rdzv_state(job->rdzv)),
                  tt_rdzv_generation(job->rdzv));
-    else
-        snprintf(msg, sizeof(msg), "'%s' is not a member of generation %" PRIu64 " of job %s",
-                 q->env->sender_id, gen, q->env->job_id);
-    coord_reply_error(q, rc, msg);
+    else if (rc != TT_OK)
+        snprintf(msg, msglen, "'%s' is not a member of generation %" PRIu64 " of job %s", worker,
+                 gen, job_id);
     return rc;
+}
+
+/* As verdict, the Error sent here. */
+static int member_or_error(const coord_req_t *q, coord_job_t *job, uint64_t gen, uint32_t *rank) {
+    char msg[320];
+    int rc = verdict(job, q->env->job_id, q->env->sender_id, gen, rank, msg, sizeof(msg));
+    if (rc != TT_OK)
+        coord_reply_error(q, rc, msg);
+    return rc;
+}
+
+/* A CommIdReply for generation `gen`: the id once rank 0 offered it. */
+static void send_reply(tt_coord_t *c, const coord_job_t *job, const uint8_t *peer, size_t peer_len,
+                       uint64_t req, uint64_t gen, int hold) {
+    Tether__CommIdReply r = TETHER__COMM_ID_REPLY__INIT;
+    r.generation = gen;
+    r.ready = job->comm_id_gen == gen;
+    if (r.ready) {
+        r.id.len = job->comm_id_len;
+        r.id.data = (uint8_t *)job->comm_id;
+    }
+    tt_env_t env;
+    tt_wire_env_init(&env, tt_rdzv_job_id(job->rdzv), c->id, gen, req);
+    env.body_case = TETHER__ENVELOPE__BODY_COMM_ID_REPLY;
+    env.comm_id_reply = &r;
+    coord_send(c, peer, peer_len, &env, hold);
+}
+
+/* One held request's answer: what a request made now would get. */
+static void answer(tt_coord_t *c, coord_job_t *job, const coord_commid_wait_t *w, int hold) {
+    const char *job_id = tt_rdzv_job_id(job->rdzv);
+    char msg[320];
+    uint32_t rank;
+    int rc = verdict(job, job_id, w->worker_id, job->comm_wait_gen, &rank, msg, sizeof(msg));
+    if (rc == TT_OK)
+        send_reply(c, job, w->peer, w->peer_len, w->req_id, job->comm_wait_gen, hold);
+    else
+        coord_send_error(c, w->peer, w->peer_len, job_id, w->req_id, rc, msg);
+}
+
+/* Answers the held requests (`all`, or those whose wait ended by `now`)
+ * and recomputes comm_wait_next. */
+static void answer_held(tt_coord_t *c, coord_job_t *job, int all, uint64_t now, int hold) {
+    uint64_t next = UINT64_MAX;
+    for (coord_commid_wait_t **pp = &job->comm_waits; *pp != NULL;) {
+        coord_commid_wait_t *w = *pp;
+        if (!all && w->deadline > now) {
+            next = w->deadline < next ? w->deadline : next;
+            pp = &w->next;
+            continue;
+        }
+        answer(c, job, w, hold);
+        *pp = w->next;
+        free(w);
+    }
+    job->comm_wait_next = next;
+}
+
+void coord_commid_settle(tt_coord_t *c, coord_job_t *job, uint64_t now) {
+    if (job->comm_waits == NULL)
+        return;
+    int over = tt_rdzv_generation(job->rdzv) != job->comm_wait_gen ||
+               tt_rdzv_state(job->rdzv) != TT_RDZV_RUNNING ||
+               job->comm_id_gen == job->comm_wait_gen;
+    if (over || job->comm_wait_next <= now)
+        answer_held(c, job, over, now, 0);
+}
+
+uint64_t coord_commid_deadline(const tt_coord_t *c) {
+    uint64_t next = UINT64_MAX;
+    for (size_t i = 0; i < c->njobs; i++) {
+        const coord_job_t *job = &c->jobs[i];
+        if (job->comm_waits != NULL && job->comm_wait_next < next)
+            next = job->comm_wait_next;
+    }
+    return next;
+}
+
+void coord_commid_drop(coord_job_t *job) {
+    while (job->comm_waits != NULL) {
+        coord_commid_wait_t *w = job->comm_waits;
+        job->comm_waits = w->next;
+        free(w);
+    }
+}
+
+/* Holds a request of a member of the running generation until the id
+ * comes, the generation ends or `wait_ms` (capped) passes; a member
+ * asking again replaces its earlier request, whose reply it no longer
+ * waits for. TT_ENOMEM: answer now instead. */
+static int hold_request(const coord_req_t *q, coord_job_t *job, uint64_t gen, uint32_t wait_ms) {
+    coord_commid_settle(q->c, job, q->now); /* a list of an older generation goes first */
+    coord_commid_wait_t *w = NULL, **pp = &job->comm_waits;
+    for (; *pp != NULL; pp = &(*pp)->next) {
+        if (strcmp((*pp)->worker_id, q->env->sender_id) == 0) {
+            w = *pp;
+            *pp = w->next;
+            break;
+        }
+    }
+    if (w == NULL && (w = calloc(1, sizeof(*w))) == NULL)
+        return TT_ENOMEM;
+    snprintf(w->worker_id, sizeof(w->worker_id), "%s", q->env->sender_id);
+    w->req_id = q->env->request_id;
+    w->deadline = q->now + (wait_ms < COMMID_WAIT_MAX_MS ? wait_ms : COMMID_WAIT_MAX_MS);
+    w->peer_len = q->rx->peer_len;
+    memcpy(w->peer, q->rx->peer, q->rx->peer_len);
+    if (job->comm_waits == NULL)
+        job->comm_wait_next = UINT64_MAX;
+    w->next = job->comm_waits;
+    job->comm_waits = w;
+    job->comm_wait_gen = gen;
+    if (w->deadline < job->comm_wait_next)
+        job->comm_wait_next = w->deadline;
+    return TT_OK;
 }
 
 void coord_on_comm_id_offer(const coord_req_t *q) {
@@ -66,6 +194,9 @@ void coord_on_comm_id_offer(const coord_req_t *q) {
         TT_INFO("coord", "job %s: generation %" PRIu64 "'s collective id offered by %s (%zu bytes)",
                 q->env->job_id, o->generation, q->env->sender_id, o->id.len);
         coord_request_save(q->c);
+        /* Behind the same state write as the Ack (below). */
+        if (job->comm_wait_gen == o->generation)
+            answer_held(q->c, job, 1, q->now, 1);
     }
     /* Held behind the state write: acknowledged once a restarted
      * coordinator would still have it for the members yet to ask. */
@@ -74,20 +205,12 @@ void coord_on_comm_id_offer(const coord_req_t *q) {
 
 void coord_on_comm_id_request(const coord_req_t *q) {
     coord_job_t *job = coord_job_or_error(q, TT_EFENCED);
-    uint64_t gen = q->env->comm_id_request->generation;
+    const Tether__CommIdRequest *m = q->env->comm_id_request;
     uint32_t rank = 0;
-    if (job == NULL || member_or_error(q, job, gen, &rank) != TT_OK)
+    if (job == NULL || member_or_error(q, job, m->generation, &rank) != TT_OK)
         return;
-    Tether__CommIdReply r = TETHER__COMM_ID_REPLY__INIT;
-    r.generation = gen;
-    r.ready = job->comm_id_gen == gen;
-    if (r.ready) {
-        r.id.len = job->comm_id_len;
-        r.id.data = job->comm_id;
-    }
-    tt_env_t env;
-    coord_init_reply(q, &env, gen);
-    env.body_case = TETHER__ENVELOPE__BODY_COMM_ID_REPLY;
-    env.comm_id_reply = &r;
-    coord_reply(q, &env);
+    if (job->comm_id_gen != m->generation && m->wait_ms > 0 &&
+        hold_request(q, job, m->generation, m->wait_ms) == TT_OK)
+        return;
+    send_reply(q->c, job, q->rx->peer, q->rx->peer_len, q->env->request_id, m->generation, 0);
 }

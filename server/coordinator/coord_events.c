@@ -282,4 +282,5 @@ void coord_drain_events(tt_coord_t *c, coord_job_t *job) {
             break;
         }
     }
+    coord_commid_settle(c, job, tt_clock_mono_ms());
 }

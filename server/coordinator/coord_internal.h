@@ -39,6 +39,12 @@ typedef struct coord_job {
     uint64_t comm_id_gen;
     size_t comm_id_len;
     uint8_t comm_id[TT_WIRE_MAX_COMM_ID];
+    /* CommIdRequests held until the id comes (coord_commid.c; memory
+     * only: a restarted coordinator's workers ask again), all for
+     * generation comm_wait_gen, at most one per member; the earliest end
+     * of their waits in comm_wait_next. */
+    struct coord_commid_wait *comm_waits;
+    uint64_t comm_wait_gen, comm_wait_next;
 } coord_job_t;
 
 _Static_assert(TT_RDZV_SHRINK_MAX == TT_WIRE_MAX_SHRINK,
@@ -162,6 +168,14 @@ void coord_init_reply(const coord_req_t *q, tt_env_t *env, uint64_t gen);
 /* coord_commid.c: the relay of a generation's collective bootstrap id. */
 void coord_on_comm_id_offer(const coord_req_t *q);
 void coord_on_comm_id_request(const coord_req_t *q);
+/* Answers the job's held requests that are due: all of them when their
+ * generation is no longer running (the verdict a new request would get),
+ * else those whose wait is over (not ready yet). After every event drain. */
+void coord_commid_settle(tt_coord_t *c, coord_job_t *job, uint64_t now);
+/* The earliest end of a held request's wait (UINT64_MAX: none held). */
+uint64_t coord_commid_deadline(const tt_coord_t *c);
+/* Frees the job's held requests unanswered (the job or daemon goes). */
+void coord_commid_drop(coord_job_t *job);
 
 /* coord_queries.c: operator queries (tetherctl). */
 void coord_on_status(const coord_req_t *q);

@@ -226,4 +226,37 @@ static inline uint64_t join(fx_t *f, cli_t *w, const char *job, uint32_t keep, u
     return join_as(f, w, job, keep, every_ms, 1, NULL);
 }
 
+/* w asks for generation `gen`'s collective id (CommIdRequest), letting
+ * the coordinator hold the request for `wait_ms` (0: answer at once); the
+ * request id. */
+static inline uint64_t send_ask(fx_t *f, cli_t *w, const char *job, uint64_t gen,
+                                uint32_t wait_ms) {
+    Tether__CommIdRequest q = TETHER__COMM_ID_REQUEST__INIT;
+    q.generation = gen;
+    q.wait_ms = wait_ms;
+    tt_env_t env;
+    tt_wire_env_init(&env, job, w->sender, gen, 0);
+    env.body_case = TETHER__ENVELOPE__BODY_COMM_ID_REQUEST;
+    env.comm_id_request = &q;
+    return cli_send(f, w, &env, NULL, 0);
+}
+
+/* Rank 0 (w) offers `id` for `gen`: 0 once acknowledged. */
+static inline int offer(fx_t *f, cli_t *w, const char *job, uint64_t gen, const uint8_t *id,
+                        size_t len) {
+    Tether__CommIdOffer o = TETHER__COMM_ID_OFFER__INIT;
+    o.generation = gen;
+    o.id.data = (uint8_t *)id;
+    o.id.len = len;
+    tt_env_t env;
+    tt_wire_env_init(&env, job, w->sender, gen, 0);
+    env.body_case = TETHER__ENVELOPE__BODY_COMM_ID_OFFER;
+    env.comm_id_offer = &o;
+    tt_zmq_rx_t rx;
+    int rc = cli_call(f, w, &env, NULL, 0, TETHER__ENVELOPE__BODY_ACK, &rx, NULL, 0);
+    if (rc == 0)
+        tt_zmq_rx_close(&rx);
+    return rc;
+}
+
 #endif

@@ -100,15 +100,11 @@ static void coord_job_formed_generation_survives_restart(void) {
     fx_stop(&f);
 }
 
-/* w's CommIdRequest for `gen`: 0 with the reply in *rx, or the Error. */
+/* w's CommIdRequest for `gen`, answered at once: 0 with the reply in
+ * *rx, or the Error. */
 static int ask_comm_id(fx_t *f, cli_t *w, const char *job, uint64_t gen, tt_zmq_rx_t *rx) {
-    Tether__CommIdRequest q = TETHER__COMM_ID_REQUEST__INIT;
-    q.generation = gen;
-    tt_env_t env;
-    tt_wire_env_init(&env, job, w->sender, gen, 0);
-    env.body_case = TETHER__ENVELOPE__BODY_COMM_ID_REQUEST;
-    env.comm_id_request = &q;
-    return cli_call(f, w, &env, NULL, 0, TETHER__ENVELOPE__BODY_COMM_ID_REPLY, rx, NULL, 0);
+    return cli_wait(f, w, send_ask(f, w, job, gen, 0), TETHER__ENVELOPE__BODY_COMM_ID_REPLY, rx,
+                    NULL, 0);
 }
 
 /* The id rank 0 offered is in the state file: a member that asks the
@@ -126,17 +122,7 @@ static void coord_job_comm_id_survives_restart(void) {
     uint8_t id[128];
     for (size_t i = 0; i < sizeof(id); i++)
         id[i] = (uint8_t)(255 - i);
-    Tether__CommIdOffer o = TETHER__COMM_ID_OFFER__INIT;
-    o.generation = gen;
-    o.id.data = id;
-    o.id.len = sizeof(id);
-    tt_env_t env;
-    tt_wire_env_init(&env, "cid", w.sender, gen, 0);
-    env.body_case = TETHER__ENVELOPE__BODY_COMM_ID_OFFER;
-    env.comm_id_offer = &o;
-    CU_ASSERT_EQUAL_FATAL(cli_call(&f, &w, &env, NULL, 0, TETHER__ENVELOPE__BODY_ACK, &rx, NULL, 0),
-                          0);
-    tt_zmq_rx_close(&rx);
+    CU_ASSERT_EQUAL_FATAL(offer(&f, &w, "cid", gen, id, sizeof(id)), 0);
     tt_zmq_close(&w.sock);
     fx_down(&f);
     fx_up(&f);
