@@ -20,6 +20,7 @@
 
 #define ASK_MS       2000
 #define WAIT_MS      2000 /* CommIdRequest.wait_ms */
+#define MIN_WAIT_MS  10   /* not asked for shorter holds: pauses instead */
 #define PAUSE_MAX_MS 200
 #define NOTE_MS      10000 /* a wait this long is logged: it looks like a hang */
 
@@ -148,12 +149,16 @@ int tt_commid_fetch(const tt_commid_opts_t *o, void *out, size_t len, char *err,
     env.comm_id_request = &m;
     uint64_t note = c.start + NOTE_MS;
     for (int pause = 5;; pause = pause * 2 < PAUSE_MAX_MS ? pause * 2 : PAUSE_MAX_MS) {
+        /* Held for at most half the time left, so that the answer at
+         * the end of the wait arrives within the call. */
         uint64_t left = left_ms(&c), asked = tt_clock_mono_ms();
-        m.wait_ms = (uint32_t)(left < WAIT_MS ? left : WAIT_MS);
+        m.wait_ms = (uint32_t)(left / 2 < WAIT_MS ? left / 2 : WAIT_MS);
+        if (m.wait_ms < MIN_WAIT_MS)
+            m.wait_ms = 0;
         rc = ask_ready(&c, &env, o, out, len, err, errlen);
         /* Held for most of its wait: ask again at once. Answered early
          * without the id: a coordinator that does not hold requests. */
-        int held = rc == TT_EAGAIN && tt_clock_mono_ms() - asked >= m.wait_ms / 2;
+        int held = rc == TT_EAGAIN && m.wait_ms > 0 && tt_clock_mono_ms() - asked >= m.wait_ms / 2;
         if ((rc != TT_EAGAIN && rc != TT_ETIMEDOUT) || !more_time(&c, held ? 0 : pause))
             break;
         if (tt_clock_mono_ms() >= note) {
