@@ -132,6 +132,8 @@ static int check_status_reply(const Tether__StatusReply *s, const tt_wire_limits
             j ? tt_wire_check_str("job id", j->job_id, TT_WIRE_MAX_ID, err, errlen) : TT_EPROTO;
         if (rc == TT_OK)
             rc = tt_wire_check_str("job failure", j->failure, TT_WIRE_MAX_TEXT, err, errlen);
+        if (rc == TT_OK)
+            rc = tt_wire_check_str("rank 0 id", j->comm_id_from, TT_WIRE_MAX_ID, err, errlen);
         if (rc != TT_OK) {
             WIRE_SET_ERR(err, errlen, "status reply job %zu is malformed", i);
             return TT_EPROTO;

@@ -73,6 +73,9 @@ static void status_json(const tt_ctl_t *ctl, const Tether__StatusReply *r) {
         tt_ctl_json_str(stdout, j->failure);
         printf(",\"epoch\":%" PRIu64 ",\"epoch_examples\":%" PRIu64 ",\"epoch_size\":%" PRIu64,
                j->epoch, j->epoch_examples, j->epoch_size);
+        printf(",\"comm_id_waiting\":%u,\"comm_id_wait_ms\":%" PRIu64 ",\"comm_id_from\":",
+               j->comm_id_waiting, j->comm_id_wait_ms);
+        tt_ctl_json_str(stdout, j->comm_id_from);
         const Tether__JobSettings *s = j->settings;
         if (s != NULL)
             printf(",\"settings\":{\"min_workers\":%u,\"max_workers\":%u,\"last_call_ms\":%u,"
@@ -123,6 +126,14 @@ static void status_table(const Tether__StatusReply *r) {
     tt_ctl_tbl_print(&t, stdout);
     if (r->n_jobs == 0)
         printf("(no jobs)\n");
+    for (size_t i = 0; i < r->n_jobs; i++) {
+        const Tether__JobStatus *j = r->jobs[i];
+        if (j->comm_id_waiting > 0)
+            printf("job %s: %u member(s) waiting %.1f s for generation %" PRIu64
+                   "'s collective id from rank 0 (%s), which has not offered it\n",
+                   j->job_id, j->comm_id_waiting, (double)j->comm_id_wait_ms / 1e3, j->generation,
+                   j->comm_id_from && j->comm_id_from[0] ? j->comm_id_from : "?");
+    }
     size_t alive = 0;
     for (size_t i = 0; i < r->n_shards; i++)
         alive += r->shards[i]->alive;

@@ -21,6 +21,9 @@
 /* The longest a request is held: a worker whose coordinator died holding
  * it asks the next one after this (and its own margin). */
 #define COMMID_WAIT_MAX_MS 10000
+/* Members waiting this long for rank 0 are logged (again every as long):
+ * one line naming rank 0, where each member's log only says it waits. */
+#define COMMID_NOTE_MS 10000
 
 typedef struct coord_commid_wait {
     struct coord_commid_wait *next;
@@ -102,12 +105,44 @@ static void answer_held(tt_coord_t *c, coord_job_t *job, int all, uint64_t now, 
     job->comm_wait_next = next;
 }
 
+void coord_commid_waiting(const coord_job_t *job, uint64_t now, coord_commid_waiting_t *out) {
+    memset(out, 0, sizeof(*out));
+    if (job->comm_waits == NULL || tt_rdzv_generation(job->rdzv) != job->comm_wait_gen ||
+        tt_rdzv_state(job->rdzv) != TT_RDZV_RUNNING || job->comm_id_gen == job->comm_wait_gen)
+        return;
+    for (const coord_commid_wait_t *w = job->comm_waits; w != NULL; w = w->next)
+        out->n++;
+    out->wait_ms = now > job->comm_wait_since ? now - job->comm_wait_since : 0;
+    tt_rdzv_member_info_t rank0;
+    size_t total = 0;
+    if (tt_rdzv_members(job->rdzv, now, &rank0, 1, &total) == TT_OK && total > 0) {
+        snprintf(out->from, sizeof(out->from), "%s", rank0.m.worker_id);
+        snprintf(out->host, sizeof(out->host), "%s", rank0.m.host);
+    }
+}
+
+/* The one line that says who holds an NCCL init up. */
+static void note_wait(coord_job_t *job, uint64_t now) {
+    coord_commid_waiting_t w;
+    coord_commid_waiting(job, now, &w);
+    if (w.n == 0)
+        return;
+    TT_WARN("coord",
+            "job %s: %u member(s) of generation %" PRIu64 " have waited %" PRIu64
+            " s for its collective id: rank 0 (%s on %s) has not offered it",
+            tt_rdzv_job_id(job->rdzv), w.n, job->comm_wait_gen, w.wait_ms / 1000, w.from, w.host);
+}
+
 void coord_commid_settle(tt_coord_t *c, coord_job_t *job, uint64_t now) {
     if (job->comm_waits == NULL)
         return;
     int over = tt_rdzv_generation(job->rdzv) != job->comm_wait_gen ||
                tt_rdzv_state(job->rdzv) != TT_RDZV_RUNNING ||
                job->comm_id_gen == job->comm_wait_gen;
+    if (!over && now >= job->comm_wait_note) {
+        note_wait(job, now);
+        job->comm_wait_note = now + COMMID_NOTE_MS;
+    }
     if (over || job->comm_wait_next <= now)
         answer_held(c, job, over, now, 0);
 }
@@ -153,6 +188,10 @@ static int hold_request(const coord_req_t *q, coord_job_t *job, uint64_t gen, ui
     memcpy(w->peer, q->rx->peer, q->rx->peer_len);
     if (job->comm_waits == NULL)
         job->comm_wait_next = UINT64_MAX;
+    if (job->comm_wait_gen != gen) { /* the generation's first request held */
+        job->comm_wait_since = q->now;
+        job->comm_wait_note = q->now + COMMID_NOTE_MS;
+    }
     w->next = job->comm_waits;
     job->comm_waits = w;
     job->comm_wait_gen = gen;

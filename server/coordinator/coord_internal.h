@@ -45,6 +45,9 @@ typedef struct coord_job {
      * of their waits in comm_wait_next. */
     struct coord_commid_wait *comm_waits;
     uint64_t comm_wait_gen, comm_wait_next;
+    /* When the first request for comm_wait_gen was held, and when the
+     * wait is next logged. */
+    uint64_t comm_wait_since, comm_wait_note;
 } coord_job_t;
 
 _Static_assert(TT_RDZV_SHRINK_MAX == TT_WIRE_MAX_SHRINK,
@@ -176,6 +179,16 @@ void coord_commid_settle(tt_coord_t *c, coord_job_t *job, uint64_t now);
 uint64_t coord_commid_deadline(const tt_coord_t *c);
 /* Frees the job's held requests unanswered (the job or daemon goes). */
 void coord_commid_drop(coord_job_t *job);
+/* Members waiting for the running generation's id: how many requests are
+ * held, for how long members have asked, and rank 0's worker id and host
+ * (all zero / "" when none waits). For status, metrics and the log. */
+typedef struct {
+    uint32_t n;
+    uint64_t wait_ms;
+    char from[TT_RDZV_ID_MAX];
+    char host[TT_RDZV_HOST_MAX];
+} coord_commid_waiting_t;
+void coord_commid_waiting(const coord_job_t *job, uint64_t now, coord_commid_waiting_t *out);
 
 /* coord_queries.c: operator queries (tetherctl). */
 void coord_on_status(const coord_req_t *q);

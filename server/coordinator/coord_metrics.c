@@ -62,12 +62,17 @@ static const char *const job_gauges[][2] = {
     {"tether_job_last_checkpoint_step", "step of the newest one (-1: none)"},
     {"tether_job_last_checkpoint_bytes", "its size"},
     {"tether_job_last_checkpoint_timestamp_seconds", "when it was committed (Unix time)"},
+    {"tether_job_comm_id_waiting",
+     "members waiting for the running generation's collective id (rank 0 has not offered it)"},
+    {"tether_job_comm_id_wait_seconds", "how long they have been asking for it"},
 };
 #define JOB_GAUGES (sizeof(job_gauges) / sizeof(job_gauges[0]))
 
 static void job_values(const coord_job_t *j, uint64_t now, double *v) {
     const tt_rdzv_t *r = j->rdzv;
     const tt_ckpt_rec_t *k = tt_ckpt_book_newest(&j->ckpt);
+    coord_commid_waiting_t cw;
+    coord_commid_waiting(j, now, &cw);
     double vals[JOB_GAUGES] = {(double)tt_rdzv_generation(r),
                                (double)tt_rdzv_member_count(r),
                                (double)tt_rdzv_waiter_count(r),
@@ -79,7 +84,9 @@ static void job_values(const coord_job_t *j, uint64_t now, double *v) {
                                (double)j->ckpt.n,
                                k != NULL ? (double)k->step : -1.0,
                                k != NULL ? (double)k->bytes : 0.0,
-                               k != NULL ? (double)k->committed_unix_ms / 1e3 : 0.0};
+                               k != NULL ? (double)k->committed_unix_ms / 1e3 : 0.0,
+                               (double)cw.n,
+                               (double)cw.wait_ms / 1e3};
     memcpy(v, vals, sizeof(vals));
 }
 

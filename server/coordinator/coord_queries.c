@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void job_status(const coord_job_t *job, Tether__JobStatus *js, Tether__JobSettings *set) {
+/* js borrows strings from the job and from cw (filled here). */
+static void job_status(const coord_job_t *job, uint64_t now, Tether__JobStatus *js,
+                       Tether__JobSettings *set, coord_commid_waiting_t *cw) {
     const tt_rdzv_t *r = job->rdzv;
     coord_settings_to_pb(tt_rdzv_settings(r), set);
     tether__job_status__init(js);
@@ -23,6 +25,10 @@ static void job_status(const coord_job_t *job, Tether__JobStatus *js, Tether__Jo
     js->epoch = job->epoch;
     js->epoch_examples = job->epoch_examples;
     js->epoch_size = job->epoch_size;
+    coord_commid_waiting(job, now, cw);
+    js->comm_id_waiting = cw->n;
+    js->comm_id_wait_ms = cw->wait_ms;
+    js->comm_id_from = cw->from;
 }
 
 void coord_on_status(const coord_req_t *q) {
@@ -30,11 +36,12 @@ void coord_on_status(const coord_req_t *q) {
     Tether__JobStatus *js = calloc(n + 1, sizeof(*js));
     Tether__JobStatus **ptrs = calloc(n + 1, sizeof(*ptrs));
     Tether__JobSettings *set = calloc(n + 1, sizeof(*set));
-    if (js == NULL || ptrs == NULL || set == NULL) {
+    coord_commid_waiting_t *cw = calloc(n + 1, sizeof(*cw));
+    if (js == NULL || ptrs == NULL || set == NULL || cw == NULL) {
         coord_reply_error(q, TT_ENOMEM, "out of memory");
     } else {
         for (size_t i = 0; i < n; i++) {
-            job_status(&q->c->jobs[i], &js[i], &set[i]);
+            job_status(&q->c->jobs[i], q->now, &js[i], &set[i], &cw[i]);
             ptrs[i] = &js[i];
         }
         Tether__StatusReply r = TETHER__STATUS_REPLY__INIT;
@@ -54,6 +61,7 @@ void coord_on_status(const coord_req_t *q) {
     free(js);
     free(ptrs);
     free(set);
+    free(cw);
 }
 
 static void fill_members(const tt_rdzv_member_info_t *info, size_t n, Tether__MemberStatus *ms,

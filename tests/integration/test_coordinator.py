@@ -164,7 +164,42 @@ def test_settings_conflict_and_unreachable(h):
     assert took < 5, took
 
 
+def test_rank0_that_never_offers_is_named(h):
+    """An NCCL init that cannot start because rank 0 never offers the
+    generation's collective id (stuck before ncclGetUniqueId, say): the
+    member asking for it is held by the coordinator, tetherctl status
+    names rank 0, the coordinator logs one line naming it after 10 s, and
+    killing rank 0 ends the member's wait at once, not at its deadline."""
+    coord, ws, joined = start_job(h, n=2, extra=("--fetch-comm-id", "60000"), min_workers=1)
+    assert [j["rank"] for j in joined] == [0, 1], joined
+    t0 = time.monotonic()
+
+    def waiting():
+        job = [j for j in h.ctl_json(coord.endpoint, "status")["jobs"] if j["job_id"] == "job1"]
+        return job[0] if job and job[0]["comm_id_waiting"] == 1 else None
+    wait_for(waiting, 10, "status: one member waiting for the collective id")
+    job = waiting()
+    assert job["comm_id_from"] == "w0", job
+    out = h.ctl(coord.endpoint, "status")[1]
+    line = [l for l in out.splitlines() if "collective id" in l]
+    assert line and "1 member(s) waiting" in line[0] and "rank 0 (w0)" in line[0], out
+    print(f"  tetherctl status: {line[0]}")
+    note = coord.wait_line(lambda l: "for its collective id" in l, 15, "the coordinator's note",
+                           stream="log")
+    assert "1 member(s) of generation" in note and "rank 0 (w0 on " in note, note
+    print(f"  after {time.monotonic() - t0:.1f} s: {note.split(' coord ', 1)[-1]}")
+    ws[0].kill9()
+    t1 = time.monotonic()
+    line = ws[1].wait_line(lambda l: l.startswith("COMMID"), HB_TIMEOUT_MS / 1000 + 5,
+                           "the wait's end")
+    assert line.startswith("COMMID ESTALE"), line
+    print(f"  rank 1's wait ended {time.monotonic() - t1:.1f} s after rank 0's kill -9: {line}")
+    wait_for(lambda: h.ctl_json(coord.endpoint, "status")["jobs"][0]["comm_id_waiting"] == 0, 5,
+             "nobody waiting once the generation ended")
+
+
 if __name__ == "__main__":
     run_tests([test_eight_workers_join, test_kill9_forms_next_generation,
                test_sigstop_fenced_then_rejoins, test_coordinator_restart,
-               test_garbage_and_oversized, test_settings_conflict_and_unreachable])
+               test_garbage_and_oversized, test_settings_conflict_and_unreachable,
+               test_rank0_that_never_offers_is_named])

@@ -105,6 +105,7 @@ def test_metrics_follow_a_job(h):
     assert value(ms, "tether_coordinator_jobs", state="running") == 1, ms
     assert value(ms, "tether_job_state", job="m", state="running") == 1, ms
     assert value(ms, "tether_job_members", job="m") == 2
+    assert value(ms, "tether_job_comm_id_waiting", job="m") == 0  # a ring job: nobody asks
     assert value(ms, "tether_job_generation", job="m") >= 1
     assert value(ms, "tether_job_last_step", job="m") >= 5
     assert value(ms, "tether_job_checkpoints", job="m") >= 1

@@ -12,10 +12,18 @@
  * Without --steps it idles, but like any worker it honours an announced
  * regroup: it reports the regroup step as completed and waits at the
  * boundary, so joiners can be admitted. SIGTERM/SIGINT: leave and exit 0.
+ * --fetch-comm-id MS: after joining, a member other than rank 0 asks the
+ * coordinator for the generation's collective id (tt_commid, as an NCCL
+ * worker does) for up to MS ms and prints
+ *   COMMID <status name> ms=T <sentence>
+ * then goes on idling; rank 0 never offers one, so this is a job whose
+ * NCCL init would wait for its rank 0.
  * --send-oversized N is a separate mode: one well-formed message with an
  * N-byte payload frame sent straight through the socket factory (to check
  * that the coordinator's ZMQ_MAXMSGSIZE holds), then exit. */
 #include "tether/tether.h"
+#include "tt_clock.h"
+#include "tt_commid.h"
 #include "tt_config.h"
 #include "tt_status.h"
 #include "tt_zmq.h"
@@ -43,6 +51,7 @@ typedef struct tc_cfg {
     int print;
     int rejoin_on_fence;
     int64_t send_oversized;
+    int64_t fetch_comm_id;
 } tc_cfg_t;
 
 static const tt_config_entry_t tc_table[] = {
@@ -57,6 +66,9 @@ static const tt_config_entry_t tc_table[] = {
      offsetof(tc_cfg_t, rejoin_on_fence)},
     {"send-oversized", TT_CFG_INT, "0", 0, 1 << 30, "send one N-byte payload and exit", 0,
      offsetof(tc_cfg_t, send_oversized)},
+    {"fetch-comm-id", TT_CFG_INT, "0", 0, 3600000,
+     "not rank 0: ask for the collective id this long after joining", 0,
+     offsetof(tc_cfg_t, fetch_comm_id)},
 };
 #define TC_NCFG (sizeof(tc_table) / sizeof(tc_table[0]))
 
@@ -181,6 +193,22 @@ static int send_oversized(const tether_opts_t *o, size_t n) {
     return rc == TT_OK ? 0 : 1;
 }
 
+/* What a non-zero rank of an NCCL job does before its init. */
+static void fetch_comm_id(const tc_t *tc, const tether_opts_t *o) {
+    if (tether_rank(tc->t) == 0)
+        return;
+    tt_commid_opts_t co = {.coordinator = o->coordinator,
+                           .job_id = o->job_id,
+                           .worker_id = o->worker_id,
+                           .generation = tether_generation(tc->t),
+                           .timeout_ms = (int)tc->cfg.fetch_comm_id};
+    uint8_t id[128];
+    char err[512] = "";
+    uint64_t t0 = tt_clock_mono_ms();
+    int rc = tt_commid_fetch(&co, id, sizeof(id), err, sizeof(err));
+    say(tc, "COMMID %s ms=%" PRIu64 " %s", tt_status_name(rc), tt_clock_mono_ms() - t0, err);
+}
+
 static int load(tc_t *tc, tether_opts_t *o, int argc, char **argv) {
     char err[512] = "";
     int first = argc;
@@ -227,6 +255,8 @@ int main(int argc, char **argv) {
     } else {
         tether_poll_generation(tc.t, NULL);
         say_gen(&tc, "JOINED");
+        if (tc.cfg.fetch_comm_id > 0)
+            fetch_comm_id(&tc, &o);
         rc = tc.cfg.steps >= 0 ? run_steps(&tc) : run_idle(&tc);
     }
     if (rc == 0)

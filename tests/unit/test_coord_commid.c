@@ -3,7 +3,8 @@
  * (coord_testlib.h): a request made before rank 0 offers is held and
  * answered with the id as soon as it is offered, answered without it when
  * its wait is over, answered with the generation's end when the
- * generation ends, and replaced by the same member's next request. A
+ * generation ends, and replaced by the same member's next request; status
+ * names rank 0 while members wait for it. A
  * request that does not ask to wait is answered at once (the restart test
  * in test_coord_job.c). The relay, holding included, from the worker's
  * side: test_client_live.c. */
@@ -144,11 +145,95 @@ static void coord_commid_asking_again_replaces(void) {
     stop(&f, &w, &a);
 }
 
+/* What status says of `job`'s members waiting for the collective id. */
+typedef struct {
+    uint32_t n;
+    uint64_t ms;
+    char from[64];
+} waiting_t;
+
+static void status_of(fx_t *f, cli_t *ctl, const char *job, waiting_t *out) {
+    memset(out, 0, sizeof(*out));
+    Tether__StatusRequest sr = TETHER__STATUS_REQUEST__INIT;
+    tt_env_t env;
+    tt_wire_env_init(&env, "", ctl->sender, 0, 0);
+    env.body_case = TETHER__ENVELOPE__BODY_STATUS;
+    env.status = &sr;
+    tt_zmq_rx_t rx;
+    CU_ASSERT_EQUAL_FATAL(
+        cli_call(f, ctl, &env, NULL, 0, TETHER__ENVELOPE__BODY_STATUS_REPLY, &rx, NULL, 0), 0);
+    const Tether__StatusReply *r = rx.env->status_reply;
+    for (size_t i = 0; r != NULL && i < r->n_jobs; i++) {
+        if (strcmp(r->jobs[i]->job_id, job) == 0) {
+            out->n = r->jobs[i]->comm_id_waiting;
+            out->ms = r->jobs[i]->comm_id_wait_ms;
+            snprintf(out->from, sizeof(out->from), "%s", r->jobs[i]->comm_id_from);
+        }
+    }
+    tt_zmq_rx_close(&rx);
+}
+
+/* The rank a JoinReply to request `id` of w gives it. */
+static uint32_t rank_of(fx_t *f, cli_t *w, uint64_t id) {
+    tt_zmq_rx_t rx;
+    uint32_t rank = UINT32_MAX;
+    if (cli_wait(f, w, id, TETHER__ENVELOPE__BODY_JOIN_REPLY, &rx, NULL, 0) == 0) {
+        if (rx.env->body_case == TETHER__ENVELOPE__BODY_JOIN_REPLY)
+            rank = rx.env->join_reply->rank;
+        tt_zmq_rx_close(&rx);
+    }
+    return rank;
+}
+
+/* Two members, one waiting for the id: status counts it, says for how
+ * long, and names rank 0, not the member that asks; once rank 0 offered,
+ * nobody waits. */
+static void coord_commid_status_names_rank0(void) {
+    fx_t f;
+    cli_t w[2], ctl;
+    fx_start(&f);
+    cli_open(&f, &w[0], "worker", "w0");
+    cli_open(&f, &w[1], "worker", "w1");
+    cli_open(&f, &ctl, "ctl", "tetherctl");
+    join_job_t jj = {.min = 2, .max = 2, .last_call_ms = 10};
+    uint64_t id0 = send_join(&f, &w[0], "st", &jj, 1, -1);
+    uint64_t id1 = send_join(&f, &w[1], "st", &jj, 1, -1);
+    uint32_t r0 = rank_of(&f, &w[0], id0), r1 = rank_of(&f, &w[1], id1);
+    CU_ASSERT_FATAL(r0 + r1 == 1);
+    cli_t *rank0 = r0 == 0 ? &w[0] : &w[1], *other = r0 == 0 ? &w[1] : &w[0];
+    waiting_t st;
+    status_of(&f, &ctl, "st", &st);
+    CU_ASSERT_EQUAL(st.n, 0);
+    CU_ASSERT_STRING_EQUAL(st.from, "");
+    uint64_t gen = 1;
+    uint64_t req = send_ask(&f, other, "st", gen, 5000);
+    CU_ASSERT_TRUE(silent_for(&f, other, 150));
+    status_of(&f, &ctl, "st", &st);
+    printf("\n  status: %u waiting %llu ms for rank 0 (%s)\n", st.n, (unsigned long long)st.ms,
+           st.from);
+    CU_ASSERT_EQUAL(st.n, 1);
+    CU_ASSERT(st.ms >= 100 && st.ms < 5000);
+    CU_ASSERT_STRING_EQUAL(st.from, rank0->sender);
+    uint8_t id[8] = {9, 9};
+    CU_ASSERT_EQUAL_FATAL(offer(&f, rank0, "st", gen, id, sizeof(id)), 0);
+    tt_zmq_rx_t rx;
+    CU_ASSERT_EQUAL_FATAL(cli_wait(&f, other, req, -1, &rx, NULL, 0), 0);
+    tt_zmq_rx_close(&rx);
+    status_of(&f, &ctl, "st", &st);
+    CU_ASSERT_EQUAL(st.n, 0);
+    CU_ASSERT_EQUAL(st.ms, 0);
+    tt_zmq_close(&ctl.sock);
+    tt_zmq_close(&w[1].sock);
+    tt_zmq_close(&w[0].sock);
+    fx_stop(&f);
+}
+
 static const tt_cunit_test_t tests[] = {
     {"coord_commid_held_until_offered", coord_commid_held_until_offered},
     {"coord_commid_wait_over_answers_not_ready", coord_commid_wait_over_answers_not_ready},
     {"coord_commid_generation_end_answers_held", coord_commid_generation_end_answers_held},
     {"coord_commid_asking_again_replaces", coord_commid_asking_again_replaces},
+    {"coord_commid_status_names_rank0", coord_commid_status_names_rank0},
     {NULL, NULL},
 };
 

@@ -411,6 +411,45 @@ static void wire_comm_id_is_bounded(void) {
     tt_wire_free(&e);
 }
 
+/* A StatusReply whose job names rank 0 as `from` (the member others wait
+ * for, JobStatus.comm_id_from): an id-sized name round-trips, a longer
+ * one is refused like any over-long id. */
+static void wire_status_names_rank0_within_bounds(void) {
+    char from[TT_WIRE_MAX_ID + 2];
+    for (int k = 0; k < 2; k++) {
+        size_t len = k == 0 ? TT_WIRE_MAX_ID : TT_WIRE_MAX_ID + 1;
+        memset(from, 'w', len);
+        from[len] = '\0';
+        Tether__JobStatus js = TETHER__JOB_STATUS__INIT;
+        js.job_id = "job";
+        js.comm_id_waiting = 3;
+        js.comm_id_wait_ms = 12000;
+        js.comm_id_from = from;
+        Tether__JobStatus *jobs[1] = {&js};
+        Tether__StatusReply r = TETHER__STATUS_REPLY__INIT;
+        r.n_jobs = 1;
+        r.jobs = jobs;
+        tt_env_t env;
+        tt_wire_env_init(&env, "", "coord", 0, 1);
+        env.body_case = TETHER__ENVELOPE__BODY_STATUS_REPLY;
+        env.status_reply = &r;
+        tt_env_t *e = NULL;
+        char err[256] = "";
+        int rc = round_trip(&env, NULL, 0, &e, err, sizeof(err));
+        if (k == 0) {
+            CU_ASSERT_EQUAL_FATAL(rc, TT_OK);
+            const Tether__JobStatus *got = e->status_reply->jobs[0];
+            CU_ASSERT_EQUAL(got->comm_id_waiting, 3);
+            CU_ASSERT_EQUAL(got->comm_id_wait_ms, 12000);
+            CU_ASSERT_STRING_EQUAL(got->comm_id_from, from);
+        } else {
+            CU_ASSERT_EQUAL(rc, TT_EPROTO);
+            CU_ASSERT_PTR_NOT_NULL(strstr(err, "status reply job 0 is malformed"));
+        }
+        tt_wire_free(&e);
+    }
+}
+
 /* A JoinReply for generation 5 (world 2) claiming to shrink generation
  * `of` by ranks `ex` (n of them), decoded: the code, and on TT_OK checks
  * that the relation came through unchanged. */
@@ -531,6 +570,7 @@ static const tt_cunit_test_t tests[] = {
     {"wire_checkpoints_reply_rejects_malformed_records",
      wire_checkpoints_reply_rejects_malformed_records},
     {"wire_comm_id_is_bounded", wire_comm_id_is_bounded},
+    {"wire_status_names_rank0_within_bounds", wire_status_names_rank0_within_bounds},
     {"wire_generation_shrink_checked", wire_generation_shrink_checked},
     {"wire_state_shrink_checked", wire_state_shrink_checked},
     {NULL, NULL},
