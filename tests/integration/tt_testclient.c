@@ -1,7 +1,9 @@
-/* tt_testclient: a worker process for the integration tests. It uses only
- * the public libtether API (include/tether/tether.h) to join a job, report
- * steps or just stay a member, and prints one machine-readable line per
- * event on stdout (line-buffered) for the test scripts to parse:
+/* tt_testclient: a worker process for the integration tests. It uses the
+ * public libtether API (include/tether/tether.h) to join a job, report
+ * steps or just stay a member (two modes below reach further: the id
+ * relay an NCCL worker uses, and a raw socket), and prints one
+ * machine-readable line per event on stdout (line-buffered) for the test
+ * scripts to parse:
  *   JOINED gen=G rank=R world=W      after the first join
  *   GENERATION gen=G rank=R world=W  on every later generation change
  *   STEP s                           after tether_step_done(s) returned
