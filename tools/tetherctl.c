@@ -461,7 +461,8 @@ static int cmd_drain(tt_ctl_t *ctl, char **args) {
 
 static const ctl_cmd_t ctl_cmds[] = {
     {"status", 0, "status",
-     "jobs: id, state, generation, members, waiting, last step, epoch and share done, failure",
+     "jobs: id, state, generation, members, waiting, last step, epoch and share done, failure; "
+     "the rank 0 an NCCL init waits for",
      cmd_status, 0},
     {"members", 1, "members JOB",
      "members of JOB: rank, worker id, host, endpoint, heartbeat age, last step, mean step and "
