@@ -7,7 +7,8 @@ collective runs on the host, the update runs on the device); one worker
 on the NCCL backend keeps its gradients on the device. With the same
 seed, the parameters after 50 steps match the single-process CPU run within
 1e-4 relative (float32, different summation orders on the two devices), and
-the single-process CUDA run matches it too. Exits 77 (skipped) without a
+the single-process CUDA run matches it too. A worker whose local rank has
+no GPU of its own is refused under the nccl backend. Exits 77 (skipped) without a
 GPU, a CUDA build or the Fashion-MNIST data, and says why.
 """
 import os
@@ -103,9 +104,29 @@ def test_two_workers_share_one_gpu(h):
     assert not bad, "; ".join(bad)
 
 
+def test_nccl_wants_a_gpu_per_worker(h):
+    """--cuda-device auto on a host with fewer GPUs than workers: under
+    the nccl backend the worker whose local rank has no GPU of its own is
+    refused at start-up (exit 2, with what to do instead), before it joins
+    anything; a device number the process does not see is refused too."""
+    cases = [
+        ("rank1023", {"TETHER_LOCAL_RANK": "1023"}, ["--backend", "nccl"],
+         "local rank 1023 on a host where this process sees"),
+        ("device1023", {}, ["--backend", "nccl", "--cuda-device", "1023"],
+         "CUDA device 1023: this process sees"),
+    ]
+    for name, env, extra, want in cases:
+        p = h.spawn(name, [binary("tether-train"), "--device", "cuda", "--data", DATA, *extra],
+                    env={"TETHER_CUDA_DEVICE": None, "TETHER_COORDINATOR": None, **env})
+        rc = p.wait(60)
+        err = "\n".join(p.lines("log"))
+        assert rc == 2 and want in err, f"{name}: exit {rc}: {err}"
+        print(f"  {name}: exit 2: {err.strip().splitlines()[-1]}")
+
+
 if __name__ == "__main__":
     why = skip_reason()
     if why is not None:
         print(f"SKIPPED: {why}")
         sys.exit(77)
-    run_tests([test_two_workers_share_one_gpu])
+    run_tests([test_two_workers_share_one_gpu, test_nccl_wants_a_gpu_per_worker])
