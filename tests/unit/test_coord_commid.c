@@ -4,10 +4,9 @@
  * answered with the id as soon as it is offered, answered without it when
  * its wait is over, answered with the generation's end when the
  * generation ends, and replaced by the same member's next request; status
- * names rank 0 while members wait for it. A
- * request that does not ask to wait is answered at once (the restart test
- * in test_coord_job.c). The relay, holding included, from the worker's
- * side: test_client_live.c. */
+ * names rank 0 while members wait for it. A request that does not ask to
+ * wait is answered at once (the restart test in test_coord_job.c). The
+ * relay, holding included, from the worker's side: test_client_live.c. */
 #include "coord_testlib.h"
 
 #include <inttypes.h>
