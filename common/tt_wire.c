@@ -293,6 +293,12 @@ static int check_comm_id_body(const tt_env_t *e, char *err, size_t errlen) {
                      tt_wire_body_name(e->body_case), id->len, TT_WIRE_MAX_COMM_ID);
         rc = TT_ESIZE;
     }
+    if (rc == TT_OK && e->body_case == TETHER__ENVELOPE__BODY_COMM_ID_REPLY)
+        rc = tt_wire_check_str("rank 0's worker id", e->comm_id_reply->rank0_worker, TT_WIRE_MAX_ID,
+                               err, errlen);
+    if (rc == TT_OK && e->body_case == TETHER__ENVELOPE__BODY_COMM_ID_REPLY)
+        rc = tt_wire_check_str("rank 0's host", e->comm_id_reply->rank0_host, TT_WIRE_MAX_TEXT, err,
+                               errlen);
     return rc;
 }
 

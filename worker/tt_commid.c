@@ -28,6 +28,7 @@ typedef struct call {
     tt_zreq_t *z;
     int timeout_ms; /* of the whole call */
     uint64_t start, end, rid;
+    char rank0[320]; /* " (w0 on host-a)": whom a fetch waits for, once told */
 } call_t;
 
 __attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t errlen, const char *fmt,
@@ -45,6 +46,7 @@ static int call_open(call_t *c, const tt_commid_opts_t *o, tt_env_t *env, char *
                      size_t errlen) {
     c->z = NULL;
     c->rid = 0;
+    c->rank0[0] = '\0';
     if (o == NULL || o->coordinator == NULL || o->job_id == NULL || o->worker_id == NULL ||
         o->generation == 0) {
         set_err(err, errlen, "commid: a coordinator, job, worker and generation are needed");
@@ -131,6 +133,9 @@ static int ask_ready(call_t *c, tt_env_t *env, const tt_commid_opts_t *o, void *
         return rc;
     const Tether__CommIdReply *r = rx.env->comm_id_reply;
     rc = r->ready ? take(r, o, out, len, err, errlen) : TT_EAGAIN;
+    if (!r->ready && r->rank0_worker != NULL && r->rank0_worker[0] != '\0')
+        snprintf(c->rank0, sizeof(c->rank0), " (%.127s on %.160s)", r->rank0_worker,
+                 r->rank0_host != NULL ? r->rank0_host : "?");
     tt_zmq_rx_close(&rx);
     return rc;
 }
@@ -163,8 +168,8 @@ int tt_commid_fetch(const tt_commid_opts_t *o, void *out, size_t len, char *err,
             break;
         if (tt_clock_mono_ms() >= note) {
             TT_WARN(
-                "coll", "generation %" PRIu64 ": still no id from rank 0 after %llu s of %d s%s",
-                o->generation, (unsigned long long)((tt_clock_mono_ms() - c.start) / 1000),
+                "coll", "generation %" PRIu64 ": still no id from rank 0%s after %llu s of %d s%s",
+                o->generation, c.rank0, (unsigned long long)((tt_clock_mono_ms() - c.start) / 1000),
                 c.timeout_ms / 1000, rc == TT_EAGAIN ? "" : " (the coordinator does not answer)");
             note += NOTE_MS;
         }
@@ -173,7 +178,8 @@ int tt_commid_fetch(const tt_commid_opts_t *o, void *out, size_t len, char *err,
     }
     if (rc == TT_EAGAIN) {
         rc = TT_ETIMEDOUT;
-        set_err(err, errlen, "commid: rank 0 of generation %" PRIu64 " offered no id within %d ms",
+        set_err(err, errlen,
+                "commid: rank 0%s of generation %" PRIu64 " offered no id within %d ms", c.rank0,
                 o->generation, c.timeout_ms);
     }
     tt_zreq_close(&c.z);

@@ -10,6 +10,7 @@
  * and answers each exactly once, when the id comes, when the generation
  * ends, or when its wait is over. */
 #include "coord_internal.h"
+#include "tt_clock.h"
 #include "tt_log.h"
 #include "tt_status.h"
 
@@ -58,15 +59,28 @@ static int member_or_error(const coord_req_t *q, coord_job_t *job, uint64_t gen,
     return rc;
 }
 
-/* A CommIdReply for generation `gen`: the id once rank 0 offered it. */
+/* The running generation's rank 0 ("" when there is none). */
+static void rank0_of(const coord_job_t *job, uint64_t now, tt_rdzv_member_info_t *out) {
+    size_t total = 0;
+    if (tt_rdzv_members(job->rdzv, now, out, 1, &total) != TT_OK || total == 0)
+        memset(out, 0, sizeof(*out));
+}
+
+/* A CommIdReply for generation `gen`: the id once rank 0 offered it, else
+ * who rank 0 is. */
 static void send_reply(tt_coord_t *c, const coord_job_t *job, const uint8_t *peer, size_t peer_len,
                        uint64_t req, uint64_t gen, int hold) {
     Tether__CommIdReply r = TETHER__COMM_ID_REPLY__INIT;
+    tt_rdzv_member_info_t rank0;
     r.generation = gen;
     r.ready = job->comm_id_gen == gen;
     if (r.ready) {
         r.id.len = job->comm_id_len;
         r.id.data = (uint8_t *)job->comm_id;
+    } else {
+        rank0_of(job, tt_clock_mono_ms(), &rank0);
+        r.rank0_worker = rank0.m.worker_id;
+        r.rank0_host = rank0.m.host;
     }
     tt_env_t env;
     tt_wire_env_init(&env, tt_rdzv_job_id(job->rdzv), c->id, gen, req);
@@ -114,11 +128,9 @@ void coord_commid_waiting(const coord_job_t *job, uint64_t now, coord_commid_wai
         out->n++;
     out->wait_ms = now > job->comm_wait_since ? now - job->comm_wait_since : 0;
     tt_rdzv_member_info_t rank0;
-    size_t total = 0;
-    if (tt_rdzv_members(job->rdzv, now, &rank0, 1, &total) == TT_OK && total > 0) {
-        snprintf(out->from, sizeof(out->from), "%s", rank0.m.worker_id);
-        snprintf(out->host, sizeof(out->host), "%s", rank0.m.host);
-    }
+    rank0_of(job, now, &rank0);
+    snprintf(out->from, sizeof(out->from), "%s", rank0.m.worker_id);
+    snprintf(out->host, sizeof(out->host), "%s", rank0.m.host);
 }
 
 /* The one line that says who holds an NCCL init up. */

@@ -1,12 +1,13 @@
 /* Tests of the coordinator's held CommIdRequests (coord_commid.c, the long
  * poll of CommIdRequest.wait_ms) against a real tt_coord over TCP
  * (coord_testlib.h): a request made before rank 0 offers is held and
- * answered with the id as soon as it is offered, answered without it when
- * its wait is over, answered with the generation's end when the
- * generation ends, and replaced by the same member's next request; status
- * names rank 0 while members wait for it. A request that does not ask to
- * wait is answered at once (the restart test in test_coord_job.c). The
- * relay, holding included, from the worker's side: test_client_live.c. */
+ * answered with the id as soon as it is offered, answered without it
+ * (naming rank 0) when its wait is over, answered with the generation's
+ * end when the generation ends, and replaced by the same member's next
+ * request; status names rank 0 while members wait for it. A request that
+ * does not ask to wait is answered at once (the restart test in
+ * test_coord_job.c). The relay, holding included, from the worker's side:
+ * test_client_live.c. */
 #include "coord_testlib.h"
 
 #include <inttypes.h>
@@ -65,6 +66,7 @@ static void coord_commid_held_until_offered(void) {
     CU_ASSERT_EQUAL(r->generation, gen);
     CU_ASSERT_EQUAL_FATAL(r->id.len, sizeof(id));
     CU_ASSERT_EQUAL(memcmp(r->id.data, id, sizeof(id)), 0);
+    CU_ASSERT_STRING_EQUAL(r->rank0_worker, ""); /* named only while not ready */
     tt_zmq_rx_close(&rx);
     req = send_ask(&f, &a, "held", gen, 5000);
     uint64_t t0 = tt_clock_mono_ms();
@@ -93,6 +95,9 @@ static void coord_commid_wait_over_answers_not_ready(void) {
     CU_ASSERT_EQUAL_FATAL(rx.env->body_case, TETHER__ENVELOPE__BODY_COMM_ID_REPLY);
     CU_ASSERT_FALSE(rx.env->comm_id_reply->ready);
     CU_ASSERT_EQUAL(rx.env->comm_id_reply->id.len, 0);
+    /* who the member waits for, for its own log and error */
+    CU_ASSERT_STRING_EQUAL(rx.env->comm_id_reply->rank0_worker, "w0");
+    CU_ASSERT_STRING_EQUAL(rx.env->comm_id_reply->rank0_host, "localhost");
     tt_zmq_rx_close(&rx);
     stop(&f, &w, &a);
 }

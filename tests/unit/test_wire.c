@@ -394,6 +394,28 @@ static void wire_comm_id_is_bounded(void) {
             tt_wire_free(&e);
         }
     }
+    /* A reply names rank 0 within the id bound. */
+    char longid[TT_WIRE_MAX_ID + 2];
+    memset(longid, 'w', sizeof(longid) - 1);
+    longid[sizeof(longid) - 1] = '\0';
+    Tether__CommIdReply nr = TETHER__COMM_ID_REPLY__INIT;
+    nr.generation = 4;
+    nr.rank0_worker = longid;
+    nr.rank0_host = "host-a";
+    tt_env_t renv;
+    tt_wire_env_init(&renv, "job", "coord", 4, 9);
+    renv.body_case = TETHER__ENVELOPE__BODY_COMM_ID_REPLY;
+    renv.comm_id_reply = &nr;
+    tt_env_t *re = NULL;
+    char rerr[256] = "";
+    CU_ASSERT_EQUAL(round_trip(&renv, NULL, 0, &re, rerr, sizeof(rerr)), TT_EPROTO);
+    CU_ASSERT_PTR_NOT_NULL(strstr(rerr, "rank 0's worker id"));
+    tt_wire_free(&re);
+    longid[TT_WIRE_MAX_ID] = '\0';
+    CU_ASSERT_EQUAL_FATAL(round_trip(&renv, NULL, 0, &re, rerr, sizeof(rerr)), TT_OK);
+    CU_ASSERT_STRING_EQUAL(re->comm_id_reply->rank0_worker, longid);
+    CU_ASSERT_STRING_EQUAL(re->comm_id_reply->rank0_host, "host-a");
+    tt_wire_free(&re);
     /* A request carries no frames either. */
     Tether__CommIdRequest q = TETHER__COMM_ID_REQUEST__INIT;
     uint64_t sizes[1] = {8};
