@@ -10,7 +10,6 @@
  * and answers each exactly once, when the id comes, when the generation
  * ends, or when its wait is over. */
 #include "coord_internal.h"
-#include "tt_clock.h"
 #include "tt_log.h"
 #include "tt_status.h"
 
@@ -69,7 +68,7 @@ static void rank0_of(const coord_job_t *job, uint64_t now, tt_rdzv_member_info_t
 /* A CommIdReply for generation `gen`: the id once rank 0 offered it, else
  * who rank 0 is. */
 static void send_reply(tt_coord_t *c, const coord_job_t *job, const uint8_t *peer, size_t peer_len,
-                       uint64_t req, uint64_t gen, int hold) {
+                       uint64_t req, uint64_t gen, uint64_t now, int hold) {
     Tether__CommIdReply r = TETHER__COMM_ID_REPLY__INIT;
     tt_rdzv_member_info_t rank0;
     r.generation = gen;
@@ -78,7 +77,7 @@ static void send_reply(tt_coord_t *c, const coord_job_t *job, const uint8_t *pee
         r.id.len = job->comm_id_len;
         r.id.data = (uint8_t *)job->comm_id;
     } else {
-        rank0_of(job, tt_clock_mono_ms(), &rank0);
+        rank0_of(job, now, &rank0);
         r.rank0_worker = rank0.m.worker_id;
         r.rank0_host = rank0.m.host;
     }
@@ -90,13 +89,14 @@ static void send_reply(tt_coord_t *c, const coord_job_t *job, const uint8_t *pee
 }
 
 /* One held request's answer: what a request made now would get. */
-static void answer(tt_coord_t *c, coord_job_t *job, const coord_commid_wait_t *w, int hold) {
+static void answer(tt_coord_t *c, coord_job_t *job, const coord_commid_wait_t *w, uint64_t now,
+                   int hold) {
     const char *job_id = tt_rdzv_job_id(job->rdzv);
     char msg[320];
     uint32_t rank;
     int rc = verdict(job, job_id, w->worker_id, job->comm_wait_gen, &rank, msg, sizeof(msg));
     if (rc == TT_OK)
-        send_reply(c, job, w->peer, w->peer_len, w->req_id, job->comm_wait_gen, hold);
+        send_reply(c, job, w->peer, w->peer_len, w->req_id, job->comm_wait_gen, now, hold);
     else
         coord_send_error(c, w->peer, w->peer_len, job_id, w->req_id, rc, msg);
 }
@@ -112,17 +112,23 @@ static void answer_held(tt_coord_t *c, coord_job_t *job, int all, uint64_t now, 
             pp = &w->next;
             continue;
         }
-        answer(c, job, w, hold);
+        answer(c, job, w, now, hold);
         *pp = w->next;
         free(w);
     }
     job->comm_wait_next = next;
 }
 
+/* Whether the held requests still wait: their generation runs and rank 0
+ * has not offered its id. Else every one of them is due an answer. */
+static int still_waiting(const coord_job_t *job) {
+    return job->comm_waits != NULL && tt_rdzv_generation(job->rdzv) == job->comm_wait_gen &&
+           tt_rdzv_state(job->rdzv) == TT_RDZV_RUNNING && job->comm_id_gen != job->comm_wait_gen;
+}
+
 void coord_commid_waiting(const coord_job_t *job, uint64_t now, coord_commid_waiting_t *out) {
     memset(out, 0, sizeof(*out));
-    if (job->comm_waits == NULL || tt_rdzv_generation(job->rdzv) != job->comm_wait_gen ||
-        tt_rdzv_state(job->rdzv) != TT_RDZV_RUNNING || job->comm_id_gen == job->comm_wait_gen)
+    if (!still_waiting(job))
         return;
     for (const coord_commid_wait_t *w = job->comm_waits; w != NULL; w = w->next)
         out->n++;
@@ -148,9 +154,7 @@ static void note_wait(coord_job_t *job, uint64_t now) {
 void coord_commid_settle(tt_coord_t *c, coord_job_t *job, uint64_t now) {
     if (job->comm_waits == NULL)
         return;
-    int over = tt_rdzv_generation(job->rdzv) != job->comm_wait_gen ||
-               tt_rdzv_state(job->rdzv) != TT_RDZV_RUNNING ||
-               job->comm_id_gen == job->comm_wait_gen;
+    int over = !still_waiting(job);
     if (!over && now >= job->comm_wait_note) {
         note_wait(job, now);
         job->comm_wait_note = now + COMMID_NOTE_MS;
@@ -263,5 +267,6 @@ void coord_on_comm_id_request(const coord_req_t *q) {
     if (job->comm_id_gen != m->generation && m->wait_ms > 0 &&
         hold_request(q, job, m->generation, m->wait_ms) == TT_OK)
         return;
-    send_reply(q->c, job, q->rx->peer, q->rx->peer_len, q->env->request_id, m->generation, 0);
+    send_reply(q->c, job, q->rx->peer, q->rx->peer_len, q->env->request_id, m->generation, q->now,
+               0);
 }
