@@ -160,6 +160,15 @@ static inline int cli_call(fx_t *f, cli_t *c, tt_env_t *env, const void *frame, 
     return cli_wait(f, c, cli_send(f, c, env, frame, flen), body, rx, msg, cap);
 }
 
+/* A request answered by an Ack: 0 once it came, or the Error's code. */
+static inline int cli_call_ack(fx_t *f, cli_t *c, tt_env_t *env) {
+    tt_zmq_rx_t rx;
+    int rc = cli_call(f, c, env, NULL, 0, TETHER__ENVELOPE__BODY_ACK, &rx, NULL, 0);
+    if (rc == 0)
+        tt_zmq_rx_close(&rx);
+    return rc;
+}
+
 /* What a test's job asks for: its size, the last call for joiners, the
  * checkpoints kept and the time between them (0: none). */
 typedef struct {
@@ -252,11 +261,7 @@ static inline int offer(fx_t *f, cli_t *w, const char *job, uint64_t gen, const 
     tt_wire_env_init(&env, job, w->sender, gen, 0);
     env.body_case = TETHER__ENVELOPE__BODY_COMM_ID_OFFER;
     env.comm_id_offer = &o;
-    tt_zmq_rx_t rx;
-    int rc = cli_call(f, w, &env, NULL, 0, TETHER__ENVELOPE__BODY_ACK, &rx, NULL, 0);
-    if (rc == 0)
-        tt_zmq_rx_close(&rx);
-    return rc;
+    return cli_call_ack(f, w, &env);
 }
 
 #endif

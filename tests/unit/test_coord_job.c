@@ -170,11 +170,7 @@ static int ask_drain(fx_t *f, cli_t *ctl, const char *job, const char *worker) {
     tt_wire_env_init(&env, job, ctl->sender, 0, 0);
     env.body_case = TETHER__ENVELOPE__BODY_DRAIN;
     env.drain = &d;
-    tt_zmq_rx_t rx;
-    int rc = cli_call(f, ctl, &env, NULL, 0, TETHER__ENVELOPE__BODY_ACK, &rx, NULL, 0);
-    if (rc == 0)
-        tt_zmq_rx_close(&rx);
-    return rc;
+    return cli_call_ack(f, ctl, &env);
 }
 
 /* w0 (rank 0) drained at a step boundary of {w0, w1}: w1 is told
