@@ -42,6 +42,10 @@ static const tt_config_entry_t launch_table[] = {
      "smallest world the job may shrink to (0: N, no shrinking)", 0, CFG_OFF(min_workers)},
     {"max-restarts", TT_CFG_INT, "3", 0, 1000000,
      "worker restarts allowed in total, all workers together", 0, CFG_OFF(max_restarts)},
+    {"no-restart-code", TT_CFG_INT, "2", 0, 255,
+     "a worker that exits with this code fails for good, unrestarted: 2 is the usage error of "
+     "getopt, argparse and tether-train, which a restart would repeat (0: restart any failure)",
+     0, CFG_OFF(no_restart_code)},
     {"state-dir", TT_CFG_STR, "", 0, 0,
      "daemons' state under DIR/coordinator, DIR/shard-K, kept (empty: a temp dir, removed)", 0,
      CFG_OFF(state_dir)},

@@ -146,6 +146,40 @@ def test_restarts_exhausted(h):
     assert marked_pids(p.marker) == []
 
 
+def test_usage_error_not_restarted(h):
+    """tether-train refuses a bad flag with exit 2, the usage-error
+    convention; a restart would print the same refusal, so the launcher
+    fails the job at once and keeps its restart budget."""
+    p = launch(h, ["--workers", "3", "--max-restarts", "5"],
+               [binary("tether-train"), "--epochs", "0"])
+    rc = p.wait(60)
+    err = err_lines(p)
+    assert rc == 2, (rc, err[-10:])
+    refusals = [l for l in err if "bad value '0' for --epochs" in l]
+    assert 1 <= len(refusals) <= 3, refusals  # once per worker at most
+    assert any(re.match(r"^\[launch\] worker [0-2] failed \(exit code 2\): not restarted, "
+                        r"since a restart would only repeat a usage or configuration error "
+                        r"\(--no-restart-code 2\)$",
+                        l) for l in err), err[-10:]
+    assert any(re.match(r"^\[launch\] job failed: worker [0-2] failed: exit code 2 \(a usage or "
+                        r"configuration error, which a restart would repeat\)$", l)
+               for l in err), err[-10:]
+    assert not [l for l in err if " restart 1 (" in l], err
+    s = summary(p)
+    assert s["restarts"] == "0" and s["exit"] == "2", s
+    assert marked_pids(p.marker) == []
+
+    # --no-restart-code 0: exit 2 is restarted like any failure.
+    prog = wrapper(h, 'if [ "$TETHER_LOCAL_RANK" = 1 ] && [ "$TETHER_LAUNCH_RESTART" = 0 ]; then\n'
+                      '  exit 2\nfi\n'
+                      f'exec {binary("tt_testclient")} "$@"')
+    p = launch(h, ["--workers", "2", "--no-restart-code", "0"], [prog, *STEPS], name="launch0")
+    assert p.wait(60) == 0, err_lines(p)[-10:]
+    assert any(l.startswith("[launch] worker 1 exited (exit code 2); restart 1")
+               for l in err_lines(p))
+    assert summary(p)["restarts"] == "1"
+
+
 def start_idle_job(h, n=3, args=()):
     p = launch(h, ["--workers", str(n), *args], [binary("tt_testclient"), "--run-ms", "600000",
                                                  "--print"])
@@ -366,6 +400,7 @@ def test_bad_program_and_dying_coordinator(h):
 if __name__ == "__main__":
     run_tests([test_three_workers_complete, test_worker_crash_restarted,
                test_worker_killed_midrun_rejoins, test_restarts_exhausted,
+               test_usage_error_not_restarted,
                test_sigterm_stops_everything, test_coordinator_restarted_on_same_port,
                test_sigkill_takes_children_down,
                test_sigterm_during_startup_with_stuck_worker, test_shards_started_before_workers,

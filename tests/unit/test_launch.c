@@ -105,7 +105,7 @@ static void launch_lines_create_needs_emit(void) {
 
 static void launch_policy_restart_budget_is_shared(void) {
     tt_launch_policy_t p;
-    tt_launch_policy_init(&p, 3, 0, 2);
+    tt_launch_policy_init(&p, 3, 0, 2, 0);
     CU_ASSERT_EQUAL(p.min_workers, 1); /* clamped */
     CU_ASSERT_EQUAL(tt_launch_policy_worker_exit(&p, 0, 1, 0, 0), TT_LAUNCH_RESTART);
     CU_ASSERT_EQUAL(tt_launch_policy_worker_exit(&p, 2, 0, SIGKILL, 0), TT_LAUNCH_RESTART);
@@ -124,7 +124,7 @@ static void launch_policy_restart_budget_is_shared(void) {
 
 static void launch_policy_zero_exit_is_done_and_job_succeeds(void) {
     tt_launch_policy_t p;
-    tt_launch_policy_init(&p, 2, 2, 0);
+    tt_launch_policy_init(&p, 2, 2, 0, 2);
     CU_ASSERT_EQUAL(tt_launch_policy_worker_exit(&p, 0, 0, 0, 0), TT_LAUNCH_DONE);
     CU_ASSERT_FALSE(tt_launch_policy_all_exited(&p));
     CU_ASSERT_EQUAL(tt_launch_policy_worker_exit(&p, 1, 0, 0, 0), TT_LAUNCH_DONE);
@@ -135,7 +135,7 @@ static void launch_policy_zero_exit_is_done_and_job_succeeds(void) {
 
 static void launch_policy_stopping_never_restarts_nor_blames(void) {
     tt_launch_policy_t p;
-    tt_launch_policy_init(&p, 2, 2, 5);
+    tt_launch_policy_init(&p, 2, 2, 5, 2);
     CU_ASSERT_EQUAL(tt_launch_policy_worker_exit(&p, 0, 0, SIGTERM, 1), TT_LAUNCH_FAILED);
     CU_ASSERT_EQUAL(p.restarts, 0);
     CU_ASSERT_EQUAL(p.exit_code, 0);
@@ -144,12 +144,38 @@ static void launch_policy_stopping_never_restarts_nor_blames(void) {
 
 static void launch_policy_hopeless_below_min_workers(void) {
     tt_launch_policy_t p;
-    tt_launch_policy_init(&p, 4, 3, 0);
+    tt_launch_policy_init(&p, 4, 3, 0, 0);
     CU_ASSERT_EQUAL(tt_launch_policy_worker_exit(&p, 0, 2, 0, 0), TT_LAUNCH_FAILED);
     CU_ASSERT_FALSE(tt_launch_policy_hopeless(&p)); /* 3 left, min 3 */
     CU_ASSERT_EQUAL(p.exit_code, 2);
     CU_ASSERT_EQUAL(tt_launch_policy_worker_exit(&p, 1, 2, 0, 0), TT_LAUNCH_FAILED);
     CU_ASSERT(tt_launch_policy_hopeless(&p));
+}
+
+static void launch_policy_final_code_is_never_restarted(void) {
+    tt_launch_policy_t p;
+    tt_launch_policy_init(&p, 3, 2, 5, 2);
+    CU_ASSERT_EQUAL(tt_launch_policy_worker_exit(&p, 1, 2, 0, 0), TT_LAUNCH_FAILED);
+    CU_ASSERT_EQUAL(p.restarts, 0); /* the budget is kept for real crashes */
+    CU_ASSERT_EQUAL(p.exit_code, 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(p.reason, "worker 1 failed: exit code 2 (a usage or"));
+    CU_ASSERT_FALSE(tt_launch_policy_hopeless(&p)); /* 2 left, min 2 */
+    /* another code, or signal 2, is an ordinary failure and restarted */
+    CU_ASSERT_EQUAL(tt_launch_policy_worker_exit(&p, 0, 3, 0, 0), TT_LAUNCH_RESTART);
+    CU_ASSERT_EQUAL(tt_launch_policy_worker_exit(&p, 0, 0, SIGINT, 0), TT_LAUNCH_RESTART);
+    CU_ASSERT_EQUAL(p.restarts, 2);
+    CU_ASSERT_FALSE(tt_launch_policy_final(&p, 0, 2));
+    CU_ASSERT(tt_launch_policy_final(&p, 2, 0));
+    /* while stopping, exit 2 is not the job's failure either */
+    CU_ASSERT_EQUAL(tt_launch_policy_worker_exit(&p, 2, 2, 0, 1), TT_LAUNCH_FAILED);
+    CU_ASSERT_EQUAL(p.exit_code, 2);
+    CU_ASSERT(tt_launch_policy_hopeless(&p));
+
+    tt_launch_policy_init(&p, 1, 1, 1, 0); /* 0: every failure is restarted */
+    CU_ASSERT_EQUAL(tt_launch_policy_worker_exit(&p, 0, 2, 0, 0), TT_LAUNCH_RESTART);
+    CU_ASSERT_FALSE(tt_launch_policy_final(&p, 2, 0));
+    tt_launch_policy_init(&p, 1, 1, 1, 256); /* out of range: none */
+    CU_ASSERT_EQUAL(p.final_code, 0);
 }
 
 static void launch_exit_code_shell_convention(void) {
@@ -384,6 +410,7 @@ static const tt_cunit_test_t tests[] = {
     {"launch_policy_stopping_never_restarts_nor_blames",
      launch_policy_stopping_never_restarts_nor_blames},
     {"launch_policy_hopeless_below_min_workers", launch_policy_hopeless_below_min_workers},
+    {"launch_policy_final_code_is_never_restarted", launch_policy_final_code_is_never_restarted},
     {"launch_exit_code_shell_convention", launch_exit_code_shell_convention},
     {"launch_backoff_doubles_then_gives_up", launch_backoff_doubles_then_gives_up},
     {"launch_backoff_resets_after_stable_run", launch_backoff_resets_after_stable_run},

@@ -221,7 +221,12 @@ static void worker_exited(child_t *c, int64_t status, int sig, const char *how) 
         uv_timer_start(&c->restart_timer, on_restart_timer, 0, 0);
         return;
     }
-    say("%s %s (%s)", c->label, v == TT_LAUNCH_DONE ? "finished" : "failed", how);
+    if (v == TT_LAUNCH_FAILED && !a->stopping && tt_launch_policy_final(&a->policy, status, sig))
+        say("%s failed (%s): not restarted, since a restart would only repeat a usage or "
+            "configuration error (--no-restart-code %d)",
+            c->label, how, a->policy.final_code);
+    else
+        say("%s %s (%s)", c->label, v == TT_LAUNCH_DONE ? "finished" : "failed", how);
     if (!a->stopping && tt_launch_policy_hopeless(&a->policy)) {
         say("only %d of %d workers can still run, fewer than min-workers %d: stopping the job",
             a->policy.workers - a->policy.failed, a->policy.workers, a->policy.min_workers);
@@ -541,7 +546,7 @@ static int app_init(app_t *a, const tt_launch_app_opts_t *o) {
     a->start_ms = tt_clock_mono_ms();
     tt_launch_policy_init(&a->policy, (int)o->cfg->workers,
                           (int)(o->cfg->min_workers > 0 ? o->cfg->min_workers : o->cfg->workers),
-                          o->cfg->max_restarts);
+                          o->cfg->max_restarts, (int)o->cfg->no_restart_code);
     if (uv_loop_init(&a->loop) != 0)
         return TT_ESYS; /* nothing to tear down yet */
     a->loop_ready = 1;

@@ -7,8 +7,9 @@
 #include <string.h>
 
 void tt_launch_policy_init(tt_launch_policy_t *p, int workers, int min_workers,
-                           int64_t max_restarts) {
+                           int64_t max_restarts, int final_code) {
     memset(p, 0, sizeof(*p));
+    p->final_code = final_code > 0 && final_code < 256 ? final_code : 0;
     p->workers = workers < 1 ? 1 : workers;
     p->min_workers = min_workers < 1 ? 1 : min_workers > p->workers ? p->workers : min_workers;
     p->max_restarts = max_restarts < 0 ? 0 : max_restarts;
@@ -54,6 +55,11 @@ tt_launch_verdict_t tt_launch_policy_worker_exit(tt_launch_policy_t *p, int inde
         p->failed++;
         return TT_LAUNCH_FAILED;
     }
+    if (tt_launch_policy_final(p, exit_status, term_signal)) {
+        record_failure(p, index, exit_status, term_signal,
+                       "a usage or configuration error, which a restart would repeat");
+        return TT_LAUNCH_FAILED;
+    }
     if (p->restarts < p->max_restarts) {
         p->restarts++;
         return TT_LAUNCH_RESTART;
@@ -62,6 +68,10 @@ tt_launch_verdict_t tt_launch_policy_worker_exit(tt_launch_policy_t *p, int inde
     snprintf(why, sizeof(why), "restart budget of %lld used up", (long long)p->max_restarts);
     record_failure(p, index, exit_status, term_signal, why);
     return TT_LAUNCH_FAILED;
+}
+
+int tt_launch_policy_final(const tt_launch_policy_t *p, int64_t exit_status, int term_signal) {
+    return term_signal == 0 && p->final_code != 0 && exit_status == p->final_code;
 }
 
 int tt_launch_policy_hopeless(const tt_launch_policy_t *p) {

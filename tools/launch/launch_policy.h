@@ -25,15 +25,23 @@ typedef struct tt_launch_policy {
     int min_workers;                   /* below this many the job cannot go on */
     int64_t max_restarts;              /* worker restarts allowed, all workers together */
     int64_t restarts;                  /* worker restarts made so far */
+    int final_code;                    /* an exit code never restarted; 0: none */
     int finished;                      /* workers that exited 0 */
     int failed;                        /* workers that failed for good */
     int exit_code;                     /* the first permanent failure's code, else 0 */
     char reason[TT_LAUNCH_REASON_MAX]; /* "worker 2 exited with code 1 ..." */
 } tt_launch_policy_t;
 
-/* workers >= 1, 1 <= min_workers <= workers (clamped), max_restarts >= 0. */
+/* workers >= 1, 1 <= min_workers <= workers (clamped), max_restarts >= 0.
+ * final_code (1-255; 0: none) is an exit code a restart would only repeat:
+ * by convention 2, the usage error of getopt, argparse and tether-train
+ * (bad flags, or a configuration the host cannot run, such as an nccl
+ * worker without a GPU of its own). A worker that exits with it fails for
+ * good at once, whatever budget is left, as the Kubernetes manifest's
+ * podFailurePolicy fails the Job; restarting it would spend the budget
+ * other workers' real crashes need and print the same refusal each time. */
 void tt_launch_policy_init(tt_launch_policy_t *p, int workers, int min_workers,
-                           int64_t max_restarts);
+                           int64_t max_restarts, int final_code);
 
 /* The shell convention: the exit code, or 128 + signal when killed. */
 int tt_launch_exit_code(int64_t exit_status, int term_signal);
@@ -48,6 +56,9 @@ void tt_launch_describe_exit(char *out, size_t n, int64_t exit_status, int term_
 tt_launch_verdict_t tt_launch_policy_worker_exit(tt_launch_policy_t *p, int index,
                                                  int64_t exit_status, int term_signal,
                                                  int stopping);
+
+/* 1 when this exit is the final code: failed for good, not restarted. */
+int tt_launch_policy_final(const tt_launch_policy_t *p, int64_t exit_status, int term_signal);
 
 /* 1 when so many workers failed for good that the survivors can never
  * reach min_workers again: the launcher should stop the rest. */
