@@ -83,7 +83,18 @@ int tt_zreq_call(tt_zreq_t *z, const tt_env_t *env, const tt_zmq_payload_t *pl, 
             tt_zmq_rx_close(rx); /* an answer to an earlier request */
         rc = TT_OK;              /* a malformed reply is skipped too */
     }
-    if (rc == TT_EAGAIN || rc == TT_ETIMEDOUT) {
+    /* ZMQ_IMMEDIATE: a send waits for a peer that completed the ZeroMQ
+     * handshake, so EAGAIN here means nothing there speaks it (not
+     * running, a wrong address), which the operator fixes differently from
+     * a coordinator that took the request and did not answer. */
+    if (rc == TT_EAGAIN) {
+        snprintf(err, errlen,
+                 "could not connect to the coordinator at %s within %u ms: is it running there, "
+                 "and is the address right?",
+                 z->endpoint, timeout_ms);
+        return TT_ETIMEDOUT;
+    }
+    if (rc == TT_ETIMEDOUT) {
         snprintf(err, errlen, "no reply from the coordinator at %s within %u ms", z->endpoint,
                  timeout_ms);
         return TT_ETIMEDOUT;

@@ -26,7 +26,8 @@ int tt_zreq_open(tt_zreq_t **out, const char *endpoint, const char *role, const 
  * calls on one object) with `npl` payload frames and waits at most
  * `timeout_ms` in all for the reply carrying the same request id. TT_OK
  * with rx->env set (release with tt_zmq_rx_close before tt_zreq_close), or
- * TT_ETIMEDOUT ("no reply from ENDPOINT within N ms") / a send error. */
+ * TT_ETIMEDOUT ("could not connect to ..." when no peer ever completed the
+ * handshake, else "no reply from ... within N ms") / a send error. */
 int tt_zreq_call(tt_zreq_t *z, const tt_env_t *env, const tt_zmq_payload_t *pl, size_t npl,
                  uint32_t timeout_ms, tt_zmq_rx_t *rx, char *err, size_t errlen);
 

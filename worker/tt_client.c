@@ -31,6 +31,10 @@
 
 #define OUTBOX_RETRY_MS 20
 #define IDLE_POLL_MS    1000
+/* A join that has had no connection for this long says so once: the
+ * join itself may wait minutes for a coordinator that starts later, and
+ * silence would look like a job waiting for its other workers. */
+#define NO_CONNECTION_WARN_MS 5000
 
 struct tt_client {
     tt_client_opts_t opts;
@@ -47,6 +51,10 @@ struct tt_client {
     uint64_t next_rid;
     int reconnect; /* thread must (re)create the DEALER */
     int outbox;    /* the request of sm.op still has to be sent */
+    /* The op in flight: when it began, whether its request ever left (a
+     * TCP connection existed), whether the missing connection was logged. */
+    uint64_t op_started_ms;
+    int op_sent, op_warned;
     uint32_t report_rank;
     char reason[TT_WIRE_MAX_TEXT / 4];
     int stop;
@@ -199,6 +207,17 @@ static void do_reconnect(tt_client_t *c) {
     TT_DEBUG("client", "connecting to %s as %s", c->opts.coordinator, rid);
 }
 
+static void warn_no_connection(tt_client_t *c, uint64_t now) {
+    if (!c->outbox || c->op_sent || c->op_warned || c->sm.op != TT_CLIENT_OP_JOIN ||
+        now - c->op_started_ms < NO_CONNECTION_WARN_MS)
+        return;
+    c->op_warned = 1;
+    TT_WARN("client",
+            "cannot connect to the coordinator at %s after %" PRIu64
+            " ms; the join goes on trying (is it running there, and is the address right?)",
+            c->opts.coordinator, now - c->op_started_ms);
+}
+
 /* One round of sending; returns the poll timeout in ms. Holds mu. */
 static long prepare_round(tt_client_t *c) {
     uint64_t now = tt_clock_mono_ms();
@@ -210,11 +229,14 @@ static long prepare_round(tt_client_t *c) {
     }
     if (c->outbox) {
         int rc = send_op(c);
-        if (rc == TT_OK)
+        if (rc == TT_OK) {
             c->outbox = 0;
-        else if (rc != TT_EAGAIN)
+            c->op_sent = 1;
+        } else if (rc != TT_EAGAIN) {
             fail_op(c, rc);
+        }
     }
+    warn_no_connection(c, now);
     int hb = tt_client_sm_wants_heartbeat(&c->sm) && !c->outbox && c->dealer != NULL;
     if (hb && now >= c->next_hb_ms)
         send_heartbeat(c, now);
@@ -428,8 +450,10 @@ static int run_op(tt_client_t *c, tt_client_op_t op, uint64_t timeout_ms) {
     if (rc != TT_OK)
         return rc;
     c->outbox = 1;
+    c->op_started_ms = tt_clock_mono_ms();
+    c->op_sent = c->op_warned = 0;
     wake(c);
-    uint64_t deadline = tt_clock_mono_ms() + timeout_ms;
+    uint64_t deadline = c->op_started_ms + timeout_ms;
     while (!c->sm.op_done) {
         struct timespec ts = {.tv_sec = (time_t)(deadline / 1000),
                               .tv_nsec = (long)(deadline % 1000) * 1000000L};
@@ -443,9 +467,28 @@ static int run_op(tt_client_t *c, tt_client_op_t op, uint64_t timeout_ms) {
     return rc;
 }
 
-/* The timeout's sentence; after "busy" refusals it keeps the last one,
- * which says why the coordinator would not take the worker yet. */
+/* The timeout's sentence. It tells apart the three waits an operator
+ * fixes differently: no connection at all (a coordinator not running, a
+ * wrong address: with ZMQ_IMMEDIATE the join leaves only once a ZeroMQ
+ * peer has completed its handshake), a connection nothing answered on (a
+ * coordinator whose loop is stuck), and a coordinator that answered but
+ * formed no generation; after "busy" refusals the last one says why it
+ * would not take the worker yet. */
 static void join_timeout_error(tt_client_t *c, uint64_t wait) {
+    if (!c->op_sent) {
+        snprintf(c->sm.last_error, sizeof(c->sm.last_error),
+                 "could not connect to the coordinator at %s within %" PRIu64
+                 " ms (job %s): is it running there, and is the address right?",
+                 c->opts.coordinator, wait, c->opts.job_id);
+        return;
+    }
+    if (c->sm.last_reply_ms < c->op_started_ms) {
+        snprintf(c->sm.last_error, sizeof(c->sm.last_error),
+                 "the coordinator at %s is connected but answered nothing within %" PRIu64
+                 " ms (job %s): is its event loop stuck? (its /healthz says)",
+                 c->opts.coordinator, wait, c->opts.job_id);
+        return;
+    }
     char why[sizeof(c->sm.last_error)];
     snprintf(why, sizeof(why), "%s", c->sm.busy_refusals > 0 ? c->sm.last_error : "");
     snprintf(c->sm.last_error, sizeof(c->sm.last_error),

@@ -3,10 +3,12 @@
  * validation, routing ids and incarnations, and the state machine driven
  * message by message with an injected clock. The socket/thread part is
  * covered by the integration tests and test_client_live.c; here only
- * create/destroy and a join that cannot reach anyone. */
+ * create/destroy, a join that cannot connect to anyone and one that a
+ * peer never answers. */
 #include "tt_client.h"
 #include "tt_cunit.h"
 #include "tt_status.h"
+#include "tt_zmq.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -682,9 +684,37 @@ static void client_api_join_times_out_without_coordinator(void) {
     tether_t *t = NULL;
     CU_ASSERT_EQUAL_FATAL(tether_create(&t, &o, NULL, 0), TETHER_OK);
     CU_ASSERT_EQUAL(tether_join(t, 150), TETHER_ETIMEDOUT);
-    CU_ASSERT_PTR_NOT_NULL(strstr(tether_last_error(t), "tcp://127.0.0.1:1"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(tether_last_error(t), "could not connect to the coordinator at "
+                                                        "tcp://127.0.0.1:1 within 150 ms"));
     CU_ASSERT_EQUAL(tether_rank(t), -1);
     tether_destroy(&t);
+}
+
+/* A peer that takes the connection and never answers (a coordinator whose
+ * loop is stuck looks like this): the join says so, not "no generation". */
+static void client_api_join_times_out_on_a_silent_peer(void) {
+    void *zctx = zmq_ctx_new();
+    tt_zmq_opts_t zo;
+    tt_zmq_opts_default(&zo);
+    void *sock = NULL;
+    char ep[256] = "", err[256] = "";
+    CU_ASSERT_EQUAL_FATAL(
+        tt_zmq_router(zctx, "tcp://127.0.0.1:*", &zo, &sock, ep, sizeof(ep), err, sizeof(err)),
+        TT_OK);
+    tether_opts_t o;
+    tether_opts_default(&o);
+    o.job.heartbeat_ms = 50;
+    snprintf(o.coordinator, sizeof(o.coordinator), "%s", ep);
+    tether_t *t = NULL;
+    CU_ASSERT_EQUAL_FATAL(tether_create(&t, &o, NULL, 0), TETHER_OK);
+    CU_ASSERT_EQUAL(tether_join(t, 400), TETHER_ETIMEDOUT);
+    char want[300];
+    snprintf(want, sizeof(want), "the coordinator at %s is connected but answered nothing", ep);
+    CU_ASSERT_PTR_NOT_NULL(strstr(tether_last_error(t), want));
+    CU_ASSERT(tt_zmq_readable(sock)); /* the join did arrive */
+    tether_destroy(&t);
+    tt_zmq_close(&sock);
+    zmq_ctx_term(zctx);
 }
 
 static const tt_cunit_test_t tests[] = {
@@ -718,6 +748,7 @@ static const tt_cunit_test_t tests[] = {
     {"client_api_create_destroy", client_api_create_destroy},
     {"client_api_join_times_out_without_coordinator",
      client_api_join_times_out_without_coordinator},
+    {"client_api_join_times_out_on_a_silent_peer", client_api_join_times_out_on_a_silent_peer},
     {NULL, NULL},
 };
 
