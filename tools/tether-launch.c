@@ -21,6 +21,7 @@
 #include "launch/launch_proc.h"
 #include "tt_config.h"
 #include "tt_fsutil.h"
+#include "tt_log.h"
 #include "tt_status.h"
 
 #include <limits.h>
@@ -43,8 +44,9 @@ static const tt_config_entry_t launch_table[] = {
     {"max-restarts", TT_CFG_INT, "3", 0, 1000000,
      "worker restarts allowed in total, all workers together", 0, CFG_OFF(max_restarts)},
     {"no-restart-code", TT_CFG_INT, "2", 0, 255,
-     "a worker that exits with this code fails for good, unrestarted: 2 is the usage error of "
-     "getopt, argparse and tether-train, which a restart would repeat (0: restart any failure)",
+     "a worker or daemon that exits with this code fails for good, unrestarted: 2 is the usage "
+     "error of getopt, argparse and tether's programs, which a restart would repeat (0: restart "
+     "any failure)",
      0, CFG_OFF(no_restart_code)},
     {"state-dir", TT_CFG_STR, "", 0, 0,
      "daemons' state under DIR/coordinator, DIR/shard-K, kept (empty: a temp dir, removed)", 0,
@@ -172,6 +174,13 @@ static int load_config(tt_launch_cfg_t *cfg, int argc, char **argv, int *first) 
     }
     if (strcmp(cfg->bind, "cores") != 0 && strcmp(cfg->bind, "none") != 0) {
         fprintf(stderr, "tether-launch: --bind '%s' is neither cores nor none\n", cfg->bind);
+        return 2;
+    }
+    tt_log_level_t level;
+    if (tt_log_parse_level(cfg->daemon_log_level, &level) != 0) {
+        /* Refused here: the daemons would refuse it at every restart. */
+        fprintf(stderr, "tether-launch: --daemon-log-level '%s' is not error|warn|info|debug\n",
+                cfg->daemon_log_level);
         return 2;
     }
     if (cfg->min_workers > cfg->workers) {

@@ -395,6 +395,15 @@ def test_bad_program_and_dying_coordinator(h):
     err = err_lines(p)
     assert any("job failed: coordinator keeps dying" in l for l in err), err[-5:]
     assert marked_pids(p.marker) == []
+    # A daemon that exits 2 refused its configuration: no restart repeats it.
+    bad = wrapper(h, 'echo "tether-coordinator: unknown flag --bogus" >&2; exit 2')
+    p = launch(h, ["--workers", "1", "--coordinator-bin", bad], [binary("tt_testclient")],
+               name="usagecoord")
+    assert p.wait(30) == 1
+    err = err_lines(p)
+    assert "[launch] job failed: coordinator failed (exit code 2): not restarted, since a " \
+        "restart would only repeat a usage or configuration error" in err, err[-5:]
+    assert summary(p)["daemon-restarts"] == "0", err[-3:]
 
 
 if __name__ == "__main__":

@@ -193,10 +193,18 @@ static void on_restart_timer(uv_timer_t *t) {
         spawn_child(c);
 }
 
-static void daemon_exited(child_t *c, const char *how) {
+static void daemon_exited(child_t *c, int64_t status, int sig, const char *how) {
     app_t *a = c->app;
     if (a->stopping) {
         say("%s stopped (%s)", c->label, how);
+        return;
+    }
+    if (tt_launch_policy_final(&a->policy, status, sig)) {
+        snprintf(a->fatal, sizeof(a->fatal),
+                 "%s failed (%s): not restarted, since a restart would only repeat a usage or "
+                 "configuration error",
+                 c->label, how);
+        begin_stop(a);
         return;
     }
     int64_t delay = tt_launch_backoff_died(&c->backoff, (int64_t)tt_clock_mono_ms());
@@ -246,7 +254,7 @@ static void on_child_exit(tt_launch_proc_t *p, int64_t status, int sig, void *ct
     if (c->kind == KIND_WORKER)
         worker_exited(c, status, sig, how);
     else
-        daemon_exited(c, how);
+        daemon_exited(c, status, sig, how);
     progress_stop(c->app);
 }
 
