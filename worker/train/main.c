@@ -151,6 +151,11 @@ static void usage(FILE *f) {
         fprintf(f, "  --%s%-*s %s\n", OPTS[i].name, (int)(22 - strlen(OPTS[i].name)), arg,
                 OPTS[i].help);
     }
+    /* Supervisors act on the code: tether-launch, the systemd units and
+     * the Kubernetes manifest restart 1 and never 2. */
+    fprintf(f, "\nExit status: 0 trained (or this worker's part of the job is over), 1 failed "
+               "(a restart may help), 2 bad usage or a configuration this host cannot run "
+               "(a restart would repeat it).\n");
 }
 
 static int set_opt(cli_t *c, const opt_t *o, const char *arg) {
