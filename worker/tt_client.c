@@ -52,7 +52,7 @@ struct tt_client {
     int reconnect; /* thread must (re)create the DEALER */
     int outbox;    /* the request of sm.op still has to be sent */
     /* The op in flight: when it began, whether its request ever left (a
-     * TCP connection existed), whether the missing connection was logged. */
+     * ZeroMQ connection existed), whether the missing one was logged. */
     uint64_t op_started_ms;
     int op_sent, op_warned;
     uint32_t report_rank;

@@ -22,7 +22,7 @@ typedef struct tt_launch_cfg {
     int64_t shards;
     int64_t max_restarts;
     int64_t min_workers;     /* 0: workers */
-    int64_t no_restart_code; /* a worker exit code never restarted; 0: none */
+    int64_t no_restart_code; /* an exit code never restarted; 0: none */
     int64_t grace_ms;
     int64_t ready_timeout_ms;
     int64_t coordinator_port; /* 0: a free port */

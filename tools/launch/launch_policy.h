@@ -39,7 +39,8 @@ typedef struct tt_launch_policy {
  * worker without a GPU of its own). A worker that exits with it fails for
  * good at once, whatever budget is left, as the Kubernetes manifest's
  * podFailurePolicy fails the Job; restarting it would spend the budget
- * other workers' real crashes need and print the same refusal each time. */
+ * other workers' real crashes need and print the same refusal each time.
+ * The launcher applies it to its daemons too (tt_launch_policy_final). */
 void tt_launch_policy_init(tt_launch_policy_t *p, int workers, int min_workers,
                            int64_t max_restarts, int final_code);
 
