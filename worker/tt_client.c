@@ -31,10 +31,6 @@
 
 #define OUTBOX_RETRY_MS 20
 #define IDLE_POLL_MS    1000
-/* A join that has had no connection for this long says so once: the
- * join itself may wait minutes for a coordinator that starts later, and
- * silence would look like a job waiting for its other workers. */
-#define NO_CONNECTION_WARN_MS 5000
 
 struct tt_client {
     tt_client_opts_t opts;
@@ -55,6 +51,7 @@ struct tt_client {
      * ZeroMQ connection existed), whether the missing one was logged. */
     uint64_t op_started_ms;
     int op_sent, op_warned;
+    int silence_warned; /* the coordinator's silence was logged */
     uint32_t report_rank;
     char reason[TT_WIRE_MAX_TEXT / 4];
     int stop;
@@ -207,15 +204,45 @@ static void do_reconnect(tt_client_t *c) {
     TT_DEBUG("client", "connecting to %s as %s", c->opts.coordinator, rid);
 }
 
+/* How long the coordinator may say nothing before the worker says so:
+ * its own heartbeat timeout (the time after which the coordinator would
+ * call this worker dead), and more than the two heartbeats after which a
+ * reply counts as the end of a silence (TT_CLIENT_EV_RESUMED), so that
+ * every warning is followed by its "answers again" line. */
+static uint64_t silence_limit_ms(const tt_client_t *c) {
+    uint64_t t = c->opts.job.heartbeat_timeout_ms, two = 2ull * c->opts.job.heartbeat_ms + 1;
+    return t > two ? t : two;
+}
+
+/* A join that has had no connection for that long says so once: the join
+ * itself may wait minutes for a coordinator that starts later, and
+ * silence would look like a job waiting for its other workers. */
 static void warn_no_connection(tt_client_t *c, uint64_t now) {
     if (!c->outbox || c->op_sent || c->op_warned || c->sm.op != TT_CLIENT_OP_JOIN ||
-        now - c->op_started_ms < NO_CONNECTION_WARN_MS)
+        now - c->op_started_ms < silence_limit_ms(c))
         return;
     c->op_warned = 1;
     TT_WARN("client",
             "cannot connect to the coordinator at %s after %" PRIu64
             " ms; the join goes on trying (is it running there, and is the address right?)",
             c->opts.coordinator, now - c->op_started_ms);
+}
+
+/* A coordinator that stopped answering heartbeats (it died, its host or
+ * the network did): the workers train on, but nobody can handle a failure
+ * or a membership change meanwhile, which an operator should hear of from
+ * the workers too. Logged once per silence. */
+static void warn_silence(tt_client_t *c, uint64_t now) {
+    uint64_t last = c->sm.last_reply_ms;
+    if (c->silence_warned || last == 0 || !tt_client_sm_wants_heartbeat(&c->sm) ||
+        now - last < silence_limit_ms(c))
+        return;
+    c->silence_warned = 1;
+    TT_WARN("client",
+            "no answer from the coordinator at %s for %" PRIu64
+            " ms: a failure or membership change cannot be handled until it answers again (is "
+            "it running?)",
+            c->opts.coordinator, now - last);
 }
 
 /* One round of sending; returns the poll timeout in ms. Holds mu. */
@@ -237,6 +264,7 @@ static long prepare_round(tt_client_t *c) {
         }
     }
     warn_no_connection(c, now);
+    warn_silence(c, now);
     int hb = tt_client_sm_wants_heartbeat(&c->sm) && !c->outbox && c->dealer != NULL;
     if (hb && now >= c->next_hb_ms)
         send_heartbeat(c, now);
@@ -260,9 +288,13 @@ static void after_message(tt_client_t *c, int ev) {
         fail_op(c, TT_ESTALE);
     if (ev & TT_CLIENT_EV_OP_DONE)
         pthread_cond_broadcast(&c->cv);
-    if (ev & TT_CLIENT_EV_RESUMED)
-        TT_INFO("client", "coordinator %s answers again after %" PRIu64 " ms of silence",
-                c->opts.coordinator, c->sm.silence_ms);
+    if (ev & TT_CLIENT_EV_RESUMED) {
+        /* As loud as the warning it ends, when there was one. */
+        TT_LOG(c->silence_warned ? TT_LOG_WARN : TT_LOG_INFO, "client",
+               "coordinator %s answers again after %" PRIu64 " ms of silence", c->opts.coordinator,
+               c->sm.silence_ms);
+        c->silence_warned = 0;
+    }
     if ((ev & TT_CLIENT_EV_ENDED) && c->ended_fn != NULL) {
         tt_client_ended_fn fn = c->ended_fn;
         void *ctx = c->ended_ctx;

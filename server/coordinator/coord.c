@@ -1,7 +1,7 @@
 /* coord: life cycle of the coordinator daemon, its timer (rendezvous
  * deadlines, shard-server expiry, checkpoint timer schedules, lazy saves),
- * the outbox of replies held behind state writes, and the asynchronous
- * state writes. */
+ * its pulse (the loop's own standstills), the outbox of replies held
+ * behind state writes, and the asynchronous state writes. */
 #include "coord_internal.h"
 #include "shards.h"
 #include "tt_clock.h"
@@ -9,6 +9,7 @@
 #include "tt_log.h"
 #include "tt_status.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,11 @@
 /* Progress (last steps) is flushed at most this often; generations are
  * written before anyone hears of them. */
 #define COORD_LAZY_SAVE_MS 5000
+
+/* The pulse: a gap of COORD_STALL_MS between two of the loop's timers
+ * means the process stood still, not that the loop was idle. */
+#define COORD_PULSE_MS 250
+#define COORD_STALL_MS 1000
 
 coord_job_t *coord_find_job(tt_coord_t *c, const char *job_id) {
     for (size_t i = 0; i < c->njobs; i++) {
@@ -234,9 +240,37 @@ int tt_coord_save_now(tt_coord_t *c) {
     return rc;
 }
 
+/* A process that stood still (SIGSTOP, a paused VM or host, heavy
+ * swapping) finds its members' heartbeats of that time unread in the
+ * socket, and libuv runs due timers before it polls: judged on the clock
+ * alone, every healthy worker and shard would be evicted at once, and the
+ * whole job fenced. The time it could not listen does not count. Called
+ * first by every timer, so no expiry runs before it. */
+static void check_stall(tt_coord_t *c, uint64_t now) {
+    uint64_t gap = now > c->awake_ms ? now - c->awake_ms : 0;
+    c->awake_ms = now;
+    if (gap < COORD_STALL_MS)
+        return;
+    TT_WARN("coord",
+            "this process stood still for %" PRIu64
+            " ms (stopped, or its host paused): that time does not count against the "
+            "heartbeats of %zu job(s) and %zu shard server(s)",
+            gap, c->njobs, c->shards != NULL ? tt_shards_count(c->shards) : 0);
+    for (size_t i = 0; i < c->njobs; i++)
+        tt_rdzv_forgive(c->jobs[i].rdzv, gap, now);
+    tt_shards_forgive(c->shards, gap, now);
+}
+
+static void on_pulse(uv_timer_t *t) {
+    tt_coord_t *c = t->data;
+    check_stall(c, tt_clock_mono_ms());
+    coord_rearm(c); /* forgiven deadlines are later */
+}
+
 static void on_timer(uv_timer_t *t) {
     tt_coord_t *c = t->data;
     uint64_t now = tt_clock_mono_ms();
+    check_stall(c, now);
     for (size_t i = 0; i < c->njobs; i++) {
         tt_rdzv_tick(c->jobs[i].rdzv, now);
         coord_drain_events(c, &c->jobs[i]);
@@ -311,6 +345,11 @@ static int setup(tt_coord_t *c, const tt_coord_opts_t *o, char *err, size_t errl
     }
     uv_timer_init(c->loop, &c->timer);
     c->timer.data = c;
+    uv_timer_init(c->loop, &c->pulse);
+    c->pulse.data = c;
+    c->awake_ms = tt_clock_mono_ms();
+    uv_timer_start(&c->pulse, on_pulse, COORD_PULSE_MS, COORD_PULSE_MS);
+    uv_unref((uv_handle_t *)&c->pulse); /* it alone keeps no loop running */
     TT_CHECK_GOTO(tt_uvzmq_start(c->loop, c->router, coord_on_router, c, &c->router_w), rc, out);
     coord_rearm(c);
 out:
@@ -357,6 +396,8 @@ void tt_coord_close(tt_coord_t *c) {
     tt_uvzmq_stop(&c->monitor_w);
     if (c->timer.loop != NULL)
         uv_close((uv_handle_t *)&c->timer, NULL);
+    if (c->pulse.loop != NULL)
+        uv_close((uv_handle_t *)&c->pulse, NULL);
 }
 
 void tt_coord_destroy(tt_coord_t **cp) {

@@ -569,6 +569,21 @@ int tt_rdzv_regroup_now(tt_rdzv_t *r, const char *reason, uint64_t now_ms) {
     return r->call_rc;
 }
 
+static void forgive_node(tt_rdzv_node_t *n, uint64_t gap_ms, uint64_t now_ms) {
+    uint64_t seen = n->last_seen_ms + gap_ms;
+    n->last_seen_ms = seen < now_ms ? seen : now_ms;
+}
+
+void tt_rdzv_forgive(tt_rdzv_t *r, uint64_t gap_ms, uint64_t now_ms) {
+    if (r == NULL || gap_ms == 0)
+        return;
+    for (uint32_t i = 0; i < r->members.n; i++)
+        forgive_node(r->members.v[i], gap_ms, now_ms);
+    for (uint32_t i = 0; i < r->pending.n; i++)
+        forgive_node(r->pending.v[i], gap_ms, now_ms);
+    r->expiry_bound = 0; /* the next tick rescans with the new times */
+}
+
 uint64_t tt_rdzv_next_deadline(const tt_rdzv_t *r) {
     if (r == NULL || end_status(r) != TT_OK)
         return UINT64_MAX;

@@ -431,6 +431,16 @@ int tt_rdzv_tick(tt_rdzv_t *r, uint64_t now_ms);
  * anyway), TT_EJOBFAILED, TT_EJOBDONE, TT_EINVAL or TT_ENOMEM. */
 int tt_rdzv_regroup_now(tt_rdzv_t *r, const char *reason, uint64_t now_ms);
 
+/* The caller (the coordinator's loop) stood still for `gap_ms` up to
+ * now_ms: the process was stopped, its host or VM paused. Heartbeats sent
+ * meanwhile wait unread in its socket, and judged on the clock alone every
+ * healthy worker would be overdue at once. So the time it could not
+ * listen does not count: every member's and waiter's last heartbeat moves
+ * gap_ms later (never past now_ms), and the expiry bound is recomputed at
+ * the next tick. A worker that was already silent before the stall keeps
+ * the silence it had. */
+void tt_rdzv_forgive(tt_rdzv_t *r, uint64_t gap_ms, uint64_t now_ms);
+
 /* Earliest now_ms at which tt_rdzv_tick() may have something to do, or
  * UINT64_MAX. It can be early (a heartbeat arrived meanwhile), never late:
  * arm the timer with it and call tick when it fires. */

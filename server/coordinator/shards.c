@@ -118,6 +118,19 @@ int tt_shards_alive(const tt_shards_t *s, size_t i, uint64_t now_ms) {
     return i < s->nshards && now_ms < s->shards[i].last_seen_ms + s->timeout_ms;
 }
 
+void tt_shards_forgive(tt_shards_t *s, uint64_t gap_ms, uint64_t now_ms) {
+    if (s == NULL)
+        return; /* no shard server has registered yet */
+    uint64_t began = now_ms > gap_ms ? now_ms - gap_ms : 0;
+    for (size_t i = 0; i < s->nshards; i++) {
+        tt_shard_info_t *e = &s->shards[i];
+        if (!tt_shards_alive(s, i, began))
+            continue; /* dead before the stall: it stays dead */
+        uint64_t seen = e->last_seen_ms + gap_ms;
+        e->last_seen_ms = seen < now_ms ? seen : now_ms;
+    }
+}
+
 const char *tt_shards_endpoint(const tt_shards_t *s, const char *id) {
     const tt_shard_info_t *e = find_shard(s, id);
     return e ? e->endpoint : NULL;

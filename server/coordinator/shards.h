@@ -65,6 +65,12 @@ size_t tt_shards_count(const tt_shards_t *s);
 const tt_shard_info_t *tt_shards_at(const tt_shards_t *s, size_t i);
 int tt_shards_alive(const tt_shards_t *s, size_t i, uint64_t now_ms);
 
+/* The coordinator's loop stood still for gap_ms up to now_ms: the last
+ * heartbeat of every shard alive when it began moves that much later
+ * (never past now_ms), as tt_rdzv_forgive does for workers; a shard dead
+ * before stays dead. Accepts NULL (no registry yet). */
+void tt_shards_forgive(tt_shards_t *s, uint64_t gap_ms, uint64_t now_ms);
+
 /* Declares `job`'s tensor table. chunk_bytes 0: 4 MiB. TT_OK (new, or the
  * same as before), TT_ECONFLICT (differs: `err` names the difference),
  * TT_EINVAL, TT_ENOMEM. */

@@ -114,6 +114,40 @@ def test_coordinator_restart(h):
     assert status["jobs"][0]["generation"] == g + 1, status
 
 
+def test_coordinator_stopped_evicts_nobody(h):
+    """The coordinator's process stands still (SIGSTOP, as a paused VM or a
+    host swapping) for three heartbeat timeouts. The members' and the
+    shard's heartbeats of that time wait unread in its socket: it must not
+    take them for dead when it runs again, and the members say meanwhile
+    that it is silent."""
+    coord = h.coordinator(extra=("--shard-timeout-ms", str(HB_TIMEOUT_MS)))
+    shard = h.shard(coord)
+    ws = [worker(h, coord, f"w{i}", n=3) for i in range(3)]
+    g = parse_kv(ws[0].wait_line(lambda l: l.startswith("JOINED"), 20, "JOINED"))["gen"]
+    def shard_alive():
+        return [x["alive"] for x in h.ctl_json(coord.endpoint, "shards")["shards"]] == [True]
+
+    wait_for(shard_alive, 10, "the shard registered")
+    coord.signal(signal.SIGSTOP)
+    time.sleep(3 * HB_TIMEOUT_MS / 1000)
+    coord.signal(signal.SIGCONT)
+    note = coord.wait_line(lambda l: "stood still for" in l, 5, "the stall noticed", "log")
+    time.sleep(2 * HB_TIMEOUT_MS / 1000)  # room for a wrong eviction to show
+    log = coord.lines("log")
+    assert not [l for l in log if "evicted" in l or "lost" in l], \
+        [l for l in log if "evicted" in l or "lost" in l]
+    status = h.ctl_json(coord.endpoint, "status")["jobs"][0]
+    assert status["generation"] == g and status["members"] == 3, status
+    assert shard_alive()
+    for w in ws:
+        assert not [l for l in w.lines() if l.startswith(("FENCED", "GENERATION"))], w.lines()
+        wlog = w.lines("log")
+        assert any("no answer from the coordinator" in l for l in wlog), wlog[-5:]
+        assert any("answers again after" in l for l in wlog), wlog[-5:]
+    assert shard.alive()
+    print("  " + note[note.index("this process"):])
+
+
 def zmtp_greeting_then(payload):
     """A raw TCP peer that speaks a ZMTP 3.0 greeting and then sends junk."""
     greet = b"\xff" + b"\x00" * 8 + b"\x7f" + b"\x03\x00" + b"NULL" + b"\x00" * 16 + b"\x00" + \
@@ -201,5 +235,5 @@ def test_rank0_that_never_offers_is_named(h):
 if __name__ == "__main__":
     run_tests([test_eight_workers_join, test_kill9_forms_next_generation,
                test_sigstop_fenced_then_rejoins, test_coordinator_restart,
-               test_garbage_and_oversized, test_settings_conflict_and_unreachable,
+               test_coordinator_stopped_evicts_nobody, test_garbage_and_oversized, test_settings_conflict_and_unreachable,
                test_rank0_that_never_offers_is_named])

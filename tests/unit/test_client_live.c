@@ -1,15 +1,17 @@
 /* Unit tests of libtether against a real coordinator (tt_coord) run on a
  * thread of this process, over TCP on 127.0.0.1: the end of a finished job
  * (a join refused, a collective in flight ended), a join refused during
- * a flap cool-down that the client retries until it is admitted, and the
- * relay of a generation's collective bootstrap id (tt_commid). The pure
- * parts of the client are test_client.c's. */
+ * a flap cool-down that the client retries until it is admitted, a
+ * member's warning when the coordinator goes silent, and the relay of a
+ * generation's collective bootstrap id (tt_commid). The pure parts of the
+ * client are test_client.c's. */
 #include "coord.h"
 #include "pair_testlib.h"
 #include "tt_client.h"
 #include "tt_commid.h"
 #include "tt_clock.h"
 #include "tt_cunit.h"
+#include "tt_log.h"
 #include "tt_status.h"
 
 #include <netinet/in.h>
@@ -212,6 +214,59 @@ static void client_api_join_retried_through_cooldown(void) {
     coord_fx_stop(&f);
 }
 
+/* Counts the log lines that contain `needle` (the sink runs on the
+ * client's thread). */
+typedef struct {
+    pthread_mutex_t mu;
+    const char *needle;
+    int hits;
+    char line[512];
+} log_catch_t;
+
+static void catch_line(void *ctx, int level, const char *line) {
+    log_catch_t *lc = ctx;
+    (void)level;
+    pthread_mutex_lock(&lc->mu);
+    if (strstr(line, lc->needle) != NULL && lc->hits++ == 0)
+        snprintf(lc->line, sizeof(lc->line), "%s", line);
+    pthread_mutex_unlock(&lc->mu);
+}
+
+static int caught(log_catch_t *lc) {
+    pthread_mutex_lock(&lc->mu);
+    int n = lc->hits;
+    pthread_mutex_unlock(&lc->mu);
+    return n;
+}
+
+/* A member whose coordinator goes away says so once, after its heartbeat
+ * timeout (1000 ms here), instead of training on in silence. */
+static void client_warns_when_the_coordinator_goes_silent(void) {
+    coord_fx_t f;
+    CU_ASSERT_EQUAL_FATAL(coord_fx_start(&f, NULL), 0);
+    tether_opts_t o;
+    fx_opts(&o, &f, "quiet", "w1", 1, 1);
+    tether_t *w = NULL;
+    CU_ASSERT_EQUAL_FATAL(tether_create(&w, &o, NULL, 0), TETHER_OK);
+    CU_ASSERT_EQUAL_FATAL(tether_join(w, 5000), TETHER_OK);
+    log_catch_t lc = {.mu = PTHREAD_MUTEX_INITIALIZER, .needle = "no answer from the coordinator"};
+    tt_log_set_sink(catch_line, &lc);
+    coord_fx_stop(&f);
+    uint64_t t0 = tt_clock_mono_ms();
+    while (caught(&lc) == 0 && tt_clock_mono_ms() - t0 < 5000)
+        sleep_ms(20);
+    uint64_t waited = tt_clock_mono_ms() - t0;
+    sleep_ms(1200); /* a second heartbeat timeout: still one line */
+    tt_log_set_sink(NULL, NULL);
+    CU_ASSERT_EQUAL(caught(&lc), 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(lc.line, "WARN"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(lc.line, o.coordinator));
+    printf("\n  warned %llu ms after the coordinator stopped: %s\n", (unsigned long long)waited,
+           strstr(lc.line, "no answer"));
+    CU_ASSERT(waited < 3000);
+    tether_destroy(&w);
+}
+
 /* A coordinator and two workers of job `job` joined into one generation;
  * w[0] ("wa") is rank 0. Returns the generation, 0 on failure. */
 static uint64_t start_pair(coord_fx_t *f, const char *job, tether_t *w[2], const char *ids[2]) {
@@ -366,6 +421,8 @@ static const tt_cunit_test_t tests[] = {
     {"client_api_job_done_ends_collective_and_joins",
      client_api_job_done_ends_collective_and_joins},
     {"client_api_join_retried_through_cooldown", client_api_join_retried_through_cooldown},
+    {"client_warns_when_the_coordinator_goes_silent",
+     client_warns_when_the_coordinator_goes_silent},
     {"commid_relayed_with_the_generation", commid_relayed_with_the_generation},
     {"commid_wait_ends_with_the_generation", commid_wait_ends_with_the_generation},
     {NULL, NULL},

@@ -135,6 +135,47 @@ static void rdzv_ranks_sorted_by_worker_id(void) {
     tt_rdzv_destroy(&r);
 }
 
+/* The coordinator stood still from 4500 to 12500 (8000 ms): a stops at
+ * 4000 only because nothing was read, b really went silent at 1000. The
+ * stall does not count: a stays, b keeps the 3500 ms of silence it had
+ * before the stall and is evicted 1500 ms after it. */
+static void rdzv_stall_of_the_coordinator_does_not_count(void) {
+    static const char *const ids[] = {"a", "b"};
+    tt_rdzv_t *r = running(2, 2, ids, 2);
+    CU_ASSERT_EQUAL(hb(r, "b", 0, 1000), TT_OK);
+    for (uint64_t t = 1000; t <= 4000; t += 1000)
+        CU_ASSERT_EQUAL(hb(r, "a", (int64_t)t / 1000, t), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_tick(r, 4500), TT_OK);
+    CU_ASSERT_EQUAL(drain_count(r), 0);
+    tt_rdzv_forgive(r, 8000, 12500);
+    CU_ASSERT(tt_rdzv_next_deadline(r) <= 12500); /* re-scanned at once */
+    CU_ASSERT_EQUAL(tt_rdzv_tick(r, 12500), TT_OK);
+    CU_ASSERT_EQUAL(drain_count(r), 0);
+    CU_ASSERT_EQUAL(tt_rdzv_next_deadline(r), 14000); /* b: 1000 + 8000 + 5000 */
+    CU_ASSERT_EQUAL(hb(r, "a", 5, 12600), TT_OK);     /* a's queued heartbeats */
+    CU_ASSERT_EQUAL(tt_rdzv_tick(r, 13999), TT_OK);
+    CU_ASSERT_EQUAL(drain_count(r), 0);
+    CU_ASSERT_EQUAL(tt_rdzv_tick(r, 14000), TT_OK);
+    evlog_t log = {0};
+    drain(r, &log);
+    const tt_rdzv_event_t *e = find_ev(&log, TT_RDZV_EV_MEMBER_EVICTED, 0);
+    CU_ASSERT_STRING_EQUAL(e->worker_id, "b");
+    CU_ASSERT_EQUAL(count_ev(&log, TT_RDZV_EV_MEMBER_EVICTED), 1);
+    evlog_free(&log);
+    /* Without the forgiveness the same stall evicts both at once. */
+    tt_rdzv_t *r2 = running(2, 2, ids, 2);
+    CU_ASSERT_EQUAL(hb(r2, "b", 0, 1000), TT_OK);
+    CU_ASSERT_EQUAL(hb(r2, "a", 4, 4000), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_tick(r2, 12500), TT_OK);
+    drain(r2, &log);
+    CU_ASSERT(count_ev(&log, TT_RDZV_EV_MEMBER_EVICTED) >= 1);
+    CU_ASSERT_EQUAL(count_ev(&log, TT_RDZV_EV_GENERATION_FORMED), 0); /* below min: waits */
+    evlog_free(&log);
+    tt_rdzv_forgive(NULL, 1, 1); /* accepted */
+    tt_rdzv_destroy(&r2);
+    tt_rdzv_destroy(&r);
+}
+
 static void rdzv_heartbeat_timeout_evicts_and_regroups(void) {
     static const char *const ids[] = {"a", "b", "c"};
     tt_rdzv_t *r = running(2, 3, ids, 3); /* formed at t=0 (max reached) */
@@ -562,6 +603,7 @@ static const tt_cunit_test_t tests[] = {
     {"rdzv_max_forms_at_once", rdzv_max_forms_at_once},
     {"rdzv_ranks_sorted_by_worker_id", rdzv_ranks_sorted_by_worker_id},
     {"rdzv_heartbeat_timeout_evicts_and_regroups", rdzv_heartbeat_timeout_evicts_and_regroups},
+    {"rdzv_stall_of_the_coordinator_does_not_count", rdzv_stall_of_the_coordinator_does_not_count},
     {"rdzv_report_against_live_worker_not_acted_on", rdzv_report_against_live_worker_not_acted_on},
     {"rdzv_report_confirmed_by_overdue_heartbeat", rdzv_report_confirmed_by_overdue_heartbeat},
     {"rdzv_report_confirmed_by_disconnect", rdzv_report_confirmed_by_disconnect},

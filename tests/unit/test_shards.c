@@ -40,6 +40,26 @@ static void shards_liveness_by_heartbeat_age(void) {
     CU_ASSERT_PTR_NULL(s);
 }
 
+/* The coordinator stood still from 6000 to 14000: s1, dead since 5000,
+ * stays dead; s0, alive when the stall began, is not declared dead for
+ * heartbeats the stall kept it from reading. */
+static void shards_stall_of_the_coordinator_does_not_count(void) {
+    tt_shards_t *s = NULL;
+    CU_ASSERT_EQUAL_FATAL(tt_shards_create(&s, 5000), TT_OK);
+    beat(s, "s0", 5500);
+    beat(s, "s1", 0);
+    CU_ASSERT_FALSE(tt_shards_alive(s, 0, 14000)); /* judged on the clock alone */
+    tt_shards_forgive(s, 8000, 14000);
+    CU_ASSERT(tt_shards_alive(s, 0, 14000));
+    CU_ASSERT(tt_shards_alive(s, 0, 18499));
+    CU_ASSERT_FALSE(tt_shards_alive(s, 0, 18500)); /* 500 ms before + 5000 after */
+    CU_ASSERT_FALSE(tt_shards_alive(s, 1, 14000));
+    CU_ASSERT_FALSE(tt_shards_alive(s, 1, 6000));
+    CU_ASSERT_EQUAL(tt_shards_at(s, 1)->last_seen_ms, 0);
+    tt_shards_forgive(NULL, 1, 1); /* no registry yet */
+    tt_shards_destroy(&s);
+}
+
 static void shards_declaration_conflict_names_difference(void) {
     tt_shards_t *s = NULL;
     CU_ASSERT_EQUAL_FATAL(tt_shards_create(&s, 0), TT_OK);
@@ -183,6 +203,8 @@ static void shards_lost_shard_of_placement(void) {
 
 static const tt_cunit_test_t tests[] = {
     {"shards_liveness_by_heartbeat_age", shards_liveness_by_heartbeat_age},
+    {"shards_stall_of_the_coordinator_does_not_count",
+     shards_stall_of_the_coordinator_does_not_count},
     {"shards_declaration_conflict_names_difference", shards_declaration_conflict_names_difference},
     {"shards_placement_follows_live_set", shards_placement_follows_live_set},
     {"shards_first_placement_waits_for_min", shards_first_placement_waits_for_min},
