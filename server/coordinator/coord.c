@@ -245,12 +245,13 @@ int tt_coord_save_now(tt_coord_t *c) {
  * socket, and libuv runs due timers before it polls: judged on the clock
  * alone, every healthy worker and shard would be evicted at once, and the
  * whole job fenced. The time it could not listen does not count. Called
- * first by every timer, so no expiry runs before it. */
-static void check_stall(tt_coord_t *c, uint64_t now) {
+ * first by every timer and every message, so nothing judges a heartbeat's
+ * age before it. */
+int coord_check_stall(tt_coord_t *c, uint64_t now) {
     uint64_t gap = now > c->awake_ms ? now - c->awake_ms : 0;
     c->awake_ms = now;
     if (gap < COORD_STALL_MS)
-        return;
+        return 0;
     TT_WARN("coord",
             "this process stood still for %" PRIu64
             " ms (stopped, or its host paused): that time does not count against the "
@@ -259,18 +260,19 @@ static void check_stall(tt_coord_t *c, uint64_t now) {
     for (size_t i = 0; i < c->njobs; i++)
         tt_rdzv_forgive(c->jobs[i].rdzv, gap, now);
     tt_shards_forgive(c->shards, gap, now);
+    return 1;
 }
 
 static void on_pulse(uv_timer_t *t) {
     tt_coord_t *c = t->data;
-    check_stall(c, tt_clock_mono_ms());
-    coord_rearm(c); /* forgiven deadlines are later */
+    if (coord_check_stall(c, tt_clock_mono_ms()))
+        coord_rearm(c); /* the forgiven deadlines moved */
 }
 
 static void on_timer(uv_timer_t *t) {
     tt_coord_t *c = t->data;
     uint64_t now = tt_clock_mono_ms();
-    check_stall(c, now);
+    (void)coord_check_stall(c, now); /* this timer rearms at its end */
     for (size_t i = 0; i < c->njobs; i++) {
         tt_rdzv_tick(c->jobs[i].rdzv, now);
         coord_drain_events(c, &c->jobs[i]);

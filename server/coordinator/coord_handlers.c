@@ -376,6 +376,7 @@ void coord_on_router(void *sock, void *arg) {
         return;
     }
     coord_req_t q = {.c = c, .rx = &rx, .env = rx.env, .now = tt_clock_mono_ms()};
+    (void)coord_check_stall(c, q.now); /* rearmed below */
     handler_fn h = handler_for(rx.env->body_case);
     if (h != NULL) {
         h(&q);

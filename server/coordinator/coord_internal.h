@@ -136,6 +136,10 @@ uint64_t coord_forgotten_generation(const tt_coord_t *c, const char *id);
 int coord_note_forgotten(tt_coord_t *c, const char *id, uint64_t generation);
 void coord_unforget(tt_coord_t *c, const char *id);
 void coord_rearm(tt_coord_t *c);
+/* The loop stood still since it last ran (a gap of COORD_STALL_MS): that
+ * time is forgiven to every heartbeat (tt_rdzv_forgive, tt_shards_forgive)
+ * and 1 returned; the caller rearms. Call before judging any age. */
+int coord_check_stall(tt_coord_t *c, uint64_t now);
 /* Queue one encoded reply; `hold` keeps it behind the pending state write. */
 void coord_send(tt_coord_t *c, const uint8_t *peer, size_t peer_len, const tt_env_t *env, int hold);
 void coord_request_save(tt_coord_t *c);
