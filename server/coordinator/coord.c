@@ -26,8 +26,8 @@
  * written before anyone hears of them. */
 #define COORD_LAZY_SAVE_MS 5000
 
-/* The pulse: a gap of COORD_STALL_MS between two of the loop's timers
- * means the process stood still, not that the loop was idle. */
+/* The pulse: with it running, a gap of COORD_STALL_MS between two things
+ * the loop did means the process stood still, not that it was idle. */
 #define COORD_PULSE_MS 250
 #define COORD_STALL_MS 1000
 

@@ -86,7 +86,7 @@ struct tt_coord {
     tt_uvzmq_t *monitor_w;
     uv_timer_t timer;
     uv_timer_t pulse;  /* every COORD_PULSE_MS: notices the loop standing still */
-    uint64_t awake_ms; /* when the loop last ran a timer */
+    uint64_t awake_ms; /* when the loop last ran (a timer, a message) */
     char endpoint[256];
     char state_path[4096];
     char id[64];

@@ -569,9 +569,12 @@ int tt_rdzv_regroup_now(tt_rdzv_t *r, const char *reason, uint64_t now_ms) {
     return r->call_rc;
 }
 
+static uint64_t later(uint64_t t, uint64_t gap_ms, uint64_t now_ms) {
+    return t + gap_ms < now_ms ? t + gap_ms : now_ms;
+}
+
 static void forgive_node(tt_rdzv_node_t *n, uint64_t gap_ms, uint64_t now_ms) {
-    uint64_t seen = n->last_seen_ms + gap_ms;
-    n->last_seen_ms = seen < now_ms ? seen : now_ms;
+    n->last_seen_ms = later(n->last_seen_ms, gap_ms, now_ms);
 }
 
 void tt_rdzv_forgive(tt_rdzv_t *r, uint64_t gap_ms, uint64_t now_ms) {
@@ -582,6 +585,11 @@ void tt_rdzv_forgive(tt_rdzv_t *r, uint64_t gap_ms, uint64_t now_ms) {
     for (uint32_t i = 0; i < r->pending.n; i++)
         forgive_node(r->pending.v[i], gap_ms, now_ms);
     r->expiry_bound = 0; /* the next tick rescans with the new times */
+    /* Joins may wait unread too: the job's own waits do not run out in it. */
+    if (r->below_min_armed)
+        r->below_min_since = later(r->below_min_since, gap_ms, now_ms);
+    if (r->last_call_deadline != 0)
+        r->last_call_deadline += gap_ms;
 }
 
 uint64_t tt_rdzv_next_deadline(const tt_rdzv_t *r) {

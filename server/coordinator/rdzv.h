@@ -438,7 +438,8 @@ int tt_rdzv_regroup_now(tt_rdzv_t *r, const char *reason, uint64_t now_ms);
  * listen does not count: every member's and waiter's last heartbeat moves
  * gap_ms later (never past now_ms), and the expiry bound is recomputed at
  * the next tick. A worker that was already silent before the stall keeps
- * the silence it had. */
+ * the silence it had. The job's own waits (below min_workers, the last
+ * call) move by the gap too, since joins may wait unread as well. */
 void tt_rdzv_forgive(tt_rdzv_t *r, uint64_t gap_ms, uint64_t now_ms);
 
 /* Earliest now_ms at which tt_rdzv_tick() may have something to do, or

@@ -162,6 +162,19 @@ static void rdzv_stall_of_the_coordinator_does_not_count(void) {
     CU_ASSERT_STRING_EQUAL(e->worker_id, "b");
     CU_ASSERT_EQUAL(count_ev(&log, TT_RDZV_EV_MEMBER_EVICTED), 1);
     evlog_free(&log);
+    /* a waits below min_workers from 14000 for the join timeout; a stall of
+     * 5000 ms in that wait moves its end from 74000 to 79000. */
+    uint32_t join_to = tt_rdzv_settings(r)->join_timeout_ms;
+    for (uint64_t t = 15000; t < 14000 + join_to + 5000; t += 1000) {
+        CU_ASSERT_EQUAL(hb(r, "a", 5, t), TT_OK);
+        if (t == 20000)
+            tt_rdzv_forgive(r, 5000, t);
+        CU_ASSERT_EQUAL(tt_rdzv_tick(r, t), TT_OK);
+    }
+    CU_ASSERT_EQUAL(tt_rdzv_state(r), TT_RDZV_WAITING);
+    CU_ASSERT_EQUAL(hb(r, "a", 5, 14000 + join_to + 5000), TT_OK);
+    tt_rdzv_tick(r, 14000 + join_to + 5000);
+    CU_ASSERT_EQUAL(tt_rdzv_state(r), TT_RDZV_FAILED);
     /* Without the forgiveness the same stall evicts both at once. */
     tt_rdzv_t *r2 = running(2, 2, ids, 2);
     CU_ASSERT_EQUAL(hb(r2, "b", 0, 1000), TT_OK);
