@@ -38,7 +38,8 @@ def kill(name, seed, backend, extra, ckpt_every=0, **kw):
     def run(h):
         ck = ["--checkpoint-dir", os.path.join(h.dir, "ck"),
               "--checkpoint-every-steps", str(ckpt_every)] if ckpt_every else []
-        rows, _ = tf.run_with_kill(h, name, seed, backend=backend, extra=[*extra, *ck], **kw)
+        rows, _ = tf.run_with_kill(h, name, seed, backend=backend, extra=[*extra, *ck],
+                                   world_refs=True, **kw)
         if kw.get("restarts"):
             assert rows[-1]["world_size"] == 4, [r["world_size"] for r in rows]
     return name, run

@@ -88,6 +88,24 @@ def reference(h, seed, spe, epochs):
     return _refs[key]
 
 
+def fault_free(h, seed, workers, backend, shards, extra, spe, epochs):
+    """Parameters of the same job on `workers` ranks without a failure
+    (checkpoint settings dropped: they do not change an update)."""
+    args, skip = [], False
+    for a in extra:
+        if skip or a.startswith("--checkpoint"):
+            skip = not skip and not a.startswith("--checkpoint=")
+            continue
+        args.append(a)
+    name = f"nokill-{seed}-{workers}"
+    out = os.path.join(h.dir, name + ".bin")
+    p = h.spawn(name, [binary("tether-launch"), "--workers", str(workers), "--shards", str(shards),
+                       "--", "tether-train", "--data", DATA, "--backend", backend,
+                       *train_args(seed, spe, epochs), "--dump-params", out, *args], env=FAST)
+    assert p.wait(180) == 0, f"fault-free run of seed {seed} on {workers} workers failed"
+    return read_params(out)
+
+
 STEP_RE = re.compile(r"(?:\[worker \d+\] )?epoch (\d+)/\d+ \[[#.]*\] (\d+)/(\d+)")
 
 
@@ -111,7 +129,16 @@ def worker_pid(p, index):
 
 
 def run_with_kill(h, name, seed, restarts, shards=2, spe=STEPS_PER_EPOCH, epochs=EPOCHS,
-                  pace_ms=0, backend="ring", extra=(), victim=None, at=None):
+                  pace_ms=0, backend="ring", extra=(), victim=None, at=None, world_refs=False):
+    """world_refs: when the result is 1e-5 or more from the single-process
+    run, compare it with fault-free runs of the job on 4 and on 3 workers
+    too, and pass when it is that close to one of them. Some seeds' runs
+    amplify the float32 difference between one summation order and
+    another past 1e-5 within 40 steps, depending on the BLAS kernel: on
+    one machine seed 14 on 4 workers without any failure ended 2.4e-5 from
+    its single-process run, and its failover run 1.5e-8 from the 4-worker
+    one. A lost or repeated step is orders of magnitude further from all
+    of them."""
     rng = random.Random(seed)
     pick = rng.randrange(4)
     victim = pick if victim is None else victim
@@ -144,8 +171,14 @@ def run_with_kill(h, name, seed, restarts, shards=2, spe=STEPS_PER_EPOCH, epochs
         print(f"  {switched[-1] if switched else 'never switched back to the ring'}")
         assert switched, "no PS fallback and switch back to the ring:\n" + text[-3000:]
     assert rc == 0 or (restarts == 0 and "finished=3 failed=1" in text), text[-3000:]
-    d = rel_diff(read_params(out), reference(h, seed, spe, epochs))
+    got = read_params(out)
+    d = rel_diff(got, reference(h, seed, spe, epochs))
     print(f"  seed {seed}: relative difference to the fault-free run: {d:.2e}")
+    for workers in (4, 3) if world_refs and d >= 1e-5 else ():
+        dw = rel_diff(got, fault_free(h, seed, workers, backend, shards, extra, spe, epochs))
+        print(f"  seed {seed}: relative difference to the fault-free run on {workers} workers: "
+              f"{dw:.2e}")
+        d = min(d, dw)
     assert d < 1e-5, f"seed {seed}: parameters differ by {d:.2e} (limit 1e-5)"
     with open(metrics) as f:
         rows = [json.loads(line) for line in f if line.strip()]
