@@ -573,17 +573,13 @@ static uint64_t later(uint64_t t, uint64_t gap_ms, uint64_t now_ms) {
     return t + gap_ms < now_ms ? t + gap_ms : now_ms;
 }
 
-static void forgive_node(tt_rdzv_node_t *n, uint64_t gap_ms, uint64_t now_ms) {
-    n->last_seen_ms = later(n->last_seen_ms, gap_ms, now_ms);
-}
-
 void tt_rdzv_forgive(tt_rdzv_t *r, uint64_t gap_ms, uint64_t now_ms) {
     if (r == NULL || gap_ms == 0)
         return;
     for (uint32_t i = 0; i < r->members.n; i++)
-        forgive_node(r->members.v[i], gap_ms, now_ms);
+        r->members.v[i]->last_seen_ms = later(r->members.v[i]->last_seen_ms, gap_ms, now_ms);
     for (uint32_t i = 0; i < r->pending.n; i++)
-        forgive_node(r->pending.v[i], gap_ms, now_ms);
+        r->pending.v[i]->last_seen_ms = later(r->pending.v[i]->last_seen_ms, gap_ms, now_ms);
     r->expiry_bound = 0; /* the next tick rescans with the new times */
     /* Joins may wait unread too: the job's own waits do not run out in it. */
     if (r->below_min_armed)
