@@ -88,6 +88,16 @@ def reference(h, seed, spe, epochs):
     return _refs[key]
 
 
+def launch_argv(workers, shards, backend, seed, out, launcher=(), train=(), spe=STEPS_PER_EPOCH,
+                epochs=EPOCHS):
+    """tether-launch of `workers` tether-train ranks and `shards` shard
+    servers with these tests' training settings, the parameters dumped to
+    `out`; `launcher` and `train` are the two programs' further flags."""
+    return [binary("tether-launch"), "--workers", str(workers), "--shards", str(shards),
+            *launcher, "--", "tether-train", "--data", DATA, "--backend", backend,
+            *train_args(seed, spe, epochs), "--dump-params", out, *train]
+
+
 def fault_free(h, seed, workers, backend, shards, extra, spe, epochs):
     """Parameters of the same job on `workers` ranks without a failure
     (checkpoint settings dropped: they do not change an update)."""
@@ -99,9 +109,8 @@ def fault_free(h, seed, workers, backend, shards, extra, spe, epochs):
         args.append(a)
     name = f"nokill-{seed}-{workers}"
     out = os.path.join(h.dir, name + ".bin")
-    p = h.spawn(name, [binary("tether-launch"), "--workers", str(workers), "--shards", str(shards),
-                       "--", "tether-train", "--data", DATA, "--backend", backend,
-                       *train_args(seed, spe, epochs), "--dump-params", out, *args], env=FAST)
+    p = h.spawn(name, launch_argv(workers, shards, backend, seed, out, train=args, spe=spe,
+                                  epochs=epochs), env=FAST)
     assert p.wait(180) == 0, f"fault-free run of seed {seed} on {workers} workers failed"
     return read_params(out)
 
@@ -146,10 +155,10 @@ def run_with_kill(h, name, seed, restarts, shards=2, spe=STEPS_PER_EPOCH, epochs
     at = pick if at is None else at
     out = os.path.join(h.dir, f"{name}.bin")
     metrics = os.path.join(h.dir, f"{name}.json")
-    argv = [binary("tether-launch"), "--workers", "4", "--shards", str(shards),
-            "--min-workers", "3", "--max-restarts", str(restarts), "--", "tether-train",
-            "--data", DATA, "--backend", backend, *train_args(seed, spe, epochs), "--dump-params", out,
-            "--metrics-json", metrics, "--pace-ms", str(pace_ms), *extra]
+    argv = launch_argv(4, shards, backend, seed, out,
+                       launcher=["--min-workers", "3", "--max-restarts", str(restarts)],
+                       train=["--metrics-json", metrics, "--pace-ms", str(pace_ms), *extra],
+                       spe=spe, epochs=epochs)
     p = h.spawn(name, argv, env=FAST)
     p.wait_line(lambda l: global_step(l) >= at, 90, f"step {at}", stream="log")
     pid = worker_pid(p, victim)
@@ -220,9 +229,8 @@ def test_worker_dies_before_first_agreement(h):
     changed')."""
     seed = SEEDS[0] + 40
     out = os.path.join(h.dir, "early.bin")
-    argv = [binary("tether-launch"), "--workers", "4", "--shards", "0", "--min-workers", "3",
-            "--max-restarts", "0", "--", "tether-train", "--data", DATA, "--backend", "ring",
-            *train_args(seed), "--dump-params", out]
+    argv = launch_argv(4, 0, "ring", seed, out,
+                       launcher=["--min-workers", "3", "--max-restarts", "0"])
     p = h.spawn("early", argv, env=dict(FAST, TETHER_TRAIN_TEST_DIE_BEFORE_AGREE="worker-2"))
     rc = p.wait(180)
     text = "\n".join(p.lines() + p.lines("log"))
@@ -325,10 +333,11 @@ def test_sigstop_fenced_and_rejoins(h):
     seed, spe, epochs = 7, 4, 10
     out = os.path.join(h.dir, "stop.bin")
     metrics = os.path.join(h.dir, "stop.json")
-    argv = [binary("tether-launch"), "--workers", "4", "--shards", "1", "--min-workers", "3",
-            "--max-restarts", "0", "--", "tether-train", "--data", DATA, "--backend", "ring",
-            *train_args(seed, spe, epochs), "--dump-params", out, "--metrics-json", metrics,
-            "--pace-ms", str(REJOIN_PACE_MS)]  # time for the re-join, as in test_kill_and_restart
+    argv = launch_argv(4, 1, "ring", seed, out,
+                       launcher=["--min-workers", "3", "--max-restarts", "0"],
+                       # time for the re-join, as in test_kill_and_restart
+                       train=["--metrics-json", metrics, "--pace-ms", str(REJOIN_PACE_MS)],
+                       spe=spe, epochs=epochs)
     p = h.spawn("stop", argv, env=FAST)
     p.wait_line(lambda l: global_step(l) >= 4, 90, "step 4", stream="log")
     pid = worker_pid(p, 2)
@@ -450,11 +459,11 @@ def start_drain_job(h, seed, spe, epochs, backend="ring", shards=0, extra=()):
     coord = f"tcp://127.0.0.1:{port}"
     out = os.path.join(h.dir, "drain.bin")
     metrics = os.path.join(h.dir, "drain.json")
-    argv = [binary("tether-launch"), "--workers", "3", "--shards", str(shards), "--min-workers",
-            "2", "--max-restarts", "2", "--coordinator-port", str(port),
-            "--daemon-log-level", "info", "--", "tether-train",
-            "--data", DATA, "--backend", backend, *train_args(seed, spe, epochs),
-            "--dump-params", out, "--metrics-json", metrics, "--pace-ms", "100", *extra]
+    argv = launch_argv(3, shards, backend, seed, out,
+                       launcher=["--min-workers", "2", "--max-restarts", "2", "--coordinator-port",
+                                 str(port), "--daemon-log-level", "info"],
+                       train=["--metrics-json", metrics, "--pace-ms", "100", *extra],
+                       spe=spe, epochs=epochs)
     return h.spawn("drain", argv, env=FAST), coord, out, metrics
 
 
