@@ -83,8 +83,9 @@ int tt_zmq_router(void *zctx, const char *endpoint, const tt_zmq_opts_t *o, void
     return TT_OK;
 }
 
-int tt_zmq_dealer(void *zctx, const char *endpoint, const tt_zmq_opts_t *o, void **out, char *err,
-                  size_t errlen) {
+/* tt_zmq_dealer, and tt_zmq_dealer_watched when mon is not NULL. */
+static int dealer_open(void *zctx, const char *endpoint, const tt_zmq_opts_t *o, int events,
+                       void **out, void **mon, char *err, size_t errlen) {
     tt_zmq_opts_t def;
     if (o == NULL) {
         tt_zmq_opts_default(&def);
@@ -102,13 +103,31 @@ int tt_zmq_dealer(void *zctx, const char *endpoint, const tt_zmq_opts_t *o, void
     if (rc == TT_OK && o->routing_id != NULL)
         rc = zmq_setsockopt(s, ZMQ_ROUTING_ID, o->routing_id, strlen(o->routing_id)) == 0 ? TT_OK
                                                                                           : TT_ESYS;
+    if (rc == TT_OK && mon != NULL &&
+        tt_zmq_monitor_open(zctx, s, events, mon, err, errlen) != TT_OK) {
+        zmq_close(s);
+        return TT_ESYS;
+    }
     if (rc != TT_OK || zmq_connect(s, endpoint) != 0) {
         ZSET_ERR(err, errlen, "cannot connect to %s: %s", endpoint, zmq_strerror(errno));
+        if (mon != NULL)
+            tt_zmq_close(mon); /* before its socket */
         zmq_close(s);
         return TT_ESYS;
     }
     *out = s;
     return TT_OK;
+}
+
+int tt_zmq_dealer(void *zctx, const char *endpoint, const tt_zmq_opts_t *o, void **out, char *err,
+                  size_t errlen) {
+    return dealer_open(zctx, endpoint, o, 0, out, NULL, err, errlen);
+}
+
+int tt_zmq_dealer_watched(void *zctx, const char *endpoint, const tt_zmq_opts_t *o, int events,
+                          void **out, void **mon, char *err, size_t errlen) {
+    *mon = NULL;
+    return dealer_open(zctx, endpoint, o, events, out, mon, err, errlen);
 }
 
 void tt_zmq_close(void **sock) {
@@ -323,4 +342,39 @@ int tt_zmq_monitor_read(void *pair, uint16_t *event, int32_t *value) {
     if (more)
         drain_rest(pair);
     return rc;
+}
+
+void tt_zmq_reach_init(tt_zmq_reach_t *r, uint64_t now_ms) {
+    *r = (tt_zmq_reach_t){.since_ms = now_ms};
+}
+
+uint64_t tt_zmq_reach_warn_after(int deadline_ms) {
+    uint64_t half = deadline_ms > 0 ? (uint64_t)deadline_ms / 2 : 0;
+    return half < 5000 ? half : 5000;
+}
+
+void tt_zmq_reach_event(tt_zmq_reach_t *r, uint16_t event) {
+    if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
+        r->met = 1;
+    else if (event == ZMQ_EVENT_CONNECT_RETRIED)
+        r->tries += !r->met;
+    else if (event == ZMQ_EVENT_CONNECTED)
+        r->tcp_ups += !r->met;
+}
+
+void tt_zmq_reach_why(const tt_zmq_reach_t *r, const char *who, const char *endpoint,
+                      uint64_t now_ms, char *buf, size_t len) {
+    unsigned long long ms = now_ms > r->since_ms ? (unsigned long long)(now_ms - r->since_ms) : 0;
+    if (r->met)
+        snprintf(buf, len, "%s", "");
+    else if (r->tcp_ups > 0)
+        snprintf(buf, len,
+                 "%s at %s, its advertised address, took %u TCP connection(s) in %llu ms and "
+                 "completed no ZeroMQ handshake: is something else listening there?",
+                 who, endpoint, r->tcp_ups, ms);
+    else
+        snprintf(buf, len,
+                 "cannot connect to %s at %s, its advertised address (%u attempt(s) failed in "
+                 "%llu ms): is it running, and reachable from this host?",
+                 who, endpoint, r->tries, ms);
 }

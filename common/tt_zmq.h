@@ -44,6 +44,12 @@ int tt_zmq_router(void *zctx, const char *endpoint, const tt_zmq_opts_t *o, void
 int tt_zmq_dealer(void *zctx, const char *endpoint, const tt_zmq_opts_t *o, void **out, char *err,
                   size_t errlen);
 
+/* tt_zmq_dealer with a monitor of `events` (as tt_zmq_monitor_open, *mon)
+ * that starts before the connection does, so that none of the
+ * connection's events (a quick handshake's among them) are missed. */
+int tt_zmq_dealer_watched(void *zctx, const char *endpoint, const tt_zmq_opts_t *o, int events,
+                          void **out, void **mon, char *err, size_t errlen);
+
 /* Linger 0, close, set *sock = NULL. Accepts NULL. */
 void tt_zmq_close(void **sock);
 
@@ -92,6 +98,32 @@ int tt_zmq_monitor_open(void *zctx, void *sock, int events, void **pair, char *e
 /* Reads one monitor event without blocking: TT_OK with *event (ZMQ_EVENT_*)
  * and *value (the fd for connection events), or TT_EAGAIN. */
 int tt_zmq_monitor_read(void *pair, uint16_t *event, int32_t *value);
+
+/* What a connecting socket's monitor said of its peer until a ZeroMQ
+ * handshake with it completed, so that a peer this process cannot reach
+ * (a wrong advertised address, a firewall) or that is no ZeroMQ peer (a
+ * port where something else listens) is named, not waited on in silence.
+ * Open the monitor with TT_ZMQ_REACH_EVENTS among its events. */
+typedef struct tt_zmq_reach {
+    uint64_t since_ms; /* when the socket began to connect */
+    uint32_t tries;    /* attempts refused or failed (CONNECT_RETRIED) */
+    uint32_t tcp_ups;  /* TCP connections made before a handshake */
+    int met;           /* a handshake completed (or the peer answered) */
+} tt_zmq_reach_t;
+
+#define TT_ZMQ_REACH_EVENTS                                                                        \
+    (ZMQ_EVENT_CONNECTED | ZMQ_EVENT_CONNECT_RETRIED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
+
+void tt_zmq_reach_init(tt_zmq_reach_t *r, uint64_t now_ms);
+/* When a caller waiting up to deadline_ms names a peer not reached yet:
+ * at half the deadline, at most 5 s in (a peer that long unreached is
+ * misconfigured or down, and the deadline may be a minute away). */
+uint64_t tt_zmq_reach_warn_after(int deadline_ms);
+void tt_zmq_reach_event(tt_zmq_reach_t *r, uint16_t event);
+/* Why `who` (e.g. "shard s0") at `endpoint` is not reached: a sentence
+ * into buf, or "" once met. */
+void tt_zmq_reach_why(const tt_zmq_reach_t *r, const char *who, const char *endpoint,
+                      uint64_t now_ms, char *buf, size_t len);
 
 /* Nonzero when the socket has a message ready (ZMQ_EVENTS & ZMQ_POLLIN). */
 int tt_zmq_readable(void *sock);

@@ -602,7 +602,7 @@ int tt_coll_open(tt_coll_kind_t want, const tt_coll_cfg_t *cfg, const tt_coll_op
                                  cfg->rank, (cfg->rank + 1) % cfg->world);
     for (size_t i = 0; i < n; i++) {
         const tt_coll_ops_t *o = tt_coll_row(cand[i], cfg);
-        char why[256] = "";
+        char why[512] = ""; /* a shard's reason runs long (tt_ps_recover.c) */
         if (o == NULL)
             continue;
         rc = o->create(inst, cfg, why, sizeof(why));

@@ -28,8 +28,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#define ZC_MIN_BYTES  ((size_t)32 << 10) /* below this a copy is cheaper */
-#define LINK_EVENTS   (ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED)
+#define ZC_MIN_BYTES ((size_t)32 << 10) /* below this a copy is cheaper */
+#define LINK_EVENTS                                                                                \
+    (ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED | ZMQ_EVENT_CONNECT_RETRIED |                    \
+     ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
 #define PEER_CHECK_MS 20 /* how often a waiting call asks peer_gone */
 
 /* ZeroMQ runs zero-copy free callbacks on its I/O thread after a hand-off
@@ -430,6 +432,7 @@ int ps_drain(tt_ps_t *p, ps_op_t *op, size_t s, uint64_t now) {
             PS_ERR(p, "bad message from shard %s: %s", p->lay.place.shard_ids[s], err);
             return rc;
         }
+        p->link[s].reach.met = 1; /* whatever its monitor said so far */
         rc = on_reply(p, op, s, &rx, now);
         tt_zmq_rx_close(&rx);
         if (rc != TT_OK)
@@ -478,6 +481,22 @@ static int wait_released(tt_ps_t *p, uint64_t ms) {
     return TT_OK;
 }
 
+/* The call's deadline passed: how many items are unanswered, and why
+ * when a shard that holds some was never reached. */
+static int timed_out(tt_ps_t *p, const ps_op_t *op, uint64_t now) {
+    char why[PS_ERRLEN] = "";
+    for (size_t k = 0; k < op->nitems && why[0] == '\0'; k++) {
+        if (op->state[k] != PS_DONE)
+            ps_link_why(p, ps_item_shard(p, op, op->first + k), now, why, sizeof(why));
+    }
+    PS_ERR(p,
+           "%zu of %zu %s item(s) unanswered after %d ms (generation %" PRIu64 ", step %" PRIu64
+           ")%s%s",
+           op->remaining, op->nitems, op->kind == PS_OP_PUSH ? "chunk" : "request",
+           p->o.deadline_ms, p->o.generation, op->step, why[0] ? ": " : "", why);
+    return TT_ETIMEDOUT;
+}
+
 int ps_run_op(tt_ps_t *p, ps_op_t *op) {
     size_t n = p->lay.place.nshards;
     uint8_t *state = calloc(op->nitems ? 2 * op->nitems : 1, 1);
@@ -517,14 +536,10 @@ int ps_run_op(tt_ps_t *p, ps_op_t *op) {
             break;
         }
         if (now >= deadline) {
-            PS_ERR(p,
-                   "%zu of %zu %s item(s) unanswered after %d ms (generation %" PRIu64
-                   ", step %" PRIu64 ")",
-                   op->remaining, op->nitems, op->kind == PS_OP_PUSH ? "chunk" : "request",
-                   p->o.deadline_ms, p->o.generation, op->step);
-            rc = TT_ETIMEDOUT;
+            rc = timed_out(p, op, now);
             break;
         }
+        ps_check_links(p, now);
         rc = send_more(p, op, now, &blocked);
         if (rc == TT_OK && op->remaining > 0)
             rc = wait_replies(p, op, deadline, blocked);
@@ -571,10 +586,9 @@ static int open_sockets(tt_ps_t *p, char *err, size_t errlen) {
     /* Credits bound the queue; the marks only need to sit above them. */
     zo.sndhwm = zo.rcvhwm = 4 * p->o.credits + 16;
     for (size_t s = 0; s < n; s++) {
-        int rc = tt_zmq_dealer(p->zctx, p->lay.endpoints[s], &zo, &p->socks[s], err, errlen);
-        if (rc == TT_OK)
-            rc = tt_zmq_monitor_open(p->zctx, p->socks[s], LINK_EVENTS, &p->link[s].mon, err,
-                                     errlen);
+        tt_zmq_reach_init(&p->link[s].reach, tt_clock_mono_ms());
+        int rc = tt_zmq_dealer_watched(p->zctx, p->lay.endpoints[s], &zo, LINK_EVENTS, &p->socks[s],
+                                       &p->link[s].mon, err, errlen);
         if (rc != TT_OK)
             return rc;
     }

@@ -86,13 +86,18 @@ typedef struct ps_side {
     tt_ps_written_t w; /* the file asked about; the part once DONE */
 } ps_side_t;
 
-/* What the engine knows of its connection to one shard. */
+/* What the engine knows of its connection to one shard. Until a ZeroMQ
+ * handshake with it completes (`reach.met`), a dropped connection lost nothing
+ * (ZMQ_IMMEDIATE queues nothing before) and is only counted, so that a
+ * shard this rank cannot reach is named rather than reported as lost. */
 typedef struct ps_link {
     void *mon;             /* the DEALER's monitor PAIR */
     uint8_t down;          /* dropped and not connected again yet */
     uint8_t resetup;       /* send PsSetup before the next request */
     uint8_t setup_pending; /* that PsSetup is not answered yet */
     uint8_t refill_due;    /* dropped since the last push call began: tt_ps_tend refills */
+    uint8_t warned;        /* ps_check_links said it cannot connect */
+    tt_zmq_reach_t reach;  /* reach.met: a handshake with the shard completed */
 } ps_link_t;
 
 struct tt_ps {
@@ -153,6 +158,11 @@ int ps_keep_inputs(tt_ps_t *p);
 void ps_save_input(tt_ps_t *p, const ps_op_t *op, size_t i);
 /* Reads shard s's monitor and handles a lost connection. */
 int ps_watch_link(tt_ps_t *p, ps_op_t *op, size_t s, uint64_t now);
+/* Warns once of each shard this rank has not reached within
+ * tt_zmq_reach_warn_after(the call's deadline). */
+void ps_check_links(tt_ps_t *p, uint64_t now);
+/* Why shard s cannot be reached, into buf ("" once it was reached). */
+void ps_link_why(const tt_ps_t *p, size_t s, uint64_t now, char *buf, size_t len);
 /* An error reply to item i the engine can answer by sending it again: 1
  * with *rc (TT_OK, or why the call must end), 0 when it is not one. */
 int ps_recover_error(tt_ps_t *p, ps_op_t *op, size_t i, size_t s, const Tether__Error *e,

@@ -173,16 +173,20 @@ int ps_resetup_reply(tt_ps_t *p, size_t s, const tt_zmq_rx_t *rx) {
 }
 
 /* What a dropped connection to shard s means for the link, in a call or
- * between calls; n requests were in flight. */
+ * between calls; n requests were in flight. A connection that never
+ * completed a handshake (a peer that is no shard can take a request, as
+ * ZMTP 1.0 did, before it fails) is not told as a loss each time:
+ * ps_check_links names that shard once. */
 static void link_lost(tt_ps_t *p, size_t s, size_t n) {
     p->inflight[s] = 0;
     p->link[s].resetup = p->o.mode == TT_PS_AGGREGATE;
     p->link[s].setup_pending = 0;
     p->link[s].refill_due = p->saved != NULL;
-    TT_WARN(PS_SUBSYS,
-            "rank %d generation %" PRIu64 ": connection to shard %s lost; %zu request(s) "
-            "in flight go again once it is back",
-            p->o.rank, p->o.generation, p->lay.place.shard_ids[s], n);
+    if (p->link[s].reach.met)
+        TT_WARN(PS_SUBSYS,
+                "rank %d generation %" PRIu64 ": connection to shard %s lost; %zu request(s) "
+                "in flight go again once it is back",
+                p->o.rank, p->o.generation, p->lay.place.shard_ids[s], n);
 }
 
 /* The connection to shard s dropped. Its replies that arrived before the
@@ -212,6 +216,8 @@ static int shard_lost(tt_ps_t *p, ps_op_t *op, size_t s, uint64_t now) {
     }
     p->cursor[s] = op->first;
     link_lost(p, s, n);
+    if (rc == TT_OK && !p->link[s].reach.met)
+        return TT_OK; /* nothing was lost: the call's deadline bounds the tries */
     return rc == TT_OK ? recovered(p, op, s) : rc;
 }
 
@@ -219,16 +225,27 @@ static int shard_lost(tt_ps_t *p, ps_op_t *op, size_t s, uint64_t now) {
  * connection is made again. Why wait for that: ZeroMQ reports the drop
  * before it discards the dropped connection's queue, so a request sent in
  * between would vanish without an answer. */
+static void link_event(tt_ps_t *p, size_t s, uint16_t ev, int *lost) {
+    ps_link_t *l = &p->link[s];
+    tt_zmq_reach_event(&l->reach, ev);
+    if (ev == ZMQ_EVENT_CONNECTED || ev == ZMQ_EVENT_DISCONNECTED) {
+        l->down = ev == ZMQ_EVENT_DISCONNECTED;
+        /* Before any handshake nothing was queued (ZMQ_IMMEDIATE); a
+         * request counted in flight all the same is treated as lost. */
+        *lost |= l->down && (l->reach.met || p->inflight[s] > 0);
+    }
+}
+
 /* Reads every pending connection event of shard s's link; `down` follows
- * the last one. 1 when the connection dropped since the last read. */
+ * the last one. 1 when a connection that carried requests dropped since
+ * the last read. */
 static int read_link_events(tt_ps_t *p, size_t s) {
     uint16_t ev = 0;
     int32_t val = 0;
     int lost = 0, rc;
     while ((rc = tt_zmq_monitor_read(p->link[s].mon, &ev, &val)) != TT_EAGAIN) {
-        if (rc == TT_OK && (ev == ZMQ_EVENT_DISCONNECTED || ev == ZMQ_EVENT_CONNECTED))
-            p->link[s].down = ev == ZMQ_EVENT_DISCONNECTED;
-        lost |= rc == TT_OK && ev == ZMQ_EVENT_DISCONNECTED;
+        if (rc == TT_OK)
+            link_event(p, s, ev, &lost);
     }
     return lost;
 }
@@ -267,5 +284,27 @@ void tt_ps_tend(tt_ps_t *p) {
                     "contributing to it again this rank's input of the last step for %zu "
                     "chunk(s), for ranks that may still wait on that step",
                     p->o.rank, p->o.generation, p->lay.place.shard_ids[s], sent);
+    }
+}
+
+void ps_link_why(const tt_ps_t *p, size_t s, uint64_t now, char *buf, size_t len) {
+    char who[TT_WIRE_MAX_ID + 8];
+    snprintf(who, sizeof(who), "shard %s", p->lay.place.shard_ids[s]);
+    tt_zmq_reach_why(&p->link[s].reach, who, p->lay.endpoints[s], now, buf, len);
+}
+
+void ps_check_links(tt_ps_t *p, uint64_t now) {
+    uint64_t after = tt_zmq_reach_warn_after(p->o.deadline_ms);
+    for (size_t s = 0; s < p->lay.place.nshards; s++) {
+        ps_link_t *l = &p->link[s];
+        if (l->reach.met || l->warned || now < l->reach.since_ms + after)
+            continue;
+        char why[PS_ERRLEN];
+        ps_link_why(p, s, now, why, sizeof(why));
+        TT_WARN(PS_SUBSYS,
+                "rank %d generation %" PRIu64 ": %s (trying on until the call's deadline, "
+                "%d ms)",
+                p->o.rank, p->o.generation, why, p->o.deadline_ms);
+        l->warned = 1;
     }
 }

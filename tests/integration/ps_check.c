@@ -18,7 +18,11 @@
  *       pushes) reaches chunk 0 only and dies; rank 0's step fails on the
  *       other chunks; the survivor, alone in generation 2, redoes the step:
  *       chunk 0 must replay it, not apply it twice, so the parameters equal
- *       a single-process reference, as after the next step.
+ *       a single-process reference, as after the next step;
+ *   ps_check reach --coordinator EP --deadline-ms D
+ *       sets a job up on its one shard with a call deadline of D ms and
+ *       prints "SETUP <status> <sentence>": for a shard that advertises an
+ *       address this process cannot reach, the sentence must name it.
  * Every rank derives every rank's gradients from (case, step, rank, i), so
  * each can compute the exact expected result alone. Exit 0 on success. */
 #include "ps_fetch.h"
@@ -38,7 +42,7 @@
 
 typedef struct args {
     const char *mode, *coord, *job;
-    int rank, world, shards, min_shards;
+    int rank, world, shards, min_shards, deadline_ms;
 } args_t;
 
 static float grad(uint32_t kase, uint64_t step, int rank, uint64_t i) {
@@ -564,6 +568,28 @@ static int layout(const args_t *a) {
     return TT_OK;
 }
 
+static int reach(const args_t *a) {
+    tt_ps_tensor_t t[] = {{"x", 1000}};
+    tt_ps_layout_t lay;
+    int rc = fetch(a, a->job, t, 1, 0, &lay);
+    if (rc != TT_OK)
+        return rc;
+    tt_ps_opts_t o = {.rank = 0,
+                      .world = 1,
+                      .generation = 1,
+                      .job_id = a->job,
+                      .sender_id = "ps_check",
+                      .layout = &lay,
+                      .deadline_ms = a->deadline_ms};
+    tt_ps_t *ps = NULL;
+    char err[512] = "";
+    rc = tt_ps_create(&ps, &o, err, sizeof(err));
+    printf("SETUP %s %s\n", tt_status_name(rc), err);
+    tt_ps_destroy(&ps);
+    tt_ps_layout_free(&lay);
+    return TT_OK;
+}
+
 static int parse(int argc, char **argv, args_t *a) {
     *a = (args_t){.mode = argc > 1 ? argv[1] : "", .job = "odd", .world = 1, .shards = 1};
     for (int i = 2; i + 1 < argc; i += 2) {
@@ -579,6 +605,8 @@ static int parse(int argc, char **argv, args_t *a) {
             a->job = argv[i + 1];
         else if (strcmp(argv[i], "--min-shards") == 0)
             a->min_shards = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--deadline-ms") == 0)
+            a->deadline_ms = atoi(argv[i + 1]);
         else
             return TT_EINVAL;
     }
@@ -588,8 +616,8 @@ static int parse(int argc, char **argv, args_t *a) {
 int main(int argc, char **argv) {
     args_t a;
     if (parse(argc, argv, &a) != TT_OK) {
-        fprintf(stderr, "usage: ps_check worker|bad|layout|redo --coordinator EP [--rank R] "
-                        "[--world W] [--shards N] [--job J]\n");
+        fprintf(stderr, "usage: ps_check worker|bad|layout|redo|reach --coordinator EP [--rank R] "
+                        "[--world W] [--shards N] [--job J] [--deadline-ms D]\n");
         return 2;
     }
     int rc = TT_EINVAL;
@@ -601,6 +629,8 @@ int main(int argc, char **argv) {
         rc = layout(&a);
     else if (strcmp(a.mode, "redo") == 0)
         rc = redo(&a);
+    else if (strcmp(a.mode, "reach") == 0)
+        rc = reach(&a);
     if (rc != TT_OK)
         fprintf(stderr, "ps_check %s failed: %s\n", a.mode, tt_status_name(rc));
     return rc == TT_OK ? 0 : 1;

@@ -6,9 +6,11 @@ sizes with unequal example counts and must get the exact sum / total count;
 optimizer mode must match a single-process reference over 20 steps; bad
 pushes are refused while the shard keeps serving; a killed shard drops out
 of the placement."""
+import socket
+import threading
 import time
 
-from tt_harness import binary, run_tests, wait_for
+from tt_harness import binary, free_port, run_tests, wait_for
 
 
 def cluster(h, nshards=2):
@@ -121,9 +123,85 @@ def test_optimizer_step_redone_after_regroup_is_not_applied_twice(h):
     assert len(replayed) == 1, replayed  # chunk 0, once, for the survivor
 
 
+class NotAShard:
+    """A TCP listener that is no shard: it answers each connection as an
+    HTTP server answers bytes it cannot parse, and closes it (a Service
+    port pointing at the shard's --http port looks like this)."""
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            try:
+                c.sendall(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n")
+            except OSError:
+                pass
+            c.close()
+
+    def close(self):
+        self.sock.close()
+
+
+def reach(h, advertise, name):
+    """A coordinator and one shard advertising `advertise` (None: its own
+    address); the outcome of setting a job up on it with a 2 s deadline."""
+    coord = h.coordinator(name=f"coord_{name}")
+    extra = ("--advertise", advertise) if advertise else ()
+    h.shard(coord, f"s_{name}", extra=extra)
+    wait_for(lambda: len(h.ctl_json(coord.endpoint, "shards")["shards"]) == 1, 5,
+             f"shard of {name} registered")
+    p = ps_check(h, coord, "reach", name, "--job", name, "--deadline-ms", "2000", shards=1)
+    lines = finish(p, 30)
+    setup = [l for l in lines if l.startswith("SETUP")]
+    assert len(setup) == 1, lines
+    return setup[0], p.lines("log")
+
+
+def test_unreachable_shard_is_named(h):
+    """A shard whose advertised address the worker cannot reach (a wrong
+    --advertise, a port nothing listens on, a peer that is no shard) used
+    to leave the worker silent until the call's deadline, then say "1 of 1
+    request item(s) unanswered" without naming it; a peer that accepts TCP
+    and is no shard gave a "connection lost" line every ~100 ms. Now the
+    worker warns once at half the deadline (at most 5 s) and fails naming
+    the shard, the address and what happened there."""
+    good, log = reach(h, None, "good")
+    assert good.startswith("SETUP OK"), good
+    assert not [l for l in log if "WARN" in l], log
+    port = free_port()  # claimed, and nothing listens on it
+    refused, log = reach(h, f"tcp://127.0.0.1:{port}", "refused")
+    print(f"  refused: {refused}")
+    assert refused.startswith("SETUP ETIMEDOUT"), refused
+    assert f"cannot connect to shard s_refused at tcp://127.0.0.1:{port}" in refused, refused
+    warned = [l for l in log if "cannot connect to shard s_refused" in l]
+    assert len(warned) == 1 and "trying on until the call's deadline" in warned[0], log
+    assert not [l for l in log if "lost" in l], log
+    other = NotAShard()
+    try:
+        wrong, log = reach(h, f"tcp://127.0.0.1:{other.port}", "wrong")
+    finally:
+        other.close()
+    print(f"  not a shard: {wrong}")
+    assert wrong.startswith("SETUP ETIMEDOUT"), wrong
+    assert f"shard s_wrong at tcp://127.0.0.1:{other.port}" in wrong, wrong
+    assert "completed no ZeroMQ handshake" in wrong, wrong
+    assert len([l for l in log if "completed no ZeroMQ handshake" in l]) == 1, log
+    assert not [l for l in log if "lost" in l], log
+
+
 if __name__ == "__main__":
     run_tests([test_four_workers_exact_sums_and_optimizer,
                test_bad_pushes_refused_and_shard_keeps_serving,
                test_shards_listed_and_placement_follows_shard_loss,
                test_first_placement_waits_for_min_shards,
-               test_optimizer_step_redone_after_regroup_is_not_applied_twice])
+               test_optimizer_step_redone_after_regroup_is_not_applied_twice,
+               test_unreachable_shard_is_named])

@@ -1,0 +1,124 @@
+/* Unit tests of tt_zmq's reach record (tt_zmq_reach_*), the part of the
+ * socket factory that tells why a connecting socket has not reached its
+ * peer: the event bookkeeping on its own, then a DEALER's real monitor
+ * against the three peers an operator must tell apart on 127.0.0.1 —
+ * nothing listening, a TCP listener that is no ZeroMQ peer, a ROUTER. */
+#include "tt_clock.h"
+#include "tt_cunit.h"
+#include "tt_status.h"
+#include "tt_zmq.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static void reach_counts_until_a_handshake(void) {
+    tt_zmq_reach_t r;
+    char why[512];
+    tt_zmq_reach_init(&r, 1000);
+    tt_zmq_reach_event(&r, ZMQ_EVENT_CONNECT_RETRIED);
+    tt_zmq_reach_event(&r, ZMQ_EVENT_CONNECT_RETRIED);
+    tt_zmq_reach_why(&r, "shard s0", "tcp://10.0.0.9:7700", 3500, why, sizeof(why));
+    CU_ASSERT_STRING_EQUAL(why, "cannot connect to shard s0 at tcp://10.0.0.9:7700, its advertised "
+                                "address (2 attempt(s) failed in 2500 ms): is it running, and "
+                                "reachable from this host?");
+    tt_zmq_reach_event(&r, ZMQ_EVENT_CONNECTED);
+    tt_zmq_reach_event(&r, ZMQ_EVENT_DISCONNECTED); /* not counted: not a reach event */
+    tt_zmq_reach_why(&r, "rank 2", "tcp://h:1", 4000, why, sizeof(why));
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "rank 2 at tcp://h:1, its advertised address, took 1 TCP "
+                                       "connection(s) in 3000 ms and completed no ZeroMQ "
+                                       "handshake"));
+    tt_zmq_reach_event(&r, ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
+    tt_zmq_reach_event(&r, ZMQ_EVENT_CONNECT_RETRIED); /* a later drop: not this record's */
+    tt_zmq_reach_event(&r, ZMQ_EVENT_CONNECTED);
+    CU_ASSERT_EQUAL(r.met, 1);
+    CU_ASSERT_EQUAL(r.tries, 2);
+    CU_ASSERT_EQUAL(r.tcp_ups, 1);
+    tt_zmq_reach_why(&r, "rank 2", "tcp://h:1", 5000, why, sizeof(why));
+    CU_ASSERT_STRING_EQUAL(why, "");
+    CU_ASSERT_EQUAL(tt_zmq_reach_warn_after(60000), 5000);
+    CU_ASSERT_EQUAL(tt_zmq_reach_warn_after(2000), 1000);
+    CU_ASSERT_EQUAL(tt_zmq_reach_warn_after(0), 0);
+    tt_zmq_reach_init(&r, 0); /* a clock behind the start says 0 ms, not a wrapped count */
+    tt_zmq_reach_why(&r, "x", "y", 0, why, sizeof(why));
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "failed in 0 ms"));
+}
+
+/* A DEALER to `ep` whose monitor feeds a reach record for up to `ms`, or
+ * until `until_met`; returns the record's sentence in why. */
+static tt_zmq_reach_t watch(void *zctx, const char *ep, int ms, int until_met, char *why,
+                            size_t len) {
+    tt_zmq_reach_t r;
+    void *d = NULL, *mon = NULL;
+    char err[256] = "";
+    tt_zmq_reach_init(&r, tt_clock_mono_ms());
+    CU_ASSERT_EQUAL_FATAL(
+        tt_zmq_dealer_watched(zctx, ep, NULL, TT_ZMQ_REACH_EVENTS, &d, &mon, err, sizeof(err)),
+        TT_OK);
+    uint64_t end = tt_clock_mono_ms() + (uint64_t)ms;
+    while (tt_clock_mono_ms() < end && !(until_met && r.met)) {
+        zmq_pollitem_t it = {mon, 0, ZMQ_POLLIN, 0};
+        zmq_poll(&it, 1, 20);
+        uint16_t ev;
+        int32_t val;
+        while (tt_zmq_monitor_read(mon, &ev, &val) == TT_OK)
+            tt_zmq_reach_event(&r, ev);
+    }
+    tt_zmq_reach_why(&r, "peer p", ep, tt_clock_mono_ms(), why, len);
+    tt_zmq_close(&mon); /* before its socket */
+    tt_zmq_close(&d);
+    return r;
+}
+
+/* A loopback TCP socket that listens and never accepts: the kernel
+ * completes the connection, and nothing answers ZeroMQ's greeting. */
+static int mute_listener(char *ep, size_t len) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(fd, 16) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &alen) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    snprintf(ep, len, "tcp://127.0.0.1:%d", ntohs(a.sin_port));
+    return fd;
+}
+
+static void reach_of_real_peers(void) {
+    void *zctx = zmq_ctx_new();
+    char why[512], ep[64], err[256] = "";
+    /* Nothing listens on port 1: refused, retried. */
+    tt_zmq_reach_t r = watch(zctx, "tcp://127.0.0.1:1", 500, 0, why, sizeof(why));
+    CU_ASSERT(r.tries > 0 && r.tcp_ups == 0 && !r.met);
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "cannot connect to peer p at tcp://127.0.0.1:1"));
+    /* A TCP listener that is no ZeroMQ peer. */
+    int fd = mute_listener(ep, sizeof(ep));
+    CU_ASSERT_FATAL(fd >= 0);
+    r = watch(zctx, ep, 300, 0, why, sizeof(why));
+    CU_ASSERT(r.tcp_ups > 0 && !r.met);
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "completed no ZeroMQ handshake"));
+    close(fd);
+    /* A ROUTER: the handshake completes and the sentence is empty. */
+    void *router = NULL;
+    CU_ASSERT_EQUAL_FATAL(
+        tt_zmq_router(zctx, "tcp://127.0.0.1:0", NULL, &router, ep, sizeof(ep), err, sizeof(err)),
+        TT_OK);
+    r = watch(zctx, ep, 5000, 1, why, sizeof(why));
+    CU_ASSERT_EQUAL(r.met, 1);
+    CU_ASSERT_STRING_EQUAL(why, "");
+    tt_zmq_close(&router);
+    zmq_ctx_term(zctx);
+}
+
+static const tt_cunit_test_t tests[] = {
+    {"reach_counts_until_a_handshake", reach_counts_until_a_handshake},
+    {"reach_of_real_peers", reach_of_real_peers},
+    {NULL, NULL},
+};
+
+TT_CUNIT_MAIN("zmq", tests)
