@@ -485,15 +485,54 @@ static void log_links(const tt_ring_t *r) {
                           : ", over TCP on the others");
 }
 
+/* The right neighbour's advertised address has not reached it (no
+ * ZeroMQ handshake on the PUSH): into buf, or "" once it has. */
+static void right_why(const tt_ring_t *r, uint64_t now, char *buf, size_t len) {
+    char who[32];
+    snprintf(who, sizeof(who), "rank %d", r->right);
+    tt_zmq_reach_why(&r->right_reach, who, r->right_ep, now, buf, len);
+}
+
+/* Warns once (tt_zmq_reach_warn_after) of a right neighbour the PUSH
+ * has not reached: it has not opened this generation's ring yet, or its
+ * address does not reach it from here. */
+static void warn_unreached(coll_t *c, uint64_t start, uint64_t now) {
+    tt_ring_t *r = c->r;
+    uint64_t after = tt_zmq_reach_warn_after(r->deadline_ms);
+    if (r->right_warned || r->right_reach.met || now < start + after)
+        return;
+    char why[ERRLEN];
+    right_why(r, now, why, sizeof(why));
+    TT_WARN(SUBSYS,
+            "gen=%llu rank %d: %s (it may not have opened this generation's ring yet; trying on "
+            "until the deadline, %d ms)",
+            (unsigned long long)r->gen, r->rank, why, r->deadline_ms);
+    r->right_warned = 1;
+}
+
+/* The handshake's deadline passed: a right neighbour never reached is
+ * the cause to name, else the left, whose HELLO or READY did not come. */
+static int fail_handshake(coll_t *c, uint64_t now) {
+    char why[ERRLEN - 128], op[96], text[ERRLEN];
+    right_why(c->r, now, why, sizeof(why));
+    if (why[0] == '\0')
+        return fail_timeout(c, c->r->left, " to join the ring of this generation");
+    describe_op(c, op, sizeof(op));
+    snprintf(text, sizeof(text), "timed out after %d ms joining the ring (%s): %s",
+             c->r->deadline_ms, op, why);
+    return ring_fail(c, TT_ETIMEDOUT, c->r->right, c->r->rank, text);
+}
+
 static int handshake(coll_t *c) {
     tt_ring_t *r = c->r;
-    uint64_t last_hello = 0;
+    uint64_t last_hello = 0, start = tt_clock_mono_ms();
     for (;;) {
         uint64_t now = tt_clock_mono_ms();
         if (tt_wake_raised(&r->wake))
             return fail_interrupted(c);
         if (now >= c->deadline_at)
-            return fail_timeout(c, r->left, " to join the ring of this generation");
+            return fail_handshake(c, now);
+        warn_unreached(c, start, now);
         if (r->rank == 0 && since(last_hello, now) >= HELLO_IVL_MS) {
             send_hello(c);
             last_hello = now;
@@ -564,7 +603,7 @@ static int wait_released(coll_t *c) {
         if (it[0].revents && read(r->evfd, &v, sizeof(v)) < 0)
             v = 0; /* EAGAIN: another wake-up raced us; the loop re-checks */
         if (it[1].revents)
-            tt_ring_net_drain(r->mon_push, &r->right_gone_ms, NULL);
+            tt_ring_net_drain(r->mon_push, &r->right_gone_ms, NULL, &r->right_reach);
     }
     return TT_OK;
 }

@@ -9,6 +9,7 @@
 #include "tt_ring.h"
 #include "tt_shmpool.h"
 #include "tt_wake.h"
+#include "tt_zmq.h"
 
 #include <stdatomic.h>
 #include <stddef.h>
@@ -43,6 +44,11 @@ struct tt_ring {
     atomic_long zc_pending; /* zero-copy frames ZeroMQ still references */
     uint64_t left_gone_ms, right_gone_ms;
     int left_conns; /* connections accepted on the PULL and still open */
+    /* The PUSH's way to the right: a neighbour whose advertised address
+     * does not reach it is named in the handshake (warned once). */
+    tt_zmq_reach_t right_reach;
+    int right_warned;
+    char right_ep[256];
     tt_flight_t *flight;
     void (*idle)(void *ctx); /* tt_ring_opts_t.idle */
     void *idle_ctx;
@@ -107,9 +113,10 @@ int tt_ring_net_open(tt_ring_t *r, const tt_ring_opts_t *o, char *err, size_t er
 int tt_ring_net_set_int(void *s, int opt, int v);
 
 /* Reads every pending monitor event of `mon` into *gone_ms (when the peer
- * went away, 0 while connected); `conns` counts a PULL's connections
+ * went away, 0 while connected) and `reach` (the PUSH's; NULL for the
+ * PULL); `conns` counts a PULL's connections
  * (NULL for the PUSH). */
-void tt_ring_net_drain(void *mon, uint64_t *gone_ms, int *conns);
+void tt_ring_net_drain(void *mon, uint64_t *gone_ms, int *conns, tt_zmq_reach_t *reach);
 
 /* Sleeps until input, a monitor event, an interrupt or `tmo` ms. */
 void tt_ring_net_poll(tt_ring_t *r, int64_t tmo);

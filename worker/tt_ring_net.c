@@ -32,7 +32,7 @@ int tt_ring_net_set_int(void *s, int opt, int v) {
 }
 
 /* Connection events a ring socket's monitor PAIR reports. */
-#define RING_MON_EVENTS (ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED | ZMQ_EVENT_ACCEPTED)
+#define RING_MON_EVENTS (ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_ACCEPTED | TT_ZMQ_REACH_EVENTS)
 
 /* The ring port was advertised with the generation, so it cannot change
  * now; a port held for a moment (another process probing for a free one,
@@ -116,6 +116,8 @@ int tt_ring_net_open(tt_ring_t *r, const tt_ring_opts_t *o, char *err, size_t er
     zmq_ctx_set(r->zctx, ZMQ_BLOCKY, 0);
     TT_CHECK_GOTO(ring_socket(r, ZMQ_PULL, bind_ep, 1, maxmsg, &r->pull, &r->mon_pull, err, errlen),
                   rc, out);
+    tt_zmq_reach_init(&r->right_reach, tt_clock_mono_ms());
+    snprintf(r->right_ep, sizeof(r->right_ep), "%s", o->endpoints[r->right]);
     TT_CHECK_GOTO(ring_socket(r, ZMQ_PUSH, o->endpoints[r->right], 0, maxmsg, &r->push,
                               &r->mon_push, err, errlen),
                   rc, out);
@@ -137,13 +139,15 @@ out:
  * its old neighbour's endpoint, and that stale connection's close must not
  * be taken for the left neighbour's. The left counts as gone only when no
  * accepted connection is left (*conns; NULL for the PUSH, which has one). */
-void tt_ring_net_drain(void *mon, uint64_t *gone_ms, int *conns) {
+void tt_ring_net_drain(void *mon, uint64_t *gone_ms, int *conns, tt_zmq_reach_t *reach) {
     uint16_t id;
     int32_t fd;
     int rc;
     while ((rc = tt_zmq_monitor_read(mon, &id, &fd)) != TT_EAGAIN) {
         if (rc != TT_OK)
             continue;
+        if (reach != NULL)
+            tt_zmq_reach_event(reach, id);
         if (id == ZMQ_EVENT_CONNECTED || id == ZMQ_EVENT_ACCEPTED) {
             *gone_ms = 0;
             if (conns != NULL)
@@ -184,9 +188,9 @@ void tt_ring_net_poll(tt_ring_t *r, int64_t tmo) {
     if (zmq_poll(it, 4, (long)tmo) < 0)
         return; /* EINTR: the caller just tries again */
     if (it[1].revents)
-        tt_ring_net_drain(r->mon_pull, &r->left_gone_ms, &r->left_conns);
+        tt_ring_net_drain(r->mon_pull, &r->left_gone_ms, &r->left_conns, NULL);
     if (it[2].revents)
-        tt_ring_net_drain(r->mon_push, &r->right_gone_ms, NULL);
+        tt_ring_net_drain(r->mon_push, &r->right_gone_ms, NULL, &r->right_reach);
 }
 
 /* ---- life cycle and accessors ---- */

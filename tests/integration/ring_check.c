@@ -7,22 +7,23 @@
  * min/max; broadcast; barrier), a desync (one rank broadcasts while the
  * others all-reduce: every rank fails with TT_EDESYNC in < 5 s naming both),
  * a SIGSTOPped rank (the others time out naming it) and a SIGKILLed rank
- * (the others fail fast), and a rank on an older generation (its messages
- * are dropped, never mixed in). A regroup
- * where one rank keeps its old ring a while (the new ring's handshake
- * keeps the first frames from being lost) and an interrupted ring; a rank
- * of another job that reaches a rank's endpoint with an ABORT of the same
- * generation number (dropped as foreign). Between ranks of one host the
- * payloads go through shared memory unless the ring is told otherwise:
- * "sum" checks that they did, "sum-tcp" runs the same over TCP only, and
- * "sum-mixed" with rank 2 of 4 on TCP (as a rank on another host would
- * be): its two links carry TCP, the other two shared memory;
+ * (the others fail fast), a rank advertised at an address where nothing
+ * listens (its left neighbour names it and the address: "unreached"), and
+ * a rank on an older generation (its messages are dropped, never mixed
+ * in). A regroup where one rank keeps its old ring a while (the new ring's
+ * handshake keeps the first frames from being lost) and an interrupted
+ * ring; a rank of another job that reaches a rank's endpoint with an ABORT
+ * of the same generation number (dropped as foreign). Between ranks of one
+ * host the payloads go through shared memory unless the ring is told
+ * otherwise: "sum" checks that they did, "sum-tcp" runs the same over TCP
+ * only, and "sum-mixed" with rank 2 of 4 on TCP (as a rank on another host
+ * would be): its two links carry TCP, the other two shared memory;
  * "sum-fewslots" gives every rank a pool of one slot, so that on every
- * link units through shared memory and over TCP alternate, in order. "sum" also
- * sums an int64 per rank riding with float32 sums (the step's example
+ * link units through shared memory and over TCP alternate, in order. "sum"
+ * also sums an int64 per rank riding with float32 sums (the step's example
  * count), and "desync" includes a rank that leaves it out. Usage:
- * ring_check
- * [all|sum|sum-tcp|sum-mixed|sum-fewslots|desync|stale|regroup|foreign|stop|kill]. */
+ * ring_check [all|sum|sum-tcp|sum-mixed|sum-fewslots|desync|stale|regroup|
+ * foreign|stop|kill|unreached]. */
 #include "tt_clock.h"
 #include "tt_collseq.h"
 #include "tt_log.h"
@@ -52,6 +53,11 @@ typedef struct world {
     int shm_slots; /* tt_ring_opts_t.shm_slots of every rank */
     char eps[MAXW][64];
     const char *ep[MAXW];
+    /* "unreached": the last rank binds eps[w-1] and is advertised to the
+     * others at `wrong`, where nothing listens. */
+    int unreached;
+    char wrong[64];
+    const char *told[MAXW];
     int notify[2]; /* child -> parent: "ready to be stopped/killed" */
 } world_t;
 
@@ -368,11 +374,34 @@ static int scen_foreign(tt_ring_t *r, int rank, const world_t *wd) {
     return bad;
 }
 
+/* The last rank advertises an address where nothing listens: its left
+ * neighbour must fail naming it and that address, not only "timed out
+ * waiting"; the others time out (no HELLO comes round). */
+static int scen_unreached(tt_ring_t *r, int rank, const world_t *wd) {
+    float x = 1;
+    uint64_t t0 = tt_clock_mono_ms();
+    int rc = tt_ring_allreduce(r, &x, 1, TT_DT_FLOAT32, TT_RED_SUM);
+    const char *msg = tt_ring_last_error(r);
+    if (rc != TT_ETIMEDOUT)
+        FAIL("got %s (%s), want ETIMEDOUT", tt_status_name(rc), msg);
+    if (rank == wd->w - 2) {
+        char want[128];
+        snprintf(want, sizeof(want), "cannot connect to rank %d at %s", wd->w - 1, wd->wrong);
+        if (strstr(msg, want) == NULL || tt_ring_suspect(r) != wd->w - 1)
+            FAIL("suspect %d, and not '%s' in: %s", tt_ring_suspect(r), want, msg);
+    }
+    fprintf(stderr, "ring_check rank %d: failed as expected after %llu ms: %s\n", rank,
+            (unsigned long long)(tt_clock_mono_ms() - t0), msg);
+    return 0;
+}
+
 static tt_ring_t *make_ring(int rank, const world_t *wd, uint64_t gen) {
+    int last = wd->w - 1;
     tt_ring_opts_t o = {.rank = rank,
                         .world = wd->w,
                         .generation = gen,
-                        .endpoints = wd->ep,
+                        .endpoints = wd->unreached ? wd->told : wd->ep,
+                        .bind_endpoint = wd->unreached && rank == last ? wd->ep[last] : NULL,
                         .deadline_ms = wd->deadline_ms,
                         .job_tag = tt_collseq_job_tag("ring_check"),
                         .tcp_only = wd->tcp_only || rank == wd->tcp_rank,
@@ -437,6 +466,15 @@ static int run_world(int w, int deadline_ms, scenario_fn fn, int victim_sig, con
     uint64_t t0 = tt_clock_mono_ms();
     if (pick_ports(&wd) != 0 || pipe(wd.notify) != 0)
         return w;
+    if (fn == scen_unreached) {
+        world_t spare = {.w = 1};
+        if (pick_ports(&spare) != 0)
+            return w;
+        wd.unreached = 1;
+        snprintf(wd.wrong, sizeof(wd.wrong), "%s", spare.eps[0]);
+        for (int i = 0; i < w; i++)
+            wd.told[i] = i == w - 1 ? wd.wrong : wd.ep[i];
+    }
     fflush(NULL);
     for (int i = 0; i < w; i++) {
         pids[i] = fork();
@@ -492,6 +530,8 @@ int main(int argc, char **argv) {
         bad += run_world(3, 2000, scen_stop, SIGSTOP, "sigstop");
     if (all || !strcmp(which, "kill"))
         bad += run_world(3, 30000, scen_kill, SIGKILL, "sigkill");
+    if (all || !strcmp(which, "unreached"))
+        bad += run_world(3, 2000, scen_unreached, 0, "unreached");
     printf("ring_check: %s\n", bad ? "FAILED" : "all ok");
     return bad ? 1 : 0;
 }
