@@ -1,5 +1,6 @@
 /* tt_zmq: socket construction and envelope framing. */
 #include "tt_zmq.h"
+#include "tt_clock.h"
 #include "tt_log.h"
 #include "tt_status.h"
 
@@ -111,7 +112,7 @@ static int dealer_open(void *zctx, const char *endpoint, const tt_zmq_opts_t *o,
     if (rc != TT_OK || zmq_connect(s, endpoint) != 0) {
         ZSET_ERR(err, errlen, "cannot connect to %s: %s", endpoint, zmq_strerror(errno));
         if (mon != NULL)
-            tt_zmq_close(mon); /* before its socket */
+            tt_zmq_monitor_close(s, mon);
         zmq_close(s);
         return TT_ESYS;
     }
@@ -306,13 +307,18 @@ int tt_zmq_send(void *sock, const void *peer, size_t peer_len, const tt_env_t *e
 int tt_zmq_monitor_open(void *zctx, void *sock, int events, void **pair, char *err, size_t errlen) {
     char ep[96];
     *pair = NULL;
-    snprintf(ep, sizeof(ep), "inproc://tt-monitor-%p", sock);
+    /* The time makes the name unique: a socket made after another was
+     * closed may get its address while the old monitor still holds the
+     * name, and connecting to that one would yield no events at all. */
+    snprintf(ep, sizeof(ep), "inproc://tt-monitor-%p-%llu", sock,
+             (unsigned long long)tt_clock_mono_ns());
     if (zmq_socket_monitor(sock, ep, events) != 0) {
         ZSET_ERR(err, errlen, "zmq_socket_monitor: %s", zmq_strerror(errno));
         return TT_ESYS;
     }
     void *p = zmq_socket(zctx, ZMQ_PAIR);
-    if (p == NULL || set_int(p, ZMQ_LINGER, 0) != 0 || zmq_connect(p, ep) != 0) {
+    if (p == NULL || set_int(p, ZMQ_LINGER, 0) != 0 || set_int(p, ZMQ_RCVHWM, 0) != 0 ||
+        zmq_connect(p, ep) != 0) {
         ZSET_ERR(err, errlen, "monitor connect %s: %s", ep, zmq_strerror(errno));
         if (p != NULL)
             zmq_close(p);
@@ -321,6 +327,14 @@ int tt_zmq_monitor_open(void *zctx, void *sock, int events, void **pair, char *e
     }
     *pair = p;
     return TT_OK;
+}
+
+void tt_zmq_monitor_close(void *sock, void **pair) {
+    if (pair == NULL || *pair == NULL)
+        return;
+    if (sock != NULL)
+        zmq_socket_monitor(sock, NULL, 0);
+    tt_zmq_close(pair);
 }
 
 int tt_zmq_monitor_read(void *pair, uint16_t *event, int32_t *value) {
@@ -363,18 +377,18 @@ void tt_zmq_reach_event(tt_zmq_reach_t *r, uint16_t event) {
 }
 
 void tt_zmq_reach_why(const tt_zmq_reach_t *r, const char *who, const char *endpoint,
-                      uint64_t now_ms, char *buf, size_t len) {
+                      const char *what, uint64_t now_ms, char *buf, size_t len) {
     unsigned long long ms = now_ms > r->since_ms ? (unsigned long long)(now_ms - r->since_ms) : 0;
     if (r->met)
         snprintf(buf, len, "%s", "");
     else if (r->tcp_ups > 0)
         snprintf(buf, len,
-                 "%s at %s, its advertised address, took %u TCP connection(s) in %llu ms and "
-                 "completed no ZeroMQ handshake: is something else listening there?",
-                 who, endpoint, r->tcp_ups, ms);
+                 "%s at %s (%s) took %u TCP connection(s) in %llu ms and completed no ZeroMQ "
+                 "handshake: is something else listening there?",
+                 who, endpoint, what, r->tcp_ups, ms);
     else
         snprintf(buf, len,
-                 "cannot connect to %s at %s, its advertised address (%u attempt(s) failed in "
-                 "%llu ms): is it running, and reachable from this host?",
-                 who, endpoint, r->tries, ms);
+                 "cannot connect to %s at %s (%s; %u attempt(s) failed in %llu ms): is it "
+                 "running, and reachable from this host?",
+                 who, endpoint, what, r->tries, ms);
 }

@@ -92,8 +92,16 @@ int tt_zmq_send(void *sock, const void *peer, size_t peer_len, const tt_env_t *e
 
 /* Opens a monitor on `sock` for the ZMQ_EVENT_* bits in `events` and
  * returns the inproc PAIR that receives them (*pair, owned by the caller,
- * close with tt_zmq_close before closing `sock`). */
+ * closed with tt_zmq_monitor_close before `sock`). ZeroMQ sends events
+ * blocking, from its I/O thread: the PAIR's queue is unbounded so that
+ * events nobody reads for a while (a peer retried every 100 ms between
+ * two calls) cannot stall that thread. */
 int tt_zmq_monitor_open(void *zctx, void *sock, int events, void **pair, char *err, size_t errlen);
+
+/* Stops `sock`'s monitor, then closes its PAIR (*pair = NULL). In that
+ * order: an event sent to a monitor whose PAIR is gone blocks ZeroMQ's I/O
+ * thread for good, and with it every socket of the context. */
+void tt_zmq_monitor_close(void *sock, void **pair);
 
 /* Reads one monitor event without blocking: TT_OK with *event (ZMQ_EVENT_*)
  * and *value (the fd for connection events), or TT_EAGAIN. */
@@ -120,10 +128,11 @@ void tt_zmq_reach_init(tt_zmq_reach_t *r, uint64_t now_ms);
  * misconfigured or down, and the deadline may be a minute away). */
 uint64_t tt_zmq_reach_warn_after(int deadline_ms);
 void tt_zmq_reach_event(tt_zmq_reach_t *r, uint16_t event);
-/* Why `who` (e.g. "shard s0") at `endpoint` is not reached: a sentence
+/* Why `who` (e.g. "shard s0") at `endpoint`, which `what` says where it
+ * came from (e.g. "its advertised address"), is not reached: a sentence
  * into buf, or "" once met. */
 void tt_zmq_reach_why(const tt_zmq_reach_t *r, const char *who, const char *endpoint,
-                      uint64_t now_ms, char *buf, size_t len);
+                      const char *what, uint64_t now_ms, char *buf, size_t len);
 
 /* Nonzero when the socket has a message ready (ZMQ_EVENTS & ZMQ_POLLIN). */
 int tt_zmq_readable(void *sock);

@@ -641,7 +641,7 @@ void tt_ps_destroy(tt_ps_t **pp) {
     *pp = NULL;
     for (size_t s = 0; p->socks != NULL && s < p->lay.place.nshards; s++) {
         if (p->link != NULL)
-            tt_zmq_close(&p->link[s].mon); /* before its socket (tt_zmq_monitor_open) */
+            tt_zmq_monitor_close(p->socks[s], &p->link[s].mon);
         tt_zmq_close(&p->socks[s]);
     }
     if (p->zctx != NULL)

@@ -290,7 +290,8 @@ void tt_ps_tend(tt_ps_t *p) {
 void ps_link_why(const tt_ps_t *p, size_t s, uint64_t now, char *buf, size_t len) {
     char who[TT_WIRE_MAX_ID + 8];
     snprintf(who, sizeof(who), "shard %s", p->lay.place.shard_ids[s]);
-    tt_zmq_reach_why(&p->link[s].reach, who, p->lay.endpoints[s], now, buf, len);
+    tt_zmq_reach_why(&p->link[s].reach, who, p->lay.endpoints[s], "its advertised address", now,
+                     buf, len);
 }
 
 void ps_check_links(tt_ps_t *p, uint64_t now) {

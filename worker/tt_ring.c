@@ -490,7 +490,7 @@ static void log_links(const tt_ring_t *r) {
 static void right_why(const tt_ring_t *r, uint64_t now, char *buf, size_t len) {
     char who[32];
     snprintf(who, sizeof(who), "rank %d", r->right);
-    tt_zmq_reach_why(&r->right_reach, who, r->right_ep, now, buf, len);
+    tt_zmq_reach_why(&r->right_reach, who, r->right_ep, "its advertised endpoint", now, buf, len);
 }
 
 /* Warns once (tt_zmq_reach_warn_after) of a right neighbour the PUSH

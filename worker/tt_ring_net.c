@@ -271,6 +271,8 @@ void tt_ring_destroy(tt_ring_t **rp) {
                  "gen=%llu rank %d: %llu data unit(s) sent through shared memory, %llu over TCP",
                  (unsigned long long)r->gen, r->rank, (unsigned long long)r->shm_units,
                  (unsigned long long)r->tcp_units);
+    tt_zmq_monitor_close(r->push, &r->mon_push);
+    tt_zmq_monitor_close(r->pull, &r->mon_pull);
     if (r->push != NULL) { /* bounded linger: flush our last frames or ABORT */
         tt_ring_net_set_int(r->push, ZMQ_LINGER, r->failed ? 500 : 2000);
         zmq_close(r->push); /* not tt_zmq_close, which sets linger 0 */
@@ -278,8 +280,6 @@ void tt_ring_destroy(tt_ring_t **rp) {
     if (r->stashed)
         zmq_msg_close(&r->stash.body);
     tt_zmq_close(&r->pull);
-    tt_zmq_close(&r->mon_push);
-    tt_zmq_close(&r->mon_pull);
     if (r->zctx != NULL)
         zmq_ctx_term(r->zctx); /* returns once every zero-copy frame is freed */
     if (r->evfd >= 0)

@@ -423,9 +423,7 @@ void tt_coord_destroy(tt_coord_t **cp) {
         free(o);
     }
     free(c->save_buf);
-    if (c->router != NULL)
-        zmq_socket_monitor(c->router, NULL, 0);
-    tt_zmq_close(&c->monitor);
+    tt_zmq_monitor_close(c->router, &c->monitor);
     tt_zmq_close(&c->router);
     if (c->zctx != NULL)
         zmq_ctx_term(c->zctx);

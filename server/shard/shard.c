@@ -19,7 +19,8 @@
             snprintf((err), (errlen), __VA_ARGS__);                                                \
     } while (0)
 
-#define TICK_MS 50
+#define TICK_MS       50
+#define COORD_WARN_MS 5000 /* a coordinator unreached this long is named */
 
 void shard_send(tt_shard_t *s, const uint8_t *peer, size_t peer_len, const tt_env_t *env,
                 const tt_zmq_payload_t *pl, size_t npl) {
@@ -119,9 +120,45 @@ static void on_dealer(void *sock, void *arg) {
     tt_zmq_rx_close(&rx);
 }
 
+/* Reads the dealer's connection events; says once when the coordinator
+ * has not been reached for COORD_WARN_MS (never, or since its connection
+ * dropped), and when it is reached again after that. */
+static void watch_coordinator(tt_shard_t *s, uint64_t now) {
+    uint16_t ev;
+    int32_t val;
+    while (s->dealer_mon != NULL && tt_zmq_monitor_read(s->dealer_mon, &ev, &val) == TT_OK) {
+        tt_zmq_reach_event(&s->coord_reach, ev);
+        if (ev == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+            if (s->coord_warned)
+                TT_WARN("shard", "connected to the coordinator at %s: heartbeats reach it again",
+                        s->coordinator);
+            s->coord_down_ms = 0;
+            s->coord_warned = 0;
+        } else if (ev == ZMQ_EVENT_DISCONNECTED && s->coord_reach.met && s->coord_down_ms == 0) {
+            s->coord_down_ms = now;
+        }
+    }
+    uint64_t since = s->coord_reach.met ? s->coord_down_ms : s->coord_reach.since_ms;
+    if (s->dealer_mon == NULL || s->coord_warned || since == 0 || now < since + COORD_WARN_MS)
+        return;
+    s->coord_warned = 1;
+    char why[512];
+    if (s->coord_reach.met)
+        snprintf(why, sizeof(why), "the connection to the coordinator at %s dropped %llu ms ago.",
+                 s->coordinator, (unsigned long long)(now - since));
+    else
+        tt_zmq_reach_why(&s->coord_reach, "the coordinator", s->coordinator, "--coordinator", now,
+                         why, sizeof(why));
+    TT_WARN("shard",
+            "%s Heartbeats go on trying; until it registers this shard, no job is placed here, "
+            "and a job with chunks here regroups without them.",
+            why);
+}
+
 static void on_timer(uv_timer_t *t) {
     tt_shard_t *s = t->data;
     uint64_t now = tt_clock_mono_ms();
+    watch_coordinator(s, now);
     if (now - s->last_hb_ms >= s->hb_ms) {
         s->last_hb_ms = now;
         send_heartbeat(s);
@@ -150,7 +187,11 @@ static int open_sockets(tt_shard_t *s, const tt_shard_opts_t *o, char *err, size
     tt_zmq_opts_default(&co);
     co.routing_id = rid;
     co.max_msg = 1 << 20;
-    rc = tt_zmq_dealer(s->zctx, o->coordinator, &co, &s->dealer, err, errlen);
+    snprintf(s->coordinator, sizeof(s->coordinator), "%s", o->coordinator);
+    tt_zmq_reach_init(&s->coord_reach, tt_clock_mono_ms());
+    rc = tt_zmq_dealer_watched(s->zctx, o->coordinator, &co,
+                               TT_ZMQ_REACH_EVENTS | ZMQ_EVENT_DISCONNECTED, &s->dealer,
+                               &s->dealer_mon, err, errlen);
 out:
     if (rc == TT_EINVAL)
         SSET_ERR(err, errlen, "shard id '%s' is too long for a routing id", s->id);
@@ -255,6 +296,7 @@ void tt_shard_destroy(tt_shard_t **sp) {
     for (size_t j = 0; j < s->njobs; j++)
         shard_job_free(&s->jobs[j]);
     free(s->jobs);
+    tt_zmq_monitor_close(s->dealer, &s->dealer_mon);
     tt_zmq_close(&s->dealer);
     tt_zmq_close(&s->router);
     if (s->zctx != NULL)

@@ -77,6 +77,14 @@ struct tt_shard {
     uv_loop_t *loop;
     void *zctx, *router, *dealer;
     tt_uvzmq_t *router_w, *dealer_w;
+    /* The dealer's way to the coordinator (watch_coordinator in shard.c):
+     * a coordinator this shard cannot reach, or no longer reaches, is
+     * named once in the log rather than heartbeated at in silence. */
+    void *dealer_mon;
+    tt_zmq_reach_t coord_reach;
+    uint64_t coord_down_ms; /* the reached coordinator's connection dropped then; 0: up */
+    int coord_warned;
+    char coordinator[256];
     uv_timer_t timer;
     char endpoint[256], advertise[256], id[TT_WIRE_MAX_ID + 1];
     uint64_t incarnation;

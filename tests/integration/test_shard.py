@@ -198,10 +198,37 @@ def test_unreachable_shard_is_named(h):
     assert not [l for l in log if "lost" in l], log
 
 
+def test_shard_names_an_unreachable_coordinator(h):
+    """A shard server pointed at a coordinator that is not there (yet)
+    used to heartbeat into the void without a word. It now warns after
+    5 s, names the address and that it is --coordinator's, says when it
+    connects, and warns again when the connection drops for 5 s."""
+    port = free_port()
+    ep = f"tcp://127.0.0.1:{port}"
+    sh = h.spawn("s_early", [binary("tether-shard"), "--listen", "tcp://127.0.0.1:0",
+                             "--coordinator", ep, "--id", "s_early", "--heartbeat-ms", "200",
+                             "--log-level", "info"])
+    t0 = time.monotonic()
+    line = sh.wait_line(lambda l: "cannot connect to the coordinator" in l, 15, "the warning",
+                        stream="log")
+    print(f"  after {time.monotonic() - t0:.1f} s: {line.split(' shard.c:')[-1][:160]}")
+    assert f"at {ep} (--coordinator;" in line and "Heartbeats go on trying" in line, line
+    coord = h.coordinator(port=port)
+    sh.wait_line(lambda l: "connected to the coordinator" in l, 10, "connected", stream="log")
+    wait_for(lambda: [x["shard_id"] for x in h.ctl_json(ep, "shards")["shards"]] == ["s_early"],
+             5, "s_early registered")
+    coord.kill9()
+    line = sh.wait_line(lambda l: "dropped" in l, 15, "the drop", stream="log")
+    assert f"the connection to the coordinator at {ep} dropped" in line, line
+    warned = [l for l in sh.lines("log") if "WARN" in l]
+    assert len(warned) == 3, warned  # once each: unreachable, connected, dropped
+
+
 if __name__ == "__main__":
     run_tests([test_four_workers_exact_sums_and_optimizer,
                test_bad_pushes_refused_and_shard_keeps_serving,
                test_shards_listed_and_placement_follows_shard_loss,
                test_first_placement_waits_for_min_shards,
                test_optimizer_step_redone_after_regroup_is_not_applied_twice,
-               test_unreachable_shard_is_named])
+               test_unreachable_shard_is_named,
+               test_shard_names_an_unreachable_coordinator])

@@ -21,14 +21,15 @@ static void reach_counts_until_a_handshake(void) {
     tt_zmq_reach_init(&r, 1000);
     tt_zmq_reach_event(&r, ZMQ_EVENT_CONNECT_RETRIED);
     tt_zmq_reach_event(&r, ZMQ_EVENT_CONNECT_RETRIED);
-    tt_zmq_reach_why(&r, "shard s0", "tcp://10.0.0.9:7700", 3500, why, sizeof(why));
-    CU_ASSERT_STRING_EQUAL(why, "cannot connect to shard s0 at tcp://10.0.0.9:7700, its advertised "
-                                "address (2 attempt(s) failed in 2500 ms): is it running, and "
+    tt_zmq_reach_why(&r, "shard s0", "tcp://10.0.0.9:7700", "its advertised address", 3500, why,
+                     sizeof(why));
+    CU_ASSERT_STRING_EQUAL(why, "cannot connect to shard s0 at tcp://10.0.0.9:7700 (its advertised "
+                                "address; 2 attempt(s) failed in 2500 ms): is it running, and "
                                 "reachable from this host?");
     tt_zmq_reach_event(&r, ZMQ_EVENT_CONNECTED);
     tt_zmq_reach_event(&r, ZMQ_EVENT_DISCONNECTED); /* not counted: not a reach event */
-    tt_zmq_reach_why(&r, "rank 2", "tcp://h:1", 4000, why, sizeof(why));
-    CU_ASSERT_PTR_NOT_NULL(strstr(why, "rank 2 at tcp://h:1, its advertised address, took 1 TCP "
+    tt_zmq_reach_why(&r, "rank 2", "tcp://h:1", "its advertised endpoint", 4000, why, sizeof(why));
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "rank 2 at tcp://h:1 (its advertised endpoint) took 1 TCP "
                                        "connection(s) in 3000 ms and completed no ZeroMQ "
                                        "handshake"));
     tt_zmq_reach_event(&r, ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
@@ -37,13 +38,13 @@ static void reach_counts_until_a_handshake(void) {
     CU_ASSERT_EQUAL(r.met, 1);
     CU_ASSERT_EQUAL(r.tries, 2);
     CU_ASSERT_EQUAL(r.tcp_ups, 1);
-    tt_zmq_reach_why(&r, "rank 2", "tcp://h:1", 5000, why, sizeof(why));
+    tt_zmq_reach_why(&r, "rank 2", "tcp://h:1", "x", 5000, why, sizeof(why));
     CU_ASSERT_STRING_EQUAL(why, "");
     CU_ASSERT_EQUAL(tt_zmq_reach_warn_after(60000), 5000);
     CU_ASSERT_EQUAL(tt_zmq_reach_warn_after(2000), 1000);
     CU_ASSERT_EQUAL(tt_zmq_reach_warn_after(0), 0);
     tt_zmq_reach_init(&r, 0); /* a clock behind the start says 0 ms, not a wrapped count */
-    tt_zmq_reach_why(&r, "x", "y", 0, why, sizeof(why));
+    tt_zmq_reach_why(&r, "x", "y", "z", 0, why, sizeof(why));
     CU_ASSERT_PTR_NOT_NULL(strstr(why, "failed in 0 ms"));
 }
 
@@ -67,8 +68,8 @@ static tt_zmq_reach_t watch(void *zctx, const char *ep, int ms, int until_met, c
         while (tt_zmq_monitor_read(mon, &ev, &val) == TT_OK)
             tt_zmq_reach_event(&r, ev);
     }
-    tt_zmq_reach_why(&r, "peer p", ep, tt_clock_mono_ms(), why, len);
-    tt_zmq_close(&mon); /* before its socket */
+    tt_zmq_reach_why(&r, "peer p", ep, "the test's", tt_clock_mono_ms(), why, len);
+    tt_zmq_monitor_close(d, &mon);
     tt_zmq_close(&d);
     return r;
 }
