@@ -376,6 +376,20 @@ void tt_zmq_reach_event(tt_zmq_reach_t *r, uint16_t event) {
         r->tcp_ups += !r->met;
 }
 
+void tt_zmq_reach_drain(tt_zmq_reach_t *r, void *mon) {
+    uint16_t ev;
+    int32_t val;
+    int rc;
+    while (mon != NULL && (rc = tt_zmq_monitor_read(mon, &ev, &val)) != TT_EAGAIN) {
+        if (rc == TT_OK)
+            tt_zmq_reach_event(r, ev);
+    }
+}
+
+int tt_zmq_reach_wrong_peer(const tt_zmq_reach_t *r) {
+    return r->tcp_ups > 0 && !r->met;
+}
+
 void tt_zmq_reach_why(const tt_zmq_reach_t *r, const char *who, const char *endpoint,
                       const char *what, uint64_t now_ms, char *buf, size_t len) {
     unsigned long long ms = now_ms > r->since_ms ? (unsigned long long)(now_ms - r->since_ms) : 0;

@@ -128,6 +128,11 @@ void tt_zmq_reach_init(tt_zmq_reach_t *r, uint64_t now_ms);
  * misconfigured or down, and the deadline may be a minute away). */
 uint64_t tt_zmq_reach_warn_after(int deadline_ms);
 void tt_zmq_reach_event(tt_zmq_reach_t *r, uint16_t event);
+/* Every event pending on monitor PAIR `mon` into r (others ignored). */
+void tt_zmq_reach_drain(tt_zmq_reach_t *r, void *mon);
+/* 1 when TCP connections were made and none completed a handshake:
+ * something listens at the address, and it is no ZeroMQ peer of ours. */
+int tt_zmq_reach_wrong_peer(const tt_zmq_reach_t *r);
 /* Why `who` (e.g. "shard s0") at `endpoint`, which `what` says where it
  * came from (e.g. "its advertised address"), is not reached: a sentence
  * into buf, or "" once met. */

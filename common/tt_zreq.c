@@ -17,6 +17,8 @@
 struct tt_zreq {
     void *zctx;
     void *sock;
+    void *mon; /* the DEALER's monitor: a peer that is no coordinator is told apart */
+    tt_zmq_reach_t reach;
     char endpoint[256];
 };
 
@@ -39,7 +41,10 @@ int tt_zreq_open(tt_zreq_t **out, const char *endpoint, const char *role, const 
     tt_zmq_opts_default(&zo);
     zo.routing_id = rid;
     z->zctx = zmq_ctx_new();
-    rc = z->zctx == NULL ? TT_ESYS : tt_zmq_dealer(z->zctx, endpoint, &zo, &z->sock, err, errlen);
+    tt_zmq_reach_init(&z->reach, tt_clock_mono_ms());
+    rc = z->zctx == NULL ? TT_ESYS
+                         : tt_zmq_dealer_watched(z->zctx, endpoint, &zo, TT_ZMQ_REACH_EVENTS,
+                                                 &z->sock, &z->mon, err, errlen);
     if (rc != TT_OK) {
         if (z->zctx == NULL)
             snprintf(err, errlen, "cannot create a ZeroMQ context: %s", zmq_strerror(errno));
@@ -68,6 +73,7 @@ int tt_zreq_call(tt_zreq_t *z, const tt_env_t *env, const tt_zmq_payload_t *pl, 
                  uint32_t timeout_ms, tt_zmq_rx_t *rx, char *err, size_t errlen) {
     uint64_t deadline = tt_clock_mono_ms() + timeout_ms;
     int rc = TT_EAGAIN;
+    tt_zmq_reach_drain(&z->reach, z->mon); /* what queued since the last call */
     while (rc == TT_EAGAIN && wait_for(z->sock, ZMQ_POLLOUT, deadline))
         rc = tt_zmq_send(z->sock, NULL, 0, env, pl, npl, 1);
     while (rc == TT_OK) {
@@ -87,6 +93,15 @@ int tt_zreq_call(tt_zreq_t *z, const tt_env_t *env, const tt_zmq_payload_t *pl, 
      * handshake, so EAGAIN here means nothing there speaks it (not
      * running, a wrong address), which the operator fixes differently from
      * a coordinator that took the request and did not answer. */
+    tt_zmq_reach_drain(&z->reach, z->mon);
+    if (rc == TT_EAGAIN && tt_zmq_reach_wrong_peer(&z->reach)) {
+        char why[384];
+        tt_zmq_reach_why(&z->reach, "the coordinator", z->endpoint, "the address given",
+                         tt_clock_mono_ms(), why, sizeof(why));
+        snprintf(err, errlen, "could not talk to the coordinator within %u ms: %s", timeout_ms,
+                 why);
+        return TT_ETIMEDOUT;
+    }
     if (rc == TT_EAGAIN) {
         snprintf(err, errlen,
                  "could not connect to the coordinator at %s within %u ms: is it running there, "
@@ -132,6 +147,7 @@ void tt_zreq_close(tt_zreq_t **pz) {
     if (pz == NULL || *pz == NULL)
         return;
     tt_zreq_t *z = *pz;
+    tt_zmq_monitor_close(z->sock, &z->mon);
     tt_zmq_close(&z->sock);
     if (z->zctx != NULL)
         zmq_ctx_term(z->zctx);

@@ -36,6 +36,7 @@ struct tt_client {
     tt_client_opts_t opts;
     void *zctx;
     void *dealer; /* background thread only */
+    void *mon;    /* ... and its monitor, read into `reach` */
     int wake_rd, wake_wr;
     pthread_t thread;
     int thread_started;
@@ -51,7 +52,8 @@ struct tt_client {
      * ZeroMQ connection existed), whether the missing one was logged. */
     uint64_t op_started_ms;
     int op_sent, op_warned;
-    int silence_warned; /* the coordinator's silence was logged */
+    int silence_warned;   /* the coordinator's silence was logged */
+    tt_zmq_reach_t reach; /* the dealer's: a peer that is no coordinator is told apart */
     uint32_t report_rank;
     char reason[TT_WIRE_MAX_TEXT / 4];
     int stop;
@@ -186,6 +188,7 @@ static void fail_op(tt_client_t *c, int rc) {
 
 static void do_reconnect(tt_client_t *c) {
     c->reconnect = 0;
+    tt_zmq_monitor_close(c->dealer, &c->mon);
     tt_zmq_close(&c->dealer);
     char rid[TT_WIRE_MAX_ID + 1];
     char err[256] = "";
@@ -194,7 +197,9 @@ static void do_reconnect(tt_client_t *c) {
     tt_zmq_opts_default(&zo);
     zo.routing_id = rid;
     if (rc == TT_OK)
-        rc = tt_zmq_dealer(c->zctx, c->opts.coordinator, &zo, &c->dealer, err, sizeof(err));
+        rc = tt_zmq_dealer_watched(c->zctx, c->opts.coordinator, &zo, TT_ZMQ_REACH_EVENTS,
+                                   &c->dealer, &c->mon, err, sizeof(err));
+    tt_zmq_reach_init(&c->reach, tt_clock_mono_ms());
     if (rc != TT_OK) {
         snprintf(c->sm.last_error, sizeof(c->sm.last_error), "%s", err);
         TT_ERROR("client", "%s", err);
@@ -222,6 +227,13 @@ static void warn_no_connection(tt_client_t *c, uint64_t now) {
         now - c->op_started_ms < silence_limit_ms(c))
         return;
     c->op_warned = 1;
+    char why[384];
+    if (tt_zmq_reach_wrong_peer(&c->reach)) {
+        tt_zmq_reach_why(&c->reach, "the coordinator", c->opts.coordinator, "TETHER_COORDINATOR",
+                         now, why, sizeof(why));
+        TT_WARN("client", "%s The join goes on trying.", why);
+        return;
+    }
     TT_WARN("client",
             "cannot connect to the coordinator at %s after %" PRIu64
             " ms; the join goes on trying (is it running there, and is the address right?)",
@@ -263,6 +275,7 @@ static long prepare_round(tt_client_t *c) {
             fail_op(c, rc);
         }
     }
+    tt_zmq_reach_drain(&c->reach, c->mon);
     warn_no_connection(c, now);
     warn_silence(c, now);
     int hb = tt_client_sm_wants_heartbeat(&c->sm) && !c->outbox && c->dealer != NULL;
@@ -430,6 +443,7 @@ static int init_sync(tt_client_t *c) {
 }
 
 static void free_client(tt_client_t *c, int sync_ok) {
+    tt_zmq_monitor_close(c->dealer, &c->mon);
     tt_zmq_close(&c->dealer);
     if (c->zctx != NULL)
         zmq_ctx_term(c->zctx);
@@ -499,14 +513,24 @@ static int run_op(tt_client_t *c, tt_client_op_t op, uint64_t timeout_ms) {
     return rc;
 }
 
-/* The timeout's sentence. It tells apart the three waits an operator
- * fixes differently: no connection at all (a coordinator not running, a
- * wrong address: with ZMQ_IMMEDIATE the join leaves only once a ZeroMQ
- * peer has completed its handshake), a connection nothing answered on (a
+/* The timeout's sentence. It tells apart the waits an operator fixes
+ * differently: no connection at all (a coordinator not running, a wrong
+ * address: with ZMQ_IMMEDIATE the join leaves only once a ZeroMQ peer has
+ * completed its handshake), TCP connections with no handshake (something
+ * else listens there), a connection nothing answered on (a
  * coordinator whose loop is stuck), and a coordinator that answered but
  * formed no generation; after "busy" refusals the last one says why it
  * would not take the worker yet. */
 static void join_timeout_error(tt_client_t *c, uint64_t wait) {
+    if (!c->op_sent && tt_zmq_reach_wrong_peer(&c->reach)) {
+        char why[384];
+        tt_zmq_reach_why(&c->reach, "the coordinator", c->opts.coordinator, "TETHER_COORDINATOR",
+                         tt_clock_mono_ms(), why, sizeof(why));
+        snprintf(c->sm.last_error, sizeof(c->sm.last_error),
+                 "could not talk to the coordinator within %" PRIu64 " ms (job %s): %s", wait,
+                 c->opts.job_id, why);
+        return;
+    }
     if (!c->op_sent) {
         snprintf(c->sm.last_error, sizeof(c->sm.last_error),
                  "could not connect to the coordinator at %s within %" PRIu64

@@ -28,10 +28,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define ZC_MIN_BYTES ((size_t)32 << 10) /* below this a copy is cheaper */
-#define LINK_EVENTS                                                                                \
-    (ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED | ZMQ_EVENT_CONNECT_RETRIED |                    \
-     ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
+#define ZC_MIN_BYTES  ((size_t)32 << 10) /* below this a copy is cheaper */
+#define LINK_EVENTS   (ZMQ_EVENT_DISCONNECTED | TT_ZMQ_REACH_EVENTS)
 #define PEER_CHECK_MS 20 /* how often a waiting call asks peer_gone */
 
 /* ZeroMQ runs zero-copy free callbacks on its I/O thread after a hand-off

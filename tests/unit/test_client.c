@@ -6,6 +6,7 @@
  * create/destroy, a join that cannot connect to anyone and one that a
  * peer never answers. */
 #include "tt_client.h"
+#include "net_testlib.h"
 #include "tt_cunit.h"
 #include "tt_status.h"
 #include "tt_zmq.h"
@@ -690,6 +691,19 @@ static void client_api_join_times_out_without_coordinator(void) {
     tether_destroy(&t);
 }
 
+/* A worker that tries for 400 ms to join at `ep`, which answers nothing:
+ * ETIMEDOUT is checked; the caller reads its sentence and destroys it. */
+static tether_t *join_in_vain(const char *ep) {
+    tether_opts_t o;
+    tether_opts_default(&o);
+    o.job.heartbeat_ms = 50;
+    snprintf(o.coordinator, sizeof(o.coordinator), "%s", ep);
+    tether_t *t = NULL;
+    CU_ASSERT_EQUAL_FATAL(tether_create(&t, &o, NULL, 0), TETHER_OK);
+    CU_ASSERT_EQUAL(tether_join(t, 400), TETHER_ETIMEDOUT);
+    return t;
+}
+
 /* A peer that takes the connection and never answers (a coordinator whose
  * loop is stuck looks like this): the join says so, not "no generation". */
 static void client_api_join_times_out_on_a_silent_peer(void) {
@@ -701,13 +715,7 @@ static void client_api_join_times_out_on_a_silent_peer(void) {
     CU_ASSERT_EQUAL_FATAL(
         tt_zmq_router(zctx, "tcp://127.0.0.1:*", &zo, &sock, ep, sizeof(ep), err, sizeof(err)),
         TT_OK);
-    tether_opts_t o;
-    tether_opts_default(&o);
-    o.job.heartbeat_ms = 50;
-    snprintf(o.coordinator, sizeof(o.coordinator), "%s", ep);
-    tether_t *t = NULL;
-    CU_ASSERT_EQUAL_FATAL(tether_create(&t, &o, NULL, 0), TETHER_OK);
-    CU_ASSERT_EQUAL(tether_join(t, 400), TETHER_ETIMEDOUT);
+    tether_t *t = join_in_vain(ep);
     char want[300];
     snprintf(want, sizeof(want), "the coordinator at %s is connected but answered nothing", ep);
     CU_ASSERT_PTR_NOT_NULL(strstr(tether_last_error(t), want));
@@ -715,6 +723,23 @@ static void client_api_join_times_out_on_a_silent_peer(void) {
     tether_destroy(&t);
     tt_zmq_close(&sock);
     zmq_ctx_term(zctx);
+}
+
+/* A join given an address where something else listens (the
+ * coordinator's HTTP port, say) names that, not "could not connect". */
+static void client_api_join_names_a_peer_that_is_no_coordinator(void) {
+    char ep[64];
+    int fd = net_mute_listener(ep, sizeof(ep));
+    CU_ASSERT_FATAL(fd >= 0);
+    tether_t *t = join_in_vain(ep);
+    char want[300];
+    snprintf(want, sizeof(want),
+             "could not talk to the coordinator within 400 ms (job default): the coordinator at "
+             "%s (TETHER_COORDINATOR) took 1 TCP connection(s)",
+             ep);
+    CU_ASSERT_PTR_NOT_NULL(strstr(tether_last_error(t), want));
+    tether_destroy(&t);
+    close(fd);
 }
 
 static const tt_cunit_test_t tests[] = {
@@ -749,6 +774,8 @@ static const tt_cunit_test_t tests[] = {
     {"client_api_join_times_out_without_coordinator",
      client_api_join_times_out_without_coordinator},
     {"client_api_join_times_out_on_a_silent_peer", client_api_join_times_out_on_a_silent_peer},
+    {"client_api_join_names_a_peer_that_is_no_coordinator",
+     client_api_join_names_a_peer_that_is_no_coordinator},
     {NULL, NULL},
 };
 

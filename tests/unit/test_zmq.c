@@ -4,16 +4,13 @@
  * against the three peers an operator must tell apart on 127.0.0.1 —
  * nothing listening, a TCP listener that is no ZeroMQ peer, a ROUTER. */
 #include "tt_clock.h"
+#include "net_testlib.h"
 #include "tt_cunit.h"
 #include "tt_status.h"
 #include "tt_zmq.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 static void reach_counts_until_a_handshake(void) {
     tt_zmq_reach_t r;
@@ -74,22 +71,6 @@ static tt_zmq_reach_t watch(void *zctx, const char *ep, int ms, int until_met, c
     return r;
 }
 
-/* A loopback TCP socket that listens and never accepts: the kernel
- * completes the connection, and nothing answers ZeroMQ's greeting. */
-static int mute_listener(char *ep, size_t len) {
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t alen = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(fd, 16) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &alen) != 0) {
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    snprintf(ep, len, "tcp://127.0.0.1:%d", ntohs(a.sin_port));
-    return fd;
-}
-
 static void reach_of_real_peers(void) {
     void *zctx = zmq_ctx_new();
     char why[512], ep[64], err[256] = "";
@@ -98,7 +79,7 @@ static void reach_of_real_peers(void) {
     CU_ASSERT(r.tries > 0 && r.tcp_ups == 0 && !r.met);
     CU_ASSERT_PTR_NOT_NULL(strstr(why, "cannot connect to peer p at tcp://127.0.0.1:1"));
     /* A TCP listener that is no ZeroMQ peer. */
-    int fd = mute_listener(ep, sizeof(ep));
+    int fd = net_mute_listener(ep, sizeof(ep));
     CU_ASSERT_FATAL(fd >= 0);
     r = watch(zctx, ep, 300, 0, why, sizeof(why));
     CU_ASSERT(r.tcp_ups > 0 && !r.met);

@@ -3,6 +3,7 @@
  * the three outcomes an operator acts on differently (nobody to connect
  * to, a peer that never answers, an answer), and replies to abandoned
  * requests skipped by request id. */
+#include "net_testlib.h"
 #include "tt_cunit.h"
 #include "tt_status.h"
 #include "tt_zmq.h"
@@ -45,6 +46,26 @@ static void zreq_nobody_there_cannot_connect(void) {
         strstr(err, "could not connect to the coordinator at tcp://127.0.0.1:1 within 200 ms"));
     tt_zreq_close(&z);
     CU_ASSERT_PTR_NULL(z);
+}
+
+/* Something listens there, and it is no ZeroMQ peer (a coordinator's
+ * HTTP port given instead of its control port): not "could not connect". */
+static void zreq_wrong_peer_is_told_apart(void) {
+    char ep[64], err[512] = "";
+    int fd = net_mute_listener(ep, sizeof(ep));
+    CU_ASSERT_FATAL(fd >= 0);
+    tt_zreq_t *z = NULL;
+    CU_ASSERT_EQUAL_FATAL(tt_zreq_open(&z, ep, "ctl", "t", err, sizeof(err)), TT_OK);
+    CU_ASSERT_EQUAL(call_status(z, 1, 300, err, sizeof(err)), TT_ETIMEDOUT);
+    char want[200];
+    snprintf(want, sizeof(want),
+             "could not talk to the coordinator within 300 ms: the coordinator at %s (the "
+             "address given) took 1 TCP connection(s)",
+             ep);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, want));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "completed no ZeroMQ handshake"));
+    tt_zreq_close(&z);
+    close(fd);
 }
 
 /* A ROUTER on a free port; `bound` gets its endpoint. */
@@ -111,6 +132,7 @@ static void zreq_reply_matched_by_request_id(void) {
 static const tt_cunit_test_t tests[] = {
     {"zreq_nobody_there_cannot_connect", zreq_nobody_there_cannot_connect},
     {"zreq_silent_peer_gives_no_reply", zreq_silent_peer_gives_no_reply},
+    {"zreq_wrong_peer_is_told_apart", zreq_wrong_peer_is_told_apart},
     {"zreq_reply_matched_by_request_id", zreq_reply_matched_by_request_id},
     {NULL, NULL},
 };
