@@ -307,9 +307,9 @@ int tt_zmq_send(void *sock, const void *peer, size_t peer_len, const tt_env_t *e
 int tt_zmq_monitor_open(void *zctx, void *sock, int events, void **pair, char *err, size_t errlen) {
     char ep[96];
     *pair = NULL;
-    /* The time makes the name unique: a socket made after another was
-     * closed may get its address while the old monitor still holds the
-     * name, and connecting to that one would yield no events at all. */
+    /* The time keeps a name from being used twice: a socket made after
+     * another was closed may get its address, and the old monitor's
+     * socket is closed (its name released) asynchronously. */
     snprintf(ep, sizeof(ep), "inproc://tt-monitor-%p-%llu", sock,
              (unsigned long long)tt_clock_mono_ns());
     if (zmq_socket_monitor(sock, ep, events) != 0) {
