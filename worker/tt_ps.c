@@ -430,7 +430,6 @@ int ps_drain(tt_ps_t *p, ps_op_t *op, size_t s, uint64_t now) {
             PS_ERR(p, "bad message from shard %s: %s", p->lay.place.shard_ids[s], err);
             return rc;
         }
-        p->link[s].reach.met = 1; /* whatever its monitor said so far */
         rc = on_reply(p, op, s, &rx, now);
         tt_zmq_rx_close(&rx);
         if (rc != TT_OK)

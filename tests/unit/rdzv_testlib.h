@@ -64,6 +64,16 @@ static const tt_rdzv_event_t *find_ev(const evlog_t *log, tt_rdzv_event_kind_t k
     return &no_event;
 }
 
+/* Drains r into log and returns its first MEMBER_EVICTED event, checking
+ * whom it evicted unless `who` is NULL. */
+static inline const tt_rdzv_event_t *evicted(tt_rdzv_t *r, evlog_t *log, const char *who) {
+    drain(r, log);
+    const tt_rdzv_event_t *e = find_ev(log, TT_RDZV_EV_MEMBER_EVICTED, 0);
+    if (who != NULL)
+        CU_ASSERT_STRING_EQUAL(e->worker_id, who);
+    return e;
+}
+
 /* The first GENERATION_FORMED event, checked against what is expected. */
 static const tt_rdzv_event_t *formed(const evlog_t *log, uint64_t gen, uint32_t world,
                                      int64_t resume) {

@@ -157,9 +157,7 @@ static void rdzv_stall_of_the_coordinator_does_not_count(void) {
     CU_ASSERT_EQUAL(drain_count(r), 0);
     CU_ASSERT_EQUAL(tt_rdzv_tick(r, 14000), TT_OK);
     evlog_t log = {0};
-    drain(r, &log);
-    const tt_rdzv_event_t *e = find_ev(&log, TT_RDZV_EV_MEMBER_EVICTED, 0);
-    CU_ASSERT_STRING_EQUAL(e->worker_id, "b");
+    evicted(r, &log, "b");
     CU_ASSERT_EQUAL(count_ev(&log, TT_RDZV_EV_MEMBER_EVICTED), 1);
     evlog_free(&log);
     /* a waits below min_workers from 14000 for the join timeout; a stall of
@@ -201,9 +199,7 @@ static void rdzv_heartbeat_timeout_evicts_and_regroups(void) {
     CU_ASSERT_EQUAL(drain_count(r), 0);
     CU_ASSERT_EQUAL(tt_rdzv_tick(r, 5000), TT_OK); /* b silent for 5000 ms */
     evlog_t log = {0};
-    drain(r, &log);
-    const tt_rdzv_event_t *e = find_ev(&log, TT_RDZV_EV_MEMBER_EVICTED, 0);
-    CU_ASSERT_STRING_EQUAL(e->worker_id, "b");
+    const tt_rdzv_event_t *e = evicted(r, &log, "b");
     CU_ASSERT_EQUAL(e->generation, 1);
     CU_ASSERT_PTR_NOT_NULL(strstr(e->message, "heartbeat timeout 5000 ms"));
     const tt_rdzv_event_t *f = formed(&log, 2, 2, 8); /* after the highest survivor step */
@@ -278,9 +274,7 @@ static void rdzv_report_confirmed_by_overdue_heartbeat(void) {
     CU_ASSERT_EQUAL(tt_rdzv_generation(r), 1);
     CU_ASSERT_EQUAL(tt_rdzv_tick(r, 1500), TT_OK);
     evlog_t log = {0};
-    drain(r, &log);
-    const tt_rdzv_event_t *e = find_ev(&log, TT_RDZV_EV_MEMBER_EVICTED, 0);
-    CU_ASSERT_STRING_EQUAL(e->worker_id, "b");
+    const tt_rdzv_event_t *e = evicted(r, &log, "b");
     CU_ASSERT_STRING_EQUAL(e->message, "reported by rank 0: allreduce timed out; confirmed by "
                                        "overdue heartbeat (silent 1500 ms)");
     CU_ASSERT_EQUAL(tt_rdzv_generation(r), 2);
@@ -311,8 +305,7 @@ static void rdzv_report_confirmed_by_disconnect(void) {
     CU_ASSERT_EQUAL(tt_rdzv_report_failure(r, &rep, 1200, &confirmed), TT_OK);
     CU_ASSERT_EQUAL(confirmed, 1);
     evlog_t log = {0};
-    drain(r, &log);
-    const tt_rdzv_event_t *e = find_ev(&log, TT_RDZV_EV_MEMBER_EVICTED, 0);
+    const tt_rdzv_event_t *e = evicted(r, &log, NULL);
     CU_ASSERT_STRING_EQUAL(e->message,
                            "reported by rank 1: peer disconnected; confirmed by disconnect");
     CU_ASSERT_EQUAL(tt_rdzv_generation(r), 2);
@@ -341,8 +334,7 @@ static void rdzv_below_min_waits_then_reforms(void) {
     CU_ASSERT_EQUAL(tt_rdzv_waiter_count(r), 1);
     CU_ASSERT_EQUAL(tt_rdzv_generation(r), 1);
     evlog_t log = {0};
-    drain(r, &log);
-    const tt_rdzv_event_t *e = find_ev(&log, TT_RDZV_EV_MEMBER_EVICTED, 0);
+    const tt_rdzv_event_t *e = evicted(r, &log, NULL);
     CU_ASSERT_STRING_EQUAL(e->message, "left");
     CU_ASSERT_EQUAL(count_ev(&log, TT_RDZV_EV_GENERATION_FORMED), 0);
     evlog_free(&log);

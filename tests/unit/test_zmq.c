@@ -60,10 +60,7 @@ static tt_zmq_reach_t watch(void *zctx, const char *ep, int ms, int until_met, c
     while (tt_clock_mono_ms() < end && !(until_met && r.met)) {
         zmq_pollitem_t it = {mon, 0, ZMQ_POLLIN, 0};
         zmq_poll(&it, 1, 20);
-        uint16_t ev;
-        int32_t val;
-        while (tt_zmq_monitor_read(mon, &ev, &val) == TT_OK)
-            tt_zmq_reach_event(&r, ev);
+        tt_zmq_reach_drain(&r, mon);
     }
     tt_zmq_reach_why(&r, "peer p", ep, "the test's", tt_clock_mono_ms(), why, len);
     tt_zmq_monitor_close(d, &mon);
