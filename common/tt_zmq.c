@@ -65,7 +65,8 @@ int tt_zmq_router(void *zctx, const char *endpoint, const tt_zmq_opts_t *o, void
     /* ZeroMQ's listen backlog defaults to 100: thousands of workers
      * connecting at once then see dropped SYNs and seconds of retries. */
     if (apply_common(s, o) != TT_OK || set_int(s, ZMQ_ROUTER_MANDATORY, 1) != 0 ||
-        set_int(s, ZMQ_ROUTER_HANDOVER, 1) != 0 || set_int(s, ZMQ_BACKLOG, 4096) != 0) {
+        set_int(s, ZMQ_ROUTER_HANDOVER, 1) != 0 || set_int(s, ZMQ_BACKLOG, 4096) != 0 ||
+        tt_zauth_apply(s, o->key, 1, o->key_kind) != TT_OK) {
         ZSET_ERR(err, errlen, "setting ROUTER options: %s", zmq_strerror(errno));
         zmq_close(s);
         return TT_ESYS;
@@ -99,6 +100,8 @@ static int dealer_open(void *zctx, const char *endpoint, const tt_zmq_opts_t *o,
         return TT_ESYS;
     }
     int rc = apply_common(s, o);
+    if (rc == TT_OK)
+        rc = tt_zauth_apply(s, o->key, 0, o->key_kind);
     if (rc == TT_OK && o->immediate)
         rc = set_int(s, ZMQ_IMMEDIATE, 1) == 0 ? TT_OK : TT_ESYS;
     if (rc == TT_OK && o->routing_id != NULL)
@@ -367,13 +370,22 @@ uint64_t tt_zmq_reach_warn_after(int deadline_ms) {
     return half < 5000 ? half : 5000;
 }
 
-void tt_zmq_reach_event(tt_zmq_reach_t *r, uint16_t event) {
+void tt_zmq_reach_event(tt_zmq_reach_t *r, uint16_t event, int32_t value) {
     if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
         r->met = 1;
-    else if (event == ZMQ_EVENT_CONNECT_RETRIED)
-        r->tries += !r->met;
+    if (r->met)
+        return;
+    if (event == ZMQ_EVENT_CONNECT_RETRIED)
+        r->tries++;
     else if (event == ZMQ_EVENT_CONNECTED)
-        r->tcp_ups += !r->met;
+        r->tcp_ups++;
+    else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+        r->refused++;
+    else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL &&
+             value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+        r->mismatch++;
+    else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL)
+        r->failed++;
 }
 
 void tt_zmq_reach_drain(tt_zmq_reach_t *r, void *mon) {
@@ -382,7 +394,7 @@ void tt_zmq_reach_drain(tt_zmq_reach_t *r, void *mon) {
     int rc;
     while (mon != NULL && (rc = tt_zmq_monitor_read(mon, &ev, &val)) != TT_EAGAIN) {
         if (rc == TT_OK)
-            tt_zmq_reach_event(r, ev);
+            tt_zmq_reach_event(r, ev, val);
     }
 }
 
@@ -395,10 +407,27 @@ void tt_zmq_reach_why(const tt_zmq_reach_t *r, const char *who, const char *endp
     unsigned long long ms = now_ms > r->since_ms ? (unsigned long long)(now_ms - r->since_ms) : 0;
     if (r->met)
         snprintf(buf, len, "%s", "");
-    else if (r->tcp_ups > 0)
+    else if (r->refused > 0)
+        snprintf(buf, len,
+                 "%s at %s (%s) refused this process's key %u time(s) in %llu ms: give every "
+                 "process of the cluster the same key file (TETHER_KEY_FILE)",
+                 who, endpoint, what, r->refused, ms);
+    else if (r->mismatch > 0)
+        snprintf(buf, len,
+                 "%s at %s (%s) and this process disagree on security (%u handshake(s) in %llu "
+                 "ms): one of the two has a cluster key file and the other not; set "
+                 "TETHER_KEY_FILE on every process of the cluster, or on none",
+                 who, endpoint, what, r->mismatch, ms);
+    else if (r->failed > 0)
+        snprintf(buf, len,
+                 "%s at %s (%s) failed %u ZeroMQ handshake(s) in %llu ms: the two do not hold the "
+                 "same cluster key file (TETHER_KEY_FILE: one has none, or another cluster's)",
+                 who, endpoint, what, r->failed, ms);
+    else if (r->tcp_ups > 0) /* a peer with another key hangs up as an HTTP server does */
         snprintf(buf, len,
                  "%s at %s (%s) took %u TCP connection(s) in %llu ms and completed no ZeroMQ "
-                 "handshake: is something else listening there?",
+                 "handshake: is something else listening there, or a process with another "
+                 "cluster key file (TETHER_KEY_FILE) than this one?",
                  who, endpoint, what, r->tcp_ups, ms);
     else
         snprintf(buf, len,

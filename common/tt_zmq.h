@@ -2,7 +2,7 @@
  * envelopes on and off them. Every socket tether opens is made here, so
  * limits (ZMQ_MAXMSGSIZE, high-water marks), ZMTP heartbeats, routing ids,
  * ROUTER_MANDATORY/HANDOVER, ZMQ_IMMEDIATE and linger are set in one spot
- * (and CURVE will be added here). Receiving always drains every frame of a
+ * and the cluster key's mechanism (tt_zauth). Receiving always drains every frame of a
  * multipart message, also when the envelope is rejected, so a bad message
  * can never desynchronise the frame stream.
  * Thread safety: a ZeroMQ socket belongs to one thread at a time; these
@@ -15,18 +15,21 @@
 #include <zmq.h>
 
 #include "tt_wire.h"
+#include "tt_zauth.h"
 
 #define TT_ZMQ_MAX_PAYLOADS 64
 #define TT_ZMQ_MAX_PEER     256
 
 typedef struct tt_zmq_opts {
-    int64_t max_msg;          /* ZMQ_MAXMSGSIZE per frame; default 16 MiB */
-    int sndhwm;               /* default 1000 messages */
-    int rcvhwm;               /* default 1000 messages */
-    int heartbeat_ivl_ms;     /* ZMTP PING interval; default 1000 */
-    int heartbeat_timeout_ms; /* ZMTP: close after this silence; default 5000 */
-    const char *routing_id;   /* DEALER only; "<role>-<id>.<incarnation>" */
-    int immediate;            /* DEALER: queue only to completed connections; default 1 */
+    int64_t max_msg;           /* ZMQ_MAXMSGSIZE per frame; default 16 MiB */
+    int sndhwm;                /* default 1000 messages */
+    int rcvhwm;                /* default 1000 messages */
+    int heartbeat_ivl_ms;      /* ZMTP PING interval; default 1000 */
+    int heartbeat_timeout_ms;  /* ZMTP: close after this silence; default 5000 */
+    const char *routing_id;    /* DEALER only; "<role>-<id>.<incarnation>" */
+    int immediate;             /* DEALER: queue only to completed connections; default 1 */
+    const tt_zauth_key_t *key; /* the cluster key (borrowed, read at creation); NULL: none */
+    int key_kind;              /* TT_ZAUTH_CONTROL (default) or TT_ZAUTH_BULK */
 } tt_zmq_opts_t;
 
 void tt_zmq_opts_default(tt_zmq_opts_t *o);
@@ -116,22 +119,31 @@ typedef struct tt_zmq_reach {
     uint64_t since_ms; /* when the socket began to connect */
     uint32_t tries;    /* attempts refused or failed (CONNECT_RETRIED) */
     uint32_t tcp_ups;  /* TCP connections made before a handshake */
+    uint32_t refused;  /* handshakes the peer refused: our key is not its (ZAP) */
+    uint32_t mismatch; /* handshakes where one side has a cluster key, the other not */
+    uint32_t failed;   /* other protocol errors in a handshake; a peer that just hangs
+                          up (another cluster's key, or no ZeroMQ peer) counts in
+                          tcp_ups alone: the two look the same from here */
     int met;           /* a handshake completed (or the peer answered) */
 } tt_zmq_reach_t;
 
 #define TT_ZMQ_REACH_EVENTS                                                                        \
-    (ZMQ_EVENT_CONNECTED | ZMQ_EVENT_CONNECT_RETRIED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
+    (ZMQ_EVENT_CONNECTED | ZMQ_EVENT_CONNECT_RETRIED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |             \
+     ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |                  \
+     ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
 
 void tt_zmq_reach_init(tt_zmq_reach_t *r, uint64_t now_ms);
 /* When a caller waiting up to deadline_ms names a peer not reached yet:
  * at half the deadline, at most 5 s in (a peer that long unreached is
  * misconfigured or down, and the deadline may be a minute away). */
 uint64_t tt_zmq_reach_warn_after(int deadline_ms);
-void tt_zmq_reach_event(tt_zmq_reach_t *r, uint16_t event);
+/* One monitor event and its value (the protocol error of a failed handshake). */
+void tt_zmq_reach_event(tt_zmq_reach_t *r, uint16_t event, int32_t value);
 /* Every event pending on monitor PAIR `mon` into r (others ignored). */
 void tt_zmq_reach_drain(tt_zmq_reach_t *r, void *mon);
 /* 1 when TCP connections were made and none completed a handshake:
- * something listens at the address, and it is no ZeroMQ peer of ours. */
+ * something listens at the address, and it is no ZeroMQ peer of ours, or
+ * one that refuses our key (tt_zmq_reach_why says which). */
 int tt_zmq_reach_wrong_peer(const tt_zmq_reach_t *r);
 /* Why `who` (e.g. "shard s0") at `endpoint`, which `what` says where it
  * came from (e.g. "its advertised address"), is not reached: a sentence

@@ -22,8 +22,8 @@ struct tt_zreq {
     char endpoint[256];
 };
 
-int tt_zreq_open(tt_zreq_t **out, const char *endpoint, const char *role, const char *id, char *err,
-                 size_t errlen) {
+int tt_zreq_open(tt_zreq_t **out, const char *endpoint, const tt_zauth_key_t *key, const char *role,
+                 const char *id, char *err, size_t errlen) {
     *out = NULL;
     tt_zreq_t *z = calloc(1, sizeof(*z));
     if (z == NULL)
@@ -40,6 +40,8 @@ int tt_zreq_open(tt_zreq_t **out, const char *endpoint, const char *role, const 
     tt_zmq_opts_t zo;
     tt_zmq_opts_default(&zo);
     zo.routing_id = rid;
+    zo.key = key;
+    zo.key_kind = TT_ZAUTH_CONTROL;
     z->zctx = zmq_ctx_new();
     tt_zmq_reach_init(&z->reach, tt_clock_mono_ms());
     rc = z->zctx == NULL ? TT_ESYS

@@ -17,10 +17,11 @@
 
 typedef struct tt_zreq tt_zreq_t;
 
-/* Connects to `endpoint` with routing id "<role>-<id>.<random>". TT_OK,
- * TT_EINVAL / TT_ESYS / TT_ENOMEM with `err`. */
-int tt_zreq_open(tt_zreq_t **out, const char *endpoint, const char *role, const char *id, char *err,
-                 size_t errlen);
+/* Connects to `endpoint` with routing id "<role>-<id>.<random>", with the
+ * cluster key `key` (CURVE, as every control socket; NULL or off: none).
+ * TT_OK, TT_EINVAL / TT_ESYS / TT_ENOMEM with `err`. */
+int tt_zreq_open(tt_zreq_t **out, const char *endpoint, const tt_zauth_key_t *key, const char *role,
+                 const char *id, char *err, size_t errlen);
 
 /* Sends `env` (request_id as set by the caller, which must differ between
  * calls on one object) with `npl` payload frames and waits at most

@@ -23,6 +23,7 @@
 #include "tt_fsutil.h"
 #include "tt_log.h"
 #include "tt_status.h"
+#include "tt_zauth.h"
 
 #include <limits.h>
 #include <signal.h>
@@ -71,6 +72,10 @@ static const tt_config_entry_t launch_table[] = {
      "cores: bind worker I to its block of the CPUs this launcher may use (workers share a "
      "CPU when there are more workers than CPUs); none: leave placement to the kernel",
      0, CFG_OFF(bind)},
+    {"key-file", TT_CFG_STR, "", 0, 0,
+     "the cluster key every daemon and worker gets (TETHER_KEY_FILE): only they may connect; "
+     "auto: a new key in the state dir; empty: none",
+     0, CFG_OFF(key_file)},
 };
 #define LAUNCH_NCFG (sizeof(launch_table) / sizeof(launch_table[0]))
 
@@ -110,6 +115,7 @@ typedef struct paths {
     char self[PATH_MAX], self_dir[PATH_MAX];
     char coord[PATH_MAX], shard[PATH_MAX], prog[PATH_MAX];
     char state[PATH_MAX];
+    char key[PATH_MAX]; /* the cluster key file; "": none */
     int temp_state;
 } paths_t;
 
@@ -136,6 +142,33 @@ static int resolve(paths_t *p, const tt_launch_cfg_t *cfg, const char *prog) {
                 "%s and on PATH; see --coordinator-bin/--shard-bin)\n",
                 what, p->self);
     return rc;
+}
+
+/* The key file the children get, made in the state dir for "auto" (kept
+ * with a kept --state-dir, so a second launch reuses it), and read once
+ * here so that a bad one stops the launch before any child starts. */
+static int resolve_key(paths_t *p, const tt_launch_cfg_t *cfg) {
+    char err[768] = "";
+    if (cfg->key_file[0] == '\0')
+        return TT_OK;
+    if (strcmp(cfg->key_file, "auto") == 0) {
+        snprintf(p->key, sizeof(p->key), "%s/cluster.key", p->state);
+        if (access(p->key, F_OK) != 0 && tt_zauth_generate(p->key, 0, err, sizeof(err)) != TT_OK) {
+            fprintf(stderr, "tether-launch: %s\n", err);
+            return TT_EIO;
+        }
+    } else {
+        snprintf(p->key, sizeof(p->key), "%s", cfg->key_file);
+    }
+    tt_zauth_key_t k;
+    if (tt_zauth_load(&k, p->key, err, sizeof(err)) != TT_OK) {
+        fprintf(stderr, "tether-launch: %s\n", err);
+        return TT_EINVAL;
+    }
+    fprintf(stderr, "[launch] cluster key %s (security: %s): tetherctl needs --key-file %s\n",
+            p->key, tt_zauth_describe(&k), p->key);
+    memset(&k, 0, sizeof(k));
+    return TT_OK;
 }
 
 static int make_state_dir(paths_t *p, const tt_launch_cfg_t *cfg) {
@@ -204,6 +237,11 @@ int main(int argc, char **argv) {
         return 2;
     if (make_state_dir(&p, &cfg) != TT_OK)
         return 1;
+    if (resolve_key(&p, &cfg) != TT_OK) {
+        if (p.temp_state)
+            tt_launch_rmtree(p.state);
+        return 2;
+    }
     signal(SIGPIPE, SIG_IGN);
     argv[first] = p.prog;
     tt_launch_app_opts_t o = {.cfg = &cfg,
@@ -212,6 +250,7 @@ int main(int argc, char **argv) {
                               .shard_exe = cfg.shards > 0 ? p.shard : NULL,
                               .prog_argv = &argv[first],
                               .state_root = p.state,
+                              .key_path = p.key,
                               .tty = isatty(STDOUT_FILENO)};
     rc = tt_launch_app_run(&o);
     if (p.temp_state && tt_launch_rmtree(p.state) != TT_OK)

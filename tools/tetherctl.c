@@ -23,8 +23,13 @@
 static const tt_config_entry_t ctl_table[] = {
     {"coordinator", TT_CFG_STR, "tcp://127.0.0.1:7600", 0, 0, "coordinator control endpoint", 0,
      offsetof(tt_ctl_cfg_t, coordinator)},
+    {"key-file", TT_CFG_STR, "", 0, 0, "the cluster key the coordinator was given (empty: none)", 0,
+     offsetof(tt_ctl_cfg_t, key_file)},
     {"json", TT_CFG_BOOL, "false", 0, 1, "print JSON instead of a table", 0,
      offsetof(tt_ctl_cfg_t, json)},
+    {"encrypt-data", TT_CFG_BOOL, "false", 0, 1,
+     "keygen: the new key asks for encrypted bulk data too (data = curve; slower)", 0,
+     offsetof(tt_ctl_cfg_t, encrypt_data)},
     {"wait", TT_CFG_BOOL, "false", 0, 1,
      "checkpoint JOB: wait (up to --timeout-ms) until a checkpoint serving the request "
      "committed; drain: until the worker is no longer a member",
@@ -457,6 +462,19 @@ static int cmd_drain(tt_ctl_t *ctl, char **args) {
     return TT_CTL_EXIT_OK;
 }
 
+/* Offline: a new cluster key file, never over an existing one. */
+static int cmd_keygen(tt_ctl_t *ctl, char **args) {
+    char err[512] = "";
+    if (tt_zauth_generate(args[0], ctl->cfg.encrypt_data, err, sizeof(err)) != TT_OK) {
+        fprintf(stderr, "tetherctl: %s\n", err);
+        return TT_CTL_EXIT_FAIL;
+    }
+    printf("wrote a new cluster key to %s (mode 0600; bulk data %s): give it to every "
+           "process of the cluster (--key-file, TETHER_KEY_FILE)\n",
+           args[0], ctl->cfg.encrypt_data ? "authenticated and encrypted" : "authenticated");
+    return TT_CTL_EXIT_OK;
+}
+
 /* ---- dispatch ---- */
 
 static const ctl_cmd_t ctl_cmds[] = {
@@ -489,6 +507,10 @@ static const ctl_cmd_t ctl_cmds[] = {
      "JOB: committed checkpoints (id, step, bytes, created, duration, dir); "
      "DIR (with a '/'): offline, from the manifests under that root",
      tt_ctl_cmd_checkpoints, 1},
+    {"keygen", 1, "keygen FILE",
+     "offline: write a new cluster key to FILE (mode 0600, never over a file); "
+     "--encrypt-data: bulk data encrypted too",
+     cmd_keygen, 1},
 };
 #define CTL_NCMDS (sizeof(ctl_cmds) / sizeof(ctl_cmds[0]))
 

@@ -36,7 +36,8 @@ static int call_once(tether_t *t, const tt_env_t *env, const tt_zmq_payload_t *p
     const tt_client_opts_t *o = tt_client_opts(t->client);
     tt_zreq_t *z = NULL;
     tt_zmq_rx_t rx;
-    int rc = tt_zreq_open(&z, o->coordinator, "ckpt", o->worker_id, err, errlen);
+    int rc = tt_zreq_open(&z, o->coordinator, tt_client_key(t->client), "ckpt", o->worker_id, err,
+                          errlen);
     if (rc == TT_OK)
         rc = tt_zreq_call_want(z, env, pl, npl, timeout_ms, want, NULL, &rx, err, errlen);
     *reply = NULL;

@@ -231,6 +231,7 @@ int tt_tether_coll_init(tether_t *t, const tether_opts_t *opts, char *err, size_
     int rc = initial_opts(opts, &co, err, errlen);
     if (rc != TT_OK)
         return rc;
+    co.key = *tt_client_key(t->client);
     tt_comm_hooks_t hooks = {
         .ctx = t, .view = hook_view, .endpoint = hook_endpoint, .report = hook_report};
     atomic_init(&t->err_from_coll, 0);

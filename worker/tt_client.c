@@ -34,6 +34,7 @@
 
 struct tt_client {
     tt_client_opts_t opts;
+    tt_zauth_key_t key; /* opts.key_file, read at create */
     void *zctx;
     void *dealer; /* background thread only */
     void *mon;    /* ... and its monitor, read into `reach` */
@@ -196,6 +197,8 @@ static void do_reconnect(tt_client_t *c) {
     tt_zmq_opts_t zo;
     tt_zmq_opts_default(&zo);
     zo.routing_id = rid;
+    zo.key = &c->key;
+    zo.key_kind = TT_ZAUTH_CONTROL;
     if (rc == TT_OK)
         rc = tt_zmq_dealer_watched(c->zctx, c->opts.coordinator, &zo, TT_ZMQ_REACH_EVENTS,
                                    &c->dealer, &c->mon, err, sizeof(err));
@@ -456,6 +459,7 @@ static void free_client(tt_client_t *c, int sync_ok) {
         pthread_mutex_destroy(&c->mu);
     }
     tt_client_sm_release(&c->sm);
+    memset(&c->key, 0, sizeof(c->key));
     free(c);
 }
 
@@ -469,6 +473,10 @@ int tt_client_create(tt_client_t **out, const tt_client_opts_t *opts, char *err,
         return TT_ENOMEM;
     c->opts = *opts;
     c->wake_rd = c->wake_wr = -1;
+    if ((rc = tt_zauth_load(&c->key, opts->key_file, err, errlen)) != TT_OK) {
+        free(c);
+        return rc;
+    }
     tt_client_sm_init(&c->sm, opts->job.heartbeat_ms);
     int sync_ok = 0;
     TT_CHECK_GOTO(init_sync(c), rc, fail);
@@ -704,6 +712,10 @@ void tt_client_view(tt_client_t *c, tt_client_view_t *v) {
 
 const tt_client_opts_t *tt_client_opts(const tt_client_t *c) {
     return &c->opts;
+}
+
+const tt_zauth_key_t *tt_client_key(const tt_client_t *c) {
+    return &c->key;
 }
 
 /* The table is sorted by rank but may list only neighbours: search it. */

@@ -26,6 +26,7 @@
 
 #include "tether/tether.h"
 #include "tt_wire.h"
+#include "tt_zauth.h"
 
 typedef tether_opts_t tt_client_opts_t;
 
@@ -222,6 +223,9 @@ int tt_client_member(tt_client_t *c, uint32_t rank, tether_member_t *info);
 
 /* The options the client was created with (immutable afterwards). */
 const tt_client_opts_t *tt_client_opts(const tt_client_t *c);
+/* The cluster key read from opts->key_file (off when none); immutable,
+ * valid until tt_client_destroy. */
+const tt_zauth_key_t *tt_client_key(const tt_client_t *c);
 /* Like tt_client_member, but only while `gen` is the current generation:
  * TT_OK, TT_ESTALE (another generation is installed) or TT_ENOTFOUND
  * (rank not in the JoinReply's table). */

@@ -61,6 +61,7 @@ static const env_entry_t env_table[] = {
     ENV_STR("TETHER_WORKER_ID", worker_id),
     ENV_STR_N("TETHER_HOST", host, TETHER_HOST_MAX),
     ENV_STR_N("TETHER_ENDPOINT", endpoint, TETHER_ENDPOINT_MAX),
+    ENV_STR_N("TETHER_KEY_FILE", key_file, TETHER_PATH_MAX),
     ENV_U32("TETHER_MIN_WORKERS", min_workers, 1, WORKERS_LIMIT),
     ENV_U32("TETHER_MAX_WORKERS", max_workers, 1, WORKERS_LIMIT),
     ENV_U32("TETHER_LAST_CALL_MS", last_call_ms, 1, MS_LIMIT),

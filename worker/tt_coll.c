@@ -46,7 +46,8 @@ static void ring_opts(const tt_coll_cfg_t *cfg, tt_ring_opts_t *o) {
                           .segment_bytes = cfg->segment_bytes,
                           .flight_capacity = cfg->flight_capacity,
                           .job_tag = tt_collseq_job_tag(cfg->job_id) ^ cfg->job_nonce,
-                          .tcp_only = cfg->ring_tcp_only};
+                          .tcp_only = cfg->ring_tcp_only,
+                          .key = cfg->key};
 }
 
 /* `idle` (may be NULL): tt_ring_opts_t.idle. */
@@ -188,6 +189,7 @@ static int ps_fetch(const tt_coll_cfg_t *cfg, tt_ps_layout_t *lay, char *err, si
             t[i] = (tt_ps_tensor_t){names[i], cfg->tensor_counts[i]};
         }
         tt_ps_fetch_opts_t fo = {.coordinator = cfg->coordinator,
+                                 .key = cfg->key,
                                  .job_id = cfg->job_id,
                                  .sender_id = cfg->worker_id,
                                  .min_shards = cfg->min_shards,
@@ -230,6 +232,7 @@ static int ps_open_shards(ps_inst_t *pi, const tt_coll_cfg_t *cfg, char *err, si
                       .generation = cfg->generation,
                       .job_id = cfg->job_id,
                       .sender_id = cfg->worker_id,
+                      .key = cfg->key,
                       .layout = &lay,
                       .deadline_ms = cfg->deadline_ms,
                       .mode = cfg->shard_update ? TT_PS_OPTIMIZER : TT_PS_AGGREGATE,

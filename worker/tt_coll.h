@@ -28,6 +28,7 @@
 
 #include "tt_collseq.h"
 #include "tt_optim.h"
+#include "tt_zauth.h"
 
 struct tt_ps_written; /* tt_ps.h */
 
@@ -69,6 +70,10 @@ typedef struct tt_coll_cfg {
     int device;
     /* For backends that go through the coordinator or shard servers. */
     const char *coordinator, *job_id, *worker_id;
+    /* The cluster key (borrowed; NULL or off: none): ring links and links
+     * to shard servers authenticate with it, requests to the coordinator
+     * use CURVE (tt_zauth.h). */
+    const tt_zauth_key_t *key;
     uint32_t min_shards;    /* tt_ps_fetch_opts_t.min_shards */
     uint32_t shard_wait_ms; /* tt_ps_fetch_opts_t.timeout_ms; 0: its default */
     /* The registered gradient tensors (float32 element counts, in order);

@@ -34,6 +34,7 @@ int tt_nccl_id_relay(const tt_coll_cfg_t *cfg, void *out, char *err, size_t errl
         /* Rank 0 may still be building its shard connections (nccl+ps):
          * wait as long as the init itself may take. */
         tt_commid_opts_t o = {.coordinator = cfg->coordinator,
+                              .key = cfg->key,
                               .job_id = cfg->job_id,
                               .worker_id = cfg->worker_id,
                               .generation = cfg->generation,

@@ -199,6 +199,7 @@ static int open_backend(tt_comm_t *c, const tt_comm_view_t *v, void *parent) {
                          .deadline_ms = c->opts.deadline_ms,
                          .segment_bytes = c->opts.segment_bytes,
                          .coordinator = c->opts.coordinator,
+                         .key = &c->opts.key,
                          .job_id = c->opts.job_id,
                          .worker_id = c->opts.worker_id,
                          .min_shards = c->opts.min_shards,
@@ -591,6 +592,7 @@ int tt_comm_configure(tt_comm_t *c, const tt_comm_opts_t *opts) {
         memcpy(o.coordinator, c->opts.coordinator, sizeof(o.coordinator));
         memcpy(o.job_id, c->opts.job_id, sizeof(o.job_id));
         memcpy(o.worker_id, c->opts.worker_id, sizeof(o.worker_id));
+        o.key = c->opts.key;
         c->opts = o;
     }
     pthread_mutex_unlock(&c->mu);

@@ -76,6 +76,7 @@ typedef struct tt_comm_opts {
     char bind_endpoint[TT_COMM_EP_MAX]; /* "": bind the advertised endpoint */
     int ring_tcp_only;                  /* tt_ring_opts_t.tcp_only (TETHER_RING_SHM=0) */
     char coordinator[TT_COMM_EP_MAX], job_id[128], worker_id[128]; /* for ps */
+    tt_zauth_key_t key;     /* the cluster key (tt_coll_cfg_t.key); off: none */
     uint32_t min_shards;    /* ps: shard servers to wait for before the first placement */
     uint32_t shard_wait_ms; /* ps: how long a placement waits for them; 0: 10000 */
     int shard_update;       /* the shards apply the optimizer (ps backend only) */

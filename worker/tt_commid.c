@@ -56,7 +56,7 @@ static int call_open(call_t *c, const tt_commid_opts_t *o, tt_env_t *env, char *
     c->start = tt_clock_mono_ms();
     c->end = c->start + (uint64_t)c->timeout_ms;
     tt_wire_env_init(env, o->job_id, o->worker_id, o->generation, 0);
-    return tt_zreq_open(&c->z, o->coordinator, "commid", o->worker_id, err, errlen);
+    return tt_zreq_open(&c->z, o->coordinator, o->key, "commid", o->worker_id, err, errlen);
 }
 
 /* Time left for another ask after a pause of `pause_ms`. */

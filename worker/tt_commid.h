@@ -12,8 +12,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tt_zauth.h"
+
 typedef struct tt_commid_opts {
-    const char *coordinator; /* its ROUTER endpoint */
+    const char *coordinator;   /* its ROUTER endpoint */
+    const tt_zauth_key_t *key; /* the cluster key; NULL: none */
     const char *job_id;
     const char *worker_id;
     uint64_t generation;

@@ -582,6 +582,8 @@ static int open_sockets(tt_ps_t *p, char *err, size_t errlen) {
     zo.max_msg = (int64_t)p->lay.place.chunk_bytes + (1 << 20);
     /* Credits bound the queue; the marks only need to sit above them. */
     zo.sndhwm = zo.rcvhwm = 4 * p->o.credits + 16;
+    zo.key = p->o.key;
+    zo.key_kind = TT_ZAUTH_BULK;
     for (size_t s = 0; s < n; s++) {
         tt_zmq_reach_init(&p->link[s].reach, tt_clock_mono_ms());
         int rc = tt_zmq_dealer_watched(p->zctx, p->lay.endpoints[s], &zo, LINK_EVENTS, &p->socks[s],

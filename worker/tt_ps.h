@@ -35,6 +35,7 @@
 #include "tt_ckpt.h"
 #include "tt_optim.h"
 #include "tt_placement.h"
+#include "tt_zauth.h"
 
 typedef struct tt_ps tt_ps_t;
 
@@ -59,7 +60,8 @@ typedef struct tt_ps_tensor {
 } tt_ps_tensor_t;
 
 typedef struct tt_ps_fetch_opts {
-    const char *coordinator; /* control endpoint */
+    const char *coordinator;   /* control endpoint */
+    const tt_zauth_key_t *key; /* the cluster key; NULL: none */
     const char *job_id;
     const char *sender_id;
     /* When ntensors > 0 the table is declared first (idempotent; a
@@ -88,6 +90,7 @@ typedef struct tt_ps_opts {
     uint64_t generation;
     const char *job_id;
     const char *sender_id;        /* worker id, for logs on the shards */
+    const tt_zauth_key_t *key;    /* the cluster key (read during create); NULL: none */
     const tt_ps_layout_t *layout; /* borrowed; copied during create */
     int deadline_ms;              /* per call; 0: 60000 */
     int credits;                  /* chunks in flight per shard; 0: 4 */

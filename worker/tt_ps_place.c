@@ -141,8 +141,8 @@ int tt_ps_layout_fetch(const tt_ps_fetch_opts_t *o, tt_ps_layout_t *out, char *e
     }
     tt_zreq_t *z = NULL;
     tt_zmq_rx_t rx;
-    int rc =
-        tt_zreq_open(&z, o->coordinator, "place", o->sender_id ? o->sender_id : "ps", err, errlen);
+    int rc = tt_zreq_open(&z, o->coordinator, o->key, "place", o->sender_id ? o->sender_id : "ps",
+                          err, errlen);
     if (rc == TT_OK && (rc = request_until_placed(z, o, &rx, err, errlen)) == TT_OK) {
         rc = check_uniform(rx.env->placement_reply, err, errlen);
         if (rc == TT_OK && (rc = to_layout(rx.env->placement_reply, out)) != TT_OK)

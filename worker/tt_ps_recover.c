@@ -225,9 +225,9 @@ static int shard_lost(tt_ps_t *p, ps_op_t *op, size_t s, uint64_t now) {
  * connection is made again. Why wait for that: ZeroMQ reports the drop
  * before it discards the dropped connection's queue, so a request sent in
  * between would vanish without an answer. */
-static void link_event(tt_ps_t *p, size_t s, uint16_t ev, int *lost) {
+static void link_event(tt_ps_t *p, size_t s, uint16_t ev, int32_t val, int *lost) {
     ps_link_t *l = &p->link[s];
-    tt_zmq_reach_event(&l->reach, ev);
+    tt_zmq_reach_event(&l->reach, ev, val);
     if (ev == ZMQ_EVENT_CONNECTED || ev == ZMQ_EVENT_DISCONNECTED) {
         l->down = ev == ZMQ_EVENT_DISCONNECTED;
         /* Before any handshake nothing was queued (ZMQ_IMMEDIATE); a
@@ -245,7 +245,7 @@ static int read_link_events(tt_ps_t *p, size_t s) {
     int lost = 0, rc;
     while ((rc = tt_zmq_monitor_read(p->link[s].mon, &ev, &val)) != TT_EAGAIN) {
         if (rc == TT_OK)
-            link_event(p, s, ev, &lost);
+            link_event(p, s, ev, val, &lost);
     }
     return lost;
 }

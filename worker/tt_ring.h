@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "tt_collseq.h"
+#include "tt_zauth.h"
 
 typedef struct tt_ring tt_ring_t;
 
@@ -67,6 +68,9 @@ typedef struct tt_ring_opts {
      * shared memory; a unit that finds none free goes over TCP, its place
      * kept); 0: 32, at most 64. Tests use 1 to mix the two on every link. */
     int shm_slots;
+    /* The cluster key (copied; tt_zauth.h): this rank's endpoint admits
+     * only its holders, and links to the right use it. NULL or off: none. */
+    const tt_zauth_key_t *key;
 } tt_ring_opts_t;
 
 #define TT_RING_IDLE_MS 20

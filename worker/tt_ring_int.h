@@ -38,6 +38,8 @@ struct tt_ring {
     size_t seg_bytes;
     int64_t step;
     void *zctx, *pull, *push, *mon_pull, *mon_push;
+    tt_zauth_key_t key;     /* the cluster key; off: none */
+    tt_zauth_zap_t *zap;    /* admits holders of `key` to the PULL */
     int evfd;               /* zero-copy releases */
     tt_wake_t wake;         /* tt_ring_interrupt */
     int ready;              /* handshake done: every link ends in this generation */

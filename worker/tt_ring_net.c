@@ -20,6 +20,7 @@
 #endif
 #include <stdatomic.h>
 #include <stdio.h>
+#include <string.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -67,7 +68,8 @@ static int ring_socket(tt_ring_t *r, int type, const char *ep, int bind, int64_t
         tt_ring_net_set_int(s, ZMQ_LINGER, 0) || tt_ring_net_set_int(s, ZMQ_SNDHWM, 0) ||
         tt_ring_net_set_int(s, ZMQ_RCVHWM, 0) ||
         zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg)) ||
-        zmq_setsockopt(s, ZMQ_AFFINITY, &affinity, sizeof(affinity)))
+        zmq_setsockopt(s, ZMQ_AFFINITY, &affinity, sizeof(affinity)) ||
+        tt_zauth_apply(s, &r->key, bind, TT_ZAUTH_BULK) != TT_OK)
         goto fail;
     if (tt_zmq_monitor_open(r->zctx, s, RING_MON_EVENTS, mon, err, errlen) != TT_OK) {
         zmq_close(s);
@@ -114,6 +116,11 @@ int tt_ring_net_open(tt_ring_t *r, const tt_ring_opts_t *o, char *err, size_t er
     r->io_threads = o->io_threads > 0 ? o->io_threads : TT_RING_IO_THREADS_DEFAULT;
     zmq_ctx_set(r->zctx, ZMQ_IO_THREADS, r->io_threads);
     zmq_ctx_set(r->zctx, ZMQ_BLOCKY, 0);
+    if (o->key != NULL)
+        r->key = *o->key;
+    char who[64];
+    snprintf(who, sizeof(who), "ring rank %d (gen=%llu)", r->rank, (unsigned long long)r->gen);
+    TT_CHECK_GOTO(tt_zauth_zap_start(r->zctx, &r->key, who, &r->zap, err, errlen), rc, out);
     TT_CHECK_GOTO(ring_socket(r, ZMQ_PULL, bind_ep, 1, maxmsg, &r->pull, &r->mon_pull, err, errlen),
                   rc, out);
     tt_zmq_reach_init(&r->right_reach, tt_clock_mono_ms());
@@ -147,7 +154,7 @@ void tt_ring_net_drain(void *mon, uint64_t *gone_ms, int *conns, tt_zmq_reach_t 
         if (rc != TT_OK)
             continue;
         if (reach != NULL)
-            tt_zmq_reach_event(reach, id);
+            tt_zmq_reach_event(reach, id, fd);
         if (id == ZMQ_EVENT_CONNECTED || id == ZMQ_EVENT_ACCEPTED) {
             *gone_ms = 0;
             if (conns != NULL)
@@ -280,8 +287,10 @@ void tt_ring_destroy(tt_ring_t **rp) {
     if (r->stashed)
         zmq_msg_close(&r->stash.body);
     tt_zmq_close(&r->pull);
+    tt_zauth_zap_stop(&r->zap);
     if (r->zctx != NULL)
         zmq_ctx_term(r->zctx); /* returns once every zero-copy frame is freed */
+    memset(&r->key, 0, sizeof(r->key));
     if (r->evfd >= 0)
         close(r->evfd);
     tt_wake_close(&r->wake);

@@ -83,9 +83,10 @@ TETHER_API const char *tether_status_name(int status);
 /* Options                                                             */
 /* ------------------------------------------------------------------ */
 
-#define TETHER_ID_MAX       128 /* job and worker ids, NUL included */
-#define TETHER_HOST_MAX     256 /* host names, NUL included */
-#define TETHER_ENDPOINT_MAX 256 /* ZeroMQ endpoints, NUL included */
+#define TETHER_ID_MAX       128  /* job and worker ids, NUL included */
+#define TETHER_HOST_MAX     256  /* host names, NUL included */
+#define TETHER_ENDPOINT_MAX 256  /* ZeroMQ endpoints, NUL included */
+#define TETHER_PATH_MAX     1024 /* checkpoint directories, key files, NUL included */
 
 /* Log levels passed to tether_log_fn. */
 enum { TETHER_LOG_ERROR = 0, TETHER_LOG_WARN = 1, TETHER_LOG_INFO = 2, TETHER_LOG_DEBUG = 3 };
@@ -132,6 +133,11 @@ typedef struct tether_opts {
     void *log_ctx;
     tether_generation_fn generation_fn; /* may be NULL */
     void *generation_ctx;
+    /* The cluster key file (tetherctl keygen), the one the coordinator and
+     * shard servers were given: every connection of this worker uses it,
+     * and its own ring endpoint admits only holders. "" (the default):
+     * none. Read by tether_create, which refuses a file others may read. */
+    char key_file[TETHER_PATH_MAX];
 } tether_opts_t;
 
 /* Fills `o` with the defaults above. Any thread. */
@@ -143,7 +149,8 @@ TETHER_API void tether_opts_default(tether_opts_t *o);
  * TETHER_HEARTBEAT_MS, TETHER_HEARTBEAT_TIMEOUT_MS, TETHER_GLOBAL_BATCH,
  * TETHER_JOIN_TIMEOUT_MS, TETHER_CHECKPOINT_EVERY_STEPS,
  * TETHER_CHECKPOINT_EVERY_MS, TETHER_CHECKPOINT_KEEP,
- * TETHER_JOB_MAX_REGROUPS_PER_HOUR, TETHER_JOB_FLAP_COOLDOWN_MS. Unset variables leave
+ * TETHER_JOB_MAX_REGROUPS_PER_HOUR, TETHER_JOB_FLAP_COOLDOWN_MS, TETHER_KEY_FILE. Unset
+ * variables leave
  * the field alone. Then the
  * result is validated as by tether_opts_validate. Returns TETHER_OK, or
  * TETHER_EINVAL with a sentence naming the variable and its value in `err`
@@ -314,8 +321,6 @@ TETHER_API int tether_checkpoint_requests(tether_t *t, uint64_t *requested, uint
 TETHER_API int tether_checkpoint_commit(tether_t *t, const char *root, uint64_t request,
                                         uint64_t generation, const void *manifest, size_t len,
                                         uint32_t timeout_ms, char *err, size_t errlen);
-
-#define TETHER_PATH_MAX 1024 /* checkpoint directories, NUL included */
 
 typedef struct tether_checkpoint {
     char id[TETHER_ID_MAX];

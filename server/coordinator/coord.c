@@ -317,6 +317,11 @@ static int bind_router(tt_coord_t *c, const tt_coord_opts_t *o, char *err, size_
      * double the control traffic for nothing. */
     zo.heartbeat_ivl_ms = 0;
     zo.rcvhwm = 100000;
+    zo.key = &c->key;
+    zo.key_kind = TT_ZAUTH_CONTROL;
+    int rc = tt_zauth_zap_start(c->zctx, &c->key, "the coordinator", &c->zap, err, errlen);
+    if (rc != TT_OK)
+        return rc;
     return tt_zmq_router(c->zctx, o->listen, &zo, &c->router, c->endpoint, sizeof(c->endpoint), err,
                          errlen);
 }
@@ -329,6 +334,8 @@ static int setup(tt_coord_t *c, const tt_coord_opts_t *o, char *err, size_t errl
         return TT_ESYS;
     }
     zmq_ctx_set(c->zctx, ZMQ_MAX_SOCKETS, 64);
+    if (o->key != NULL)
+        c->key = *o->key;
     TT_CHECK_GOTO(bind_router(c, o, err, errlen), rc, out);
     TT_CHECK_GOTO(coord_monitor_start(c, err, errlen), rc, out);
     if (o->state_dir != NULL && o->state_dir[0] != '\0') {
@@ -425,7 +432,9 @@ void tt_coord_destroy(tt_coord_t **cp) {
     free(c->save_buf);
     tt_zmq_monitor_close(c->router, &c->monitor);
     tt_zmq_close(&c->router);
+    tt_zauth_zap_stop(&c->zap);
     if (c->zctx != NULL)
         zmq_ctx_term(c->zctx);
+    memset(&c->key, 0, sizeof(c->key));
     free(c);
 }

@@ -13,6 +13,7 @@
 #define TT_COORD_H
 
 #include "rdzv.h"
+#include "tt_zauth.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -34,6 +35,9 @@ typedef struct tt_coord_opts {
      * alive: the first this many steps of the new generation run on the
      * PS backend (Generation.ps_until_step); 0: never. */
     uint32_t ps_fallback_steps;
+    /* The cluster key (copied): CURVE on the control socket, and only
+     * its holders admitted. NULL or off: no security (tt_zauth.h). */
+    const tt_zauth_key_t *key;
 } tt_coord_opts_t;
 
 /* Creates the daemon on `loop` (borrowed), binds the control socket and

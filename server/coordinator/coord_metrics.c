@@ -34,6 +34,10 @@ static void daemon_metrics(const tt_coord_t *c, tt_http_reply_t *r, uint64_t now
     tt_http_printf(r, "tether_coordinator_up 1\n");
     help(r, "tether_coordinator_boots", "gauge", "starts on this state file, this one included");
     tt_http_printf(r, "tether_coordinator_boots %llu\n", (unsigned long long)c->boots);
+    help(r, "tether_coordinator_refused_connections_total", "counter",
+         "connections refused: a handshake that failed, or a key the ZAP handler refused");
+    tt_http_printf(r, "tether_coordinator_refused_connections_total %llu\n",
+                   (unsigned long long)(c->handshakes_failed + tt_zauth_zap_refused(c->zap)));
     help(r, "tether_coordinator_jobs", "gauge", "jobs known, by state");
     for (size_t k = 0; k < sizeof(states) / sizeof(states[0]); k++) {
         size_t n = 0;

@@ -6,6 +6,7 @@
 #include "tt_config.h"
 #include "tt_daemon.h"
 #include "tt_http.h"
+#include "tt_zauth.h"
 #include "tt_log.h"
 #include "tt_status.h"
 
@@ -22,6 +23,7 @@ typedef struct coord_config {
     char id[TT_CFG_STR_MAX];
     char log_level[TT_CFG_STR_MAX];
     char log_file[TT_CFG_STR_MAX];
+    char key_file[TT_CFG_STR_MAX];
     int64_t max_msg_bytes;
     int64_t max_regroups_per_hour;
     int64_t flap_cooldown_ms;
@@ -46,6 +48,10 @@ static const tt_config_entry_t coord_table[] = {
      CFG_OFF(log_level)},
     {"log-file", TT_CFG_STR, "", 0, 0, "append logs to this file instead of stderr", 1,
      CFG_OFF(log_file)},
+    {"key-file", TT_CFG_STR, "", 0, 0,
+     "the cluster key (tetherctl keygen): only processes given the same file may connect; "
+     "empty: no authentication, no encryption",
+     0, CFG_OFF(key_file)},
     {"max-msg-bytes", TT_CFG_INT, "1048576", 1024, 1 << 30,
      "largest control frame accepted (ZMQ_MAXMSGSIZE)", 0, CFG_OFF(max_msg_bytes)},
     {"max-regroups-per-hour", TT_CFG_INT, "60", 0, TT_RDZV_REGROUPS_LIMIT,
@@ -131,7 +137,13 @@ int main(int argc, char **argv) {
     tt_rdzv_guard_t guard = {.max_regroups_per_hour = (uint32_t)cfg.max_regroups_per_hour,
                              .flap_cooldown_ms = (uint32_t)cfg.flap_cooldown_ms,
                              .flap_cooldown_max_ms = (uint32_t)cfg.flap_cooldown_max_ms};
-    tt_coord_opts_t o = {.listen = cfg.listen,
+    tt_zauth_key_t key;
+    if (tt_zauth_load(&key, cfg.key_file, err, sizeof(err)) != TT_OK) {
+        fprintf(stderr, "tether-coordinator: %s\n", err);
+        return 2;
+    }
+    tt_coord_opts_t o = {.key = &key,
+                         .listen = cfg.listen,
                          .state_dir = cfg.state_dir,
                          .id = cfg.id,
                          .max_msg_bytes = cfg.max_msg_bytes,
@@ -144,8 +156,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "tether-coordinator: cannot start: %s\n", err);
         return 1;
     }
-    TT_INFO("coord", "listening on %s, state in %s", tt_coord_endpoint(a.coord),
-            cfg.state_dir[0] ? cfg.state_dir : "(none)");
+    TT_INFO("coord", "listening on %s, state in %s, security: %s", tt_coord_endpoint(a.coord),
+            cfg.state_dir[0] ? cfg.state_dir : "(none)", tt_zauth_describe(&key));
+    memset(&key, 0, sizeof(key)); /* the coordinator keeps its own copy */
     if (cfg.http[0] != '\0' && tt_http_start(&a.http, a.loop, cfg.http, tt_coord_http, a.coord, err,
                                              sizeof(err)) != TT_OK) {
         TT_ERROR("coord", "cannot start: %s", err);

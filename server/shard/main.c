@@ -23,6 +23,7 @@ typedef struct shard_config {
     char id[TT_CFG_STR_MAX];
     char log_level[TT_CFG_STR_MAX];
     char log_file[TT_CFG_STR_MAX];
+    char key_file[TT_CFG_STR_MAX];
     int64_t heartbeat_ms;
     int64_t park_timeout_ms;
     int64_t max_chunk_bytes;
@@ -49,6 +50,10 @@ static const tt_config_entry_t shard_table[] = {
      CFG_OFF(log_level)},
     {"log-file", TT_CFG_STR, "", 0, 0, "append logs to this file instead of stderr", 1,
      CFG_OFF(log_file)},
+    {"key-file", TT_CFG_STR, "", 0, 0,
+     "the cluster key (tetherctl keygen): only processes given the same file may connect; "
+     "empty: no authentication, no encryption",
+     0, CFG_OFF(key_file)},
     {"heartbeat-ms", TT_CFG_INT, "1000", 50, 600000, "heartbeat interval to the coordinator", 0,
      CFG_OFF(heartbeat_ms)},
     {"park-timeout-ms", TT_CFG_INT, "30000", 10, 3600000,
@@ -120,7 +125,14 @@ int main(int argc, char **argv) {
     tt_log_set_identity("shard", cfg.id);
     tt_config_log_nondefault(shard_table, SHARD_TABLE_N, &cfg);
     app_t a = {.loop = uv_default_loop()};
-    tt_shard_opts_t o = {.listen = cfg.listen,
+    tt_zauth_key_t key;
+    char err[512] = "";
+    if (tt_zauth_load(&key, cfg.key_file, err, sizeof(err)) != TT_OK) {
+        fprintf(stderr, "tether-shard: %s\n", err);
+        return 2;
+    }
+    tt_shard_opts_t o = {.key = &key,
+                         .listen = cfg.listen,
                          .advertise = cfg.advertise,
                          .coordinator = cfg.coordinator,
                          .id = cfg.id,
@@ -133,7 +145,6 @@ int main(int argc, char **argv) {
         o.die_step = strtoull(die, NULL, 10);
         o.die_once = strchr(die, ':') + 1;
     }
-    char err[512] = "";
     if (tt_shard_create(&a.shard, a.loop, &o, err, sizeof(err)) != TT_OK) {
         fprintf(stderr, "tether-shard: cannot start: %s\n", err);
         return 1;
@@ -148,7 +159,9 @@ int main(int argc, char **argv) {
     }
     printf("LISTENING %s\n", tt_shard_endpoint(a.shard));
     fflush(stdout);
-    TT_INFO("shard", "shard %s listening on %s", cfg.id, tt_shard_endpoint(a.shard));
+    TT_INFO("shard", "shard %s listening on %s, security: %s", cfg.id, tt_shard_endpoint(a.shard),
+            tt_zauth_describe(&key));
+    memset(&key, 0, sizeof(key)); /* the shard keeps its own copy */
     tt_daemon_signals_start(&a.sigs, a.loop, on_stop, on_hup, &a);
     uv_run(a.loop, UV_RUN_DEFAULT);
     tt_shard_destroy(&a.shard);

@@ -127,7 +127,7 @@ static void watch_coordinator(tt_shard_t *s, uint64_t now) {
     uint16_t ev;
     int32_t val;
     while (s->dealer_mon != NULL && tt_zmq_monitor_read(s->dealer_mon, &ev, &val) == TT_OK) {
-        tt_zmq_reach_event(&s->coord_reach, ev);
+        tt_zmq_reach_event(&s->coord_reach, ev, val);
         if (ev == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
             if (s->coord_warned)
                 TT_WARN("shard", "connected to the coordinator at %s: heartbeats reach it again",
@@ -177,7 +177,13 @@ static int open_sockets(tt_shard_t *s, const tt_shard_opts_t *o, char *err, size
      * exceed workers x credits so the ROUTER never drops a reply. */
     zo.sndhwm = 100000;
     zo.rcvhwm = 100000;
-    int rc = tt_zmq_router(s->zctx, o->listen, &zo, &s->router, s->endpoint, sizeof(s->endpoint),
+    zo.key = &s->key;
+    zo.key_kind = TT_ZAUTH_BULK;
+    char who[96];
+    snprintf(who, sizeof(who), "shard %s", s->id);
+    int rc = tt_zauth_zap_start(s->zctx, &s->key, who, &s->zap, err, errlen);
+    if (rc == TT_OK)
+        rc = tt_zmq_router(s->zctx, o->listen, &zo, &s->router, s->endpoint, sizeof(s->endpoint),
                            err, errlen);
     if (rc != TT_OK || o->coordinator == NULL || o->coordinator[0] == '\0')
         return rc;
@@ -187,6 +193,8 @@ static int open_sockets(tt_shard_t *s, const tt_shard_opts_t *o, char *err, size
     tt_zmq_opts_default(&co);
     co.routing_id = rid;
     co.max_msg = 1 << 20;
+    co.key = &s->key;
+    co.key_kind = TT_ZAUTH_CONTROL;
     snprintf(s->coordinator, sizeof(s->coordinator), "%s", o->coordinator);
     tt_zmq_reach_init(&s->coord_reach, tt_clock_mono_ms());
     rc = tt_zmq_dealer_watched(s->zctx, o->coordinator, &co,
@@ -223,6 +231,8 @@ static int setup(tt_shard_t *s, const tt_shard_opts_t *o, char *err, size_t errl
      * second lets the kernel copies of two connections run at once (a
      * socket's connections are spread over the threads). */
     zmq_ctx_set(s->zctx, ZMQ_IO_THREADS, o->io_threads ? (int)o->io_threads : 2);
+    if (o->key != NULL)
+        s->key = *o->key;
     TT_CHECK_GOTO(open_sockets(s, o, err, errlen), rc, out);
     set_advertise(s, o);
     uv_timer_init(s->loop, &s->timer);
@@ -299,7 +309,9 @@ void tt_shard_destroy(tt_shard_t **sp) {
     tt_zmq_monitor_close(s->dealer, &s->dealer_mon);
     tt_zmq_close(&s->dealer);
     tt_zmq_close(&s->router);
+    tt_zauth_zap_stop(&s->zap);
     if (s->zctx != NULL)
         zmq_ctx_term(s->zctx);
+    memset(&s->key, 0, sizeof(s->key));
     free(s);
 }

@@ -19,6 +19,8 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "tt_zauth.h"
+
 typedef struct tt_shard tt_shard_t;
 
 typedef struct tt_shard_opts {
@@ -31,6 +33,10 @@ typedef struct tt_shard_opts {
     uint32_t park_timeout_ms; /* default round deadline; 0: 30000 */
     uint64_t max_chunk_bytes; /* largest chunk accepted; 0: 64 MiB */
     uint32_t io_threads;      /* ZeroMQ I/O threads of the data socket; 0: 2 */
+    /* The cluster key (copied; tt_zauth.h): the data socket admits only
+     * its holders, and the link to the coordinator uses CURVE. NULL or
+     * off: no security. */
+    const tt_zauth_key_t *key;
     /* Test knob (TETHER_SHARD_TEST_DIE="STEP:FILE"): when a round of step
      * die_step (> 0) finishes with several ranks waiting, answer one of
      * them and die by SIGKILL, once: only the process that creates

@@ -76,6 +76,8 @@ typedef struct shard_job {
 struct tt_shard {
     uv_loop_t *loop;
     void *zctx, *router, *dealer;
+    tt_zauth_key_t key;
+    tt_zauth_zap_t *zap; /* admits holders of `key` to the router */
     tt_uvzmq_t *router_w, *dealer_w;
     /* The dealer's way to the coordinator (watch_coordinator in shard.c):
      * a coordinator this shard cannot reach, or no longer reaches, is

@@ -199,13 +199,16 @@ static int send_oversized(const tether_opts_t *o, size_t n) {
 static void fetch_comm_id(const tc_t *tc, const tether_opts_t *o) {
     if (tether_rank(tc->t) == 0)
         return;
+    tt_zauth_key_t key; /* the worker's own was checked by tether_create */
+    char err[512] = "";
+    tt_zauth_load(&key, o->key_file, err, sizeof(err));
     tt_commid_opts_t co = {.coordinator = o->coordinator,
+                           .key = &key,
                            .job_id = o->job_id,
                            .worker_id = o->worker_id,
                            .generation = tether_generation(tc->t),
                            .timeout_ms = (int)tc->cfg.fetch_comm_id};
     uint8_t id[128];
-    char err[512] = "";
     uint64_t t0 = tt_clock_mono_ms();
     int rc = tt_commid_fetch(&co, id, sizeof(id), err, sizeof(err));
     say(tc, "COMMID %s ms=%" PRIu64 " %s", tt_status_name(rc), tt_clock_mono_ms() - t0, err);

@@ -16,22 +16,22 @@ static void reach_counts_until_a_handshake(void) {
     tt_zmq_reach_t r;
     char why[512];
     tt_zmq_reach_init(&r, 1000);
-    tt_zmq_reach_event(&r, ZMQ_EVENT_CONNECT_RETRIED);
-    tt_zmq_reach_event(&r, ZMQ_EVENT_CONNECT_RETRIED);
+    tt_zmq_reach_event(&r, ZMQ_EVENT_CONNECT_RETRIED, 0);
+    tt_zmq_reach_event(&r, ZMQ_EVENT_CONNECT_RETRIED, 0);
     tt_zmq_reach_why(&r, "shard s0", "tcp://10.0.0.9:7700", "its advertised address", 3500, why,
                      sizeof(why));
     CU_ASSERT_STRING_EQUAL(why, "cannot connect to shard s0 at tcp://10.0.0.9:7700 (its advertised "
                                 "address; 2 attempt(s) failed in 2500 ms): is it running, and "
                                 "reachable from this host?");
-    tt_zmq_reach_event(&r, ZMQ_EVENT_CONNECTED);
-    tt_zmq_reach_event(&r, ZMQ_EVENT_DISCONNECTED); /* not counted: not a reach event */
+    tt_zmq_reach_event(&r, ZMQ_EVENT_CONNECTED, 0);
+    tt_zmq_reach_event(&r, ZMQ_EVENT_DISCONNECTED, 0); /* not counted: not a reach event */
     tt_zmq_reach_why(&r, "rank 2", "tcp://h:1", "its advertised endpoint", 4000, why, sizeof(why));
     CU_ASSERT_PTR_NOT_NULL(strstr(why, "rank 2 at tcp://h:1 (its advertised endpoint) took 1 TCP "
                                        "connection(s) in 3000 ms and completed no ZeroMQ "
                                        "handshake"));
-    tt_zmq_reach_event(&r, ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
-    tt_zmq_reach_event(&r, ZMQ_EVENT_CONNECT_RETRIED); /* a later drop: not this record's */
-    tt_zmq_reach_event(&r, ZMQ_EVENT_CONNECTED);
+    tt_zmq_reach_event(&r, ZMQ_EVENT_HANDSHAKE_SUCCEEDED, 0);
+    tt_zmq_reach_event(&r, ZMQ_EVENT_CONNECT_RETRIED, 0); /* a later drop: not this record's */
+    tt_zmq_reach_event(&r, ZMQ_EVENT_CONNECTED, 0);
     CU_ASSERT_EQUAL(r.met, 1);
     CU_ASSERT_EQUAL(r.tries, 2);
     CU_ASSERT_EQUAL(r.tcp_ups, 1);
@@ -45,27 +45,9 @@ static void reach_counts_until_a_handshake(void) {
     CU_ASSERT_PTR_NOT_NULL(strstr(why, "failed in 0 ms"));
 }
 
-/* A DEALER to `ep` whose monitor feeds a reach record for up to `ms`, or
- * until `until_met`; returns the record's sentence in why. */
 static tt_zmq_reach_t watch(void *zctx, const char *ep, int ms, int until_met, char *why,
                             size_t len) {
-    tt_zmq_reach_t r;
-    void *d = NULL, *mon = NULL;
-    char err[256] = "";
-    tt_zmq_reach_init(&r, tt_clock_mono_ms());
-    CU_ASSERT_EQUAL_FATAL(
-        tt_zmq_dealer_watched(zctx, ep, NULL, TT_ZMQ_REACH_EVENTS, &d, &mon, err, sizeof(err)),
-        TT_OK);
-    uint64_t end = tt_clock_mono_ms() + (uint64_t)ms;
-    while (tt_clock_mono_ms() < end && !(until_met && r.met)) {
-        zmq_pollitem_t it = {mon, 0, ZMQ_POLLIN, 0};
-        zmq_poll(&it, 1, 20);
-        tt_zmq_reach_drain(&r, mon);
-    }
-    tt_zmq_reach_why(&r, "peer p", ep, "the test's", tt_clock_mono_ms(), why, len);
-    tt_zmq_monitor_close(d, &mon);
-    tt_zmq_close(&d);
-    return r;
+    return net_watch(zctx, ep, NULL, ms, until_met, why, len);
 }
 
 static void reach_of_real_peers(void) {

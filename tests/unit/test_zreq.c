@@ -39,7 +39,7 @@ static void zreq_nobody_there_cannot_connect(void) {
     tt_zreq_t *z = NULL;
     char err[512] = "";
     /* Port 1 on loopback: nobody listens, the connection is refused. */
-    CU_ASSERT_EQUAL_FATAL(tt_zreq_open(&z, "tcp://127.0.0.1:1", "ctl", "t", err, sizeof(err)),
+    CU_ASSERT_EQUAL_FATAL(tt_zreq_open(&z, "tcp://127.0.0.1:1", NULL, "ctl", "t", err, sizeof(err)),
                           TT_OK);
     CU_ASSERT_EQUAL(call_status(z, 1, 200, err, sizeof(err)), TT_ETIMEDOUT);
     CU_ASSERT_PTR_NOT_NULL(
@@ -55,7 +55,7 @@ static void zreq_wrong_peer_is_told_apart(void) {
     int fd = net_mute_listener(ep, sizeof(ep));
     CU_ASSERT_FATAL(fd >= 0);
     tt_zreq_t *z = NULL;
-    CU_ASSERT_EQUAL_FATAL(tt_zreq_open(&z, ep, "ctl", "t", err, sizeof(err)), TT_OK);
+    CU_ASSERT_EQUAL_FATAL(tt_zreq_open(&z, ep, NULL, "ctl", "t", err, sizeof(err)), TT_OK);
     CU_ASSERT_EQUAL(call_status(z, 1, 300, err, sizeof(err)), TT_ETIMEDOUT);
     char want[200];
     snprintf(want, sizeof(want),
@@ -84,7 +84,7 @@ static void zreq_silent_peer_gives_no_reply(void) {
     char ep[256] = "", err[512] = "";
     void *sock = router(zctx, ep, sizeof(ep));
     tt_zreq_t *z = NULL;
-    CU_ASSERT_EQUAL_FATAL(tt_zreq_open(&z, ep, "ctl", "t", err, sizeof(err)), TT_OK);
+    CU_ASSERT_EQUAL_FATAL(tt_zreq_open(&z, ep, NULL, "ctl", "t", err, sizeof(err)), TT_OK);
     CU_ASSERT_EQUAL(call_status(z, 1, 300, err, sizeof(err)), TT_ETIMEDOUT);
     char want[300];
     snprintf(want, sizeof(want), "no reply from the coordinator at %s within 300 ms", ep);
@@ -121,7 +121,7 @@ static void zreq_reply_matched_by_request_id(void) {
     pthread_t th;
     CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, answer_twice, sock), 0);
     tt_zreq_t *z = NULL;
-    CU_ASSERT_EQUAL_FATAL(tt_zreq_open(&z, ep, "ctl", "t", err, sizeof(err)), TT_OK);
+    CU_ASSERT_EQUAL_FATAL(tt_zreq_open(&z, ep, NULL, "ctl", "t", err, sizeof(err)), TT_OK);
     CU_ASSERT_EQUAL(call_status(z, 7, 5000, err, sizeof(err)), TT_OK);
     pthread_join(th, NULL);
     tt_zreq_close(&z);

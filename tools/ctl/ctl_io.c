@@ -15,7 +15,12 @@
 int tt_ctl_connect(tt_ctl_t *ctl) {
     char pid[32], err[256] = "";
     snprintf(pid, sizeof(pid), "%ld", (long)getpid());
-    int rc = tt_zreq_open(&ctl->z, ctl->cfg.coordinator, "ctl", pid, err, sizeof(err));
+    int rc = tt_zauth_load(&ctl->key, ctl->cfg.key_file, err, sizeof(err));
+    if (rc != TT_OK) {
+        fprintf(stderr, "tetherctl: %s\n", err);
+        return rc;
+    }
+    rc = tt_zreq_open(&ctl->z, ctl->cfg.coordinator, &ctl->key, "ctl", pid, err, sizeof(err));
     if (rc != TT_OK)
         fprintf(stderr, "tetherctl: %s\n", err);
     return rc;

@@ -22,15 +22,18 @@
 
 typedef struct tt_ctl_cfg {
     char coordinator[TT_CFG_STR_MAX];
+    char key_file[TT_CFG_STR_MAX];
     int json;
     int wait;
-    int now; /* drain: at once */
+    int now;          /* drain: at once */
+    int encrypt_data; /* keygen: data = curve */
     int64_t timeout_ms;
 } tt_ctl_cfg_t;
 
 typedef struct tt_ctl {
     tt_ctl_cfg_t cfg;
-    tt_zreq_t *z; /* NULL until tt_ctl_connect */
+    tt_zauth_key_t key; /* cfg.key_file, loaded by tt_ctl_connect */
+    tt_zreq_t *z;       /* NULL until tt_ctl_connect */
 } tt_ctl_t;
 
 /* Opens the DEALER to cfg.coordinator (tt_zreq; connecting happens in the

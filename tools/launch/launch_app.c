@@ -126,9 +126,19 @@ static void start_probe(app_t *a, int target);
  * their tables would refuse its keys. */
 #define APP_UNSET "TETHER_CONFIG"
 
+/* "TETHER_KEY_FILE=PATH" into buf when the cluster has a key: the
+ * daemons' tables and the workers' library both read it. 0 when none. */
+static int key_env(const app_t *a, char *buf, size_t len) {
+    const char *k = a->o->key_path;
+    if (k == NULL || k[0] == '\0')
+        return 0;
+    snprintf(buf, len, "TETHER_KEY_FILE=%s", k);
+    return 1;
+}
+
 static int worker_env(child_t *c, char ***env) {
     const tt_launch_cfg_t *cfg = c->app->cfg;
-    char s[11][TT_CFG_STR_MAX + 64];
+    char s[12][TT_CFG_STR_MAX + 64];
     int64_t minw = cfg->min_workers > 0 ? cfg->min_workers : cfg->workers;
     snprintf(s[0], sizeof(s[0]), "TETHER_COORDINATOR=%s", c->app->coord_endpoint);
     snprintf(s[1], sizeof(s[1]), "TETHER_JOB=%s", cfg->job);
@@ -142,10 +152,12 @@ static int worker_env(child_t *c, char ***env) {
     /* A shard accepting TCP is not yet registered with the coordinator:
      * without this a job could be placed on the shards that were first. */
     snprintf(s[9], sizeof(s[9]), "TETHER_MIN_SHARDS=%lld", (long long)cfg->shards);
-    const char *sets[12] = {APP_UNSET};
+    const char *sets[13] = {APP_UNSET};
     for (int i = 0; i < 10; i++)
         sets[i + 1] = s[i];
     size_t n = 11;
+    if (key_env(c->app, s[11], sizeof(s[11])))
+        sets[n++] = s[11];
     int omp = tt_launch_omp_threads(c->ncpus, (int)cfg->workers);
     if (getenv("OMP_NUM_THREADS") == NULL && omp > 0) {
         snprintf(s[10], sizeof(s[10]), "OMP_NUM_THREADS=%d", omp);
@@ -313,11 +325,11 @@ static void spawn_child(child_t *c) {
     if (c->kind == KIND_WORKER) {
         rc = spawn_worker(c);
     } else {
-        char *argv[12], bufs[3][PATH_MAX], **env = NULL;
-        const char *unset[] = {APP_UNSET};
+        char *argv[12], bufs[3][PATH_MAX], **env = NULL, key[PATH_MAX + 32];
+        const char *sets[] = {APP_UNSET, key};
         extern char **environ;
         daemon_argv(c, argv, bufs);
-        rc = tt_launch_env_build(&env, environ, unset, 1);
+        rc = tt_launch_env_build(&env, environ, sets, key_env(c->app, key, sizeof(key)) ? 2 : 1);
         if (rc == TT_OK)
             rc = spawn_with(c, argv, env);
         else

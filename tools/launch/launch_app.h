@@ -32,7 +32,8 @@ typedef struct tt_launch_cfg {
     char coordinator_bin[TT_CFG_STR_MAX];
     char shard_bin[TT_CFG_STR_MAX];
     char daemon_log_level[TT_CFG_STR_MAX];
-    char bind[TT_CFG_STR_MAX]; /* "cores" | "none" */
+    char bind[TT_CFG_STR_MAX];     /* "cores" | "none" */
+    char key_file[TT_CFG_STR_MAX]; /* "" none, "auto", or a key file */
 } tt_launch_cfg_t;
 
 typedef struct tt_launch_app_opts {
@@ -42,6 +43,7 @@ typedef struct tt_launch_app_opts {
     const char *shard_exe;  /* resolved tether-shard; NULL when shards == 0 */
     char *const *prog_argv; /* resolved program path first; NULL-terminated */
     const char *state_root; /* existing directory for the daemons' state */
+    const char *key_path;   /* the cluster key every child gets; "" or NULL: none */
     int tty;                /* stdout is a terminal (progress bars) */
 } tt_launch_app_opts_t;
 
