@@ -14,12 +14,16 @@
  * The ranks share this host, so the ring's payloads go through shared
  * memory (docs/collectives.md); -T 1 keeps them on TCP, as the ring runs
  * between hosts.
+ * -k FILE: the ring's links use that cluster key (tt_zauth: PLAIN or,
+ * with "data = curve", CURVE), to measure what authentication and
+ * encryption cost; bench/security_compare.py runs the three side by side.
  * Usage: bench_allreduce [-w 2,4] [-s maxbytes] [-m minbytes]
  *                        [-i iter_scale_percent] [-g segment_bytes]
- *                        [-t io_threads] [-T 1] [-q 1] [-z 1] */
+ *                        [-t io_threads] [-T 1] [-q 1] [-z 1] [-k keyfile] */
 #include "tt_clock.h"
 #include "tt_log.h"
 #include "tt_ring.h"
+#include "tt_zauth.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -41,6 +45,7 @@ typedef struct cfg {
     int worlds[4], nworlds, iter_pct, io_threads, quiet, raw, tcp_only;
     size_t min_bytes, max_bytes, seg_bytes;
     double tcp_gbs;
+    tt_zauth_key_t key;
 } cfg_t;
 
 /* Gloo busbw anchors (GB/s), shared/peers/RESULTS.md; 0 = not given. */
@@ -173,7 +178,8 @@ static int rank_main(int rank, int w, const char *const *eps, const cfg_t *c) {
                         .endpoints = eps,
                         .segment_bytes = c->seg_bytes,
                         .io_threads = c->io_threads,
-                        .tcp_only = c->tcp_only};
+                        .tcp_only = c->tcp_only,
+                        .key = &c->key};
     tt_ring_t *r = NULL;
     char err[256] = "";
     if (tt_ring_create(&r, &o, err, sizeof(err)) != 0) {
@@ -302,6 +308,12 @@ static void parse(int argc, char **argv, cfg_t *c) {
             c->raw = atoi(argv[i + 1]);
         } else if (!strcmp(argv[i], "-T")) {
             c->tcp_only = atoi(argv[i + 1]);
+        } else if (!strcmp(argv[i], "-k")) {
+            char err[512];
+            if (tt_zauth_load(&c->key, argv[i + 1], err, sizeof(err)) != 0) {
+                fprintf(stderr, "bench_allreduce: %s\n", err);
+                exit(2);
+            }
         }
     }
 }
