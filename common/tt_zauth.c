@@ -82,10 +82,8 @@ static int parse_line(tt_zauth_key_t *k, char *line, int lineno, int *have_key, 
 }
 
 int tt_zauth_parse(tt_zauth_key_t *k, const char *text, char *err, size_t errlen) {
-    char path[sizeof(k->path)];
-    snprintf(path, sizeof(path), "%s", k->path);
     memset(k, 0, sizeof(*k));
-    snprintf(k->path, sizeof(k->path), "%s", path);
+    size_t len = strlen(text);
     char *copy = strdup(text);
     if (copy == NULL)
         return TT_ENOMEM;
@@ -99,6 +97,7 @@ int tt_zauth_parse(tt_zauth_key_t *k, const char *text, char *err, size_t errlen
         if (*t != '\0' && *t != '#')
             rc = parse_line(k, t, lineno, &have_key, err, errlen);
     }
+    memset(copy, 0, len); /* the secret does not outlive the parse in freed memory */
     free(copy);
     if (rc == TT_OK && !have_key) {
         set_err(err, errlen, "no 'key = ...' line");
@@ -108,6 +107,8 @@ int tt_zauth_parse(tt_zauth_key_t *k, const char *text, char *err, size_t errlen
         set_err(err, errlen, "cannot derive the public key: %s", zmq_strerror(errno));
         rc = TT_EINVAL;
     }
+    if (rc != TT_OK)
+        memset(k, 0, sizeof(*k));
     k->on = rc == TT_OK;
     return rc;
 }
@@ -162,10 +163,12 @@ int tt_zauth_load(tt_zauth_key_t *k, const char *path, char *err, size_t errlen)
     int rc = read_key_file(path, text, sizeof(text), err, errlen);
     if (rc != TT_OK)
         return rc;
-    snprintf(k->path, sizeof(k->path), "%s", path);
     rc = tt_zauth_parse(k, text, why, sizeof(why));
+    memset(text, 0, sizeof(text));
     if (rc != TT_OK)
         set_err(err, errlen, "key file %s: %s", path, why);
+    else
+        snprintf(k->path, sizeof(k->path), "%s", path);
     return rc;
 }
 

@@ -40,7 +40,8 @@ enum { TT_ZAUTH_CONTROL = 0, TT_ZAUTH_BULK = 1 };
 int tt_zauth_load(tt_zauth_key_t *k, const char *path, char *err, size_t errlen);
 
 /* Parses key file text (lines "key = Z85", "data = plain|curve", '#'
- * comments). Pure. TT_OK or TT_EINVAL with the line that is wrong. */
+ * comments) into *k, all of which it sets (path to ""). Pure. TT_OK, or
+ * TT_EINVAL with the line that is wrong and k->on = 0. */
 int tt_zauth_parse(tt_zauth_key_t *k, const char *text, char *err, size_t errlen);
 
 /* A new key file's text, with a fresh secret key, into buf. */
