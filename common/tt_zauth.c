@@ -240,11 +240,18 @@ int tt_zauth_apply(void *sock, const tt_zauth_key_t *k, int server, int kind) {
     return rc == 0 ? TT_OK : TT_ESYS;
 }
 
-const char *tt_zauth_failure(int key_on, unsigned event, int value) {
+/* With a key, a data port's mechanism (PLAIN) also differs from a control
+ * client's (CURVE): tetherctl or a worker pointed at a shard's address. */
+static const char *failure(int key_on, int kind, unsigned event, int value) {
     if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL &&
-        value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
-        return key_on ? "the peer has no cluster key file (this process has one)"
-                      : "the peer has a cluster key file (this process has none)";
+        value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
+        if (!key_on)
+            return "the peer has a cluster key file (this process has none)";
+        return kind == TT_ZAUTH_BULK
+                   ? "the peer has no cluster key file (this process has one), or is a control "
+                     "client (tetherctl, a worker's TETHER_COORDINATOR) given this data port"
+                   : "the peer has no cluster key file (this process has one)";
+    }
     if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL &&
         value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC)
         return "the peer's key cannot talk to this one: it holds another cluster's key file";
@@ -252,6 +259,19 @@ const char *tt_zauth_failure(int key_on, unsigned event, int value) {
         return key_on ? "the handshake broke ZeroMQ's protocol: another cluster's key file?"
                       : "the handshake broke ZeroMQ's protocol: a peer with a cluster key file?";
     return NULL;
+}
+
+const char *tt_zauth_watch(tt_zauth_watch_t *w, const tt_zauth_key_t *k, int kind, unsigned event,
+                           int value, uint64_t now_ms) {
+    int on = k != NULL && k->on;
+    const char *why = failure(on, on && k->data_curve ? TT_ZAUTH_CONTROL : kind, event, value);
+    if (why == NULL)
+        return NULL;
+    w->failed++;
+    if (w->warned_ms != 0 && now_ms - w->warned_ms < REFUSAL_LOG_MS)
+        return NULL;
+    w->warned_ms = now_ms;
+    return why;
 }
 
 const char *tt_zauth_describe(const tt_zauth_key_t *k) {

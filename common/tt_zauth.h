@@ -18,6 +18,7 @@
 #define TT_ZAUTH_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <zmq.h>
 
 #define TT_ZAUTH_Z85 41 /* a 32-byte key as Z85 text, with its NUL */
@@ -69,13 +70,23 @@ int tt_zauth_zap_start(void *zctx, const tt_zauth_key_t *k, const char *name, tt
 unsigned long tt_zauth_zap_refused(const tt_zauth_zap_t *z);
 void tt_zauth_zap_stop(tt_zauth_zap_t **z);
 
-/* A server socket's monitor event, as a phrase naming the likely cause
- * of a failed handshake ("the peer has no cluster key file"), or NULL for
- * any other event. A connection closed before its handshake (a TCP
- * probe, a port scan) is no failure of ours and is not named. Watch
- * TT_ZAUTH_FAILURE_EVENTS. */
+/* The failed handshakes a server socket's monitor reports (watch
+ * TT_ZAUTH_FAILURE_EVENTS): a peer with no cluster key, or another one.
+ * A connection closed before its handshake (a TCP probe, a port scan) is
+ * no failure of ours and is not counted. */
 #define TT_ZAUTH_FAILURE_EVENTS ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL
-const char *tt_zauth_failure(int key_on, unsigned event, int value);
+typedef struct tt_zauth_watch {
+    uint64_t failed;    /* handshakes failed so far */
+    uint64_t warned_ms; /* when a line was last logged; 0: never */
+} tt_zauth_watch_t;
+
+/* Counts `event` (with its value) on a server socket of `kind` that has
+ * key `k` when it is a failed handshake, and returns its likely cause for
+ * a log line ("the peer has no cluster key file (this process has one)")
+ * unless a line was logged less than 10 s ago (a misconfigured peer
+ * retries every 100 ms); NULL otherwise. */
+const char *tt_zauth_watch(tt_zauth_watch_t *w, const tt_zauth_key_t *k, int kind, unsigned event,
+                           int value, uint64_t now_ms);
 
 /* What the mechanism is, for an INFO line: "none", "CURVE" or "CURVE
  * (control), PLAIN (data)". */

@@ -82,9 +82,9 @@ struct tt_coord {
     void *zctx;
     void *router;
     tt_zauth_key_t key;
-    tt_zauth_zap_t *zap;                             /* admits holders of `key` to the router */
-    uint64_t handshakes_failed, handshake_warned_ms; /* coord_monitor.c */
-    void *monitor;                                   /* PAIR receiving monitor events */
+    tt_zauth_zap_t *zap;         /* admits holders of `key` to the router */
+    tt_zauth_watch_t handshakes; /* the router's failed ones (coord_monitor.c) */
+    void *monitor;               /* PAIR receiving monitor events */
     tt_uvzmq_t *router_w;
     tt_uvzmq_t *monitor_w;
     uv_timer_t timer;

@@ -47,32 +47,23 @@ static void on_disconnect(tt_coord_t *c, int fd) {
     coord_rearm(c);
 }
 
-/* A connection that never became a peer: a process with another key or
- * none (the ZAP handler logs those it refuses itself). Once per 10 s:
- * a misconfigured worker retries every 100 ms. */
-static void on_failed_handshake(tt_coord_t *c, const char *why) {
-    c->handshakes_failed++;
-    uint64_t now = tt_clock_mono_ms();
-    if (c->handshake_warned_ms != 0 && now - c->handshake_warned_ms < 10000)
-        return;
-    c->handshake_warned_ms = now;
-    TT_WARN("coord",
-            "a connection to %s failed its handshake (%llu so far): %s; every process of the "
-            "cluster needs the same --key-file / TETHER_KEY_FILE",
-            c->endpoint, (unsigned long long)c->handshakes_failed, why);
-}
-
 static void on_monitor(void *sock, void *arg) {
     tt_coord_t *c = arg;
     uint16_t event;
     int32_t value;
     if (tt_zmq_monitor_read(sock, &event, &value) != TT_OK)
         return;
-    const char *why = tt_zauth_failure(c->key.on, event, value);
+    /* A connection that never became a peer: a process with another key
+     * or none (the ZAP handler logs those it refuses itself). */
+    const char *why =
+        tt_zauth_watch(&c->handshakes, &c->key, TT_ZAUTH_CONTROL, event, value, tt_clock_mono_ms());
     if (event == ZMQ_EVENT_DISCONNECTED)
         on_disconnect(c, value);
     else if (why != NULL)
-        on_failed_handshake(c, why);
+        TT_WARN("coord",
+                "a connection to %s failed its handshake (%llu so far): %s; every process of "
+                "the cluster needs the same --key-file / TETHER_KEY_FILE",
+                c->endpoint, (unsigned long long)c->handshakes.failed, why);
 }
 
 int coord_monitor_start(tt_coord_t *c, char *err, size_t errlen) {

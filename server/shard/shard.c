@@ -155,10 +155,26 @@ static void watch_coordinator(tt_shard_t *s, uint64_t now) {
             why);
 }
 
+/* A worker whose data link failed its handshake (no cluster key, or
+ * another one; the ZAP handler logs a wrong password itself). */
+static void watch_handshakes(tt_shard_t *s, uint64_t now) {
+    uint16_t ev;
+    int32_t val;
+    while (s->router_mon != NULL && tt_zmq_monitor_read(s->router_mon, &ev, &val) == TT_OK) {
+        const char *why = tt_zauth_watch(&s->handshakes, &s->key, TT_ZAUTH_BULK, ev, val, now);
+        if (why != NULL)
+            TT_WARN("shard",
+                    "a connection to %s failed its handshake (%llu so far): %s; every process "
+                    "of the cluster needs the same --key-file / TETHER_KEY_FILE",
+                    s->endpoint, (unsigned long long)s->handshakes.failed, why);
+    }
+}
+
 static void on_timer(uv_timer_t *t) {
     tt_shard_t *s = t->data;
     uint64_t now = tt_clock_mono_ms();
     watch_coordinator(s, now);
+    watch_handshakes(s, now);
     if (now - s->last_hb_ms >= s->hb_ms) {
         s->last_hb_ms = now;
         send_heartbeat(s);
@@ -185,6 +201,9 @@ static int open_sockets(tt_shard_t *s, const tt_shard_opts_t *o, char *err, size
     if (rc == TT_OK)
         rc = tt_zmq_router(s->zctx, o->listen, &zo, &s->router, s->endpoint, sizeof(s->endpoint),
                            err, errlen);
+    if (rc == TT_OK)
+        rc = tt_zmq_monitor_open(s->zctx, s->router, TT_ZAUTH_FAILURE_EVENTS, &s->router_mon, err,
+                                 errlen);
     if (rc != TT_OK || o->coordinator == NULL || o->coordinator[0] == '\0')
         return rc;
     char rid[TT_WIRE_MAX_ID + 1];
@@ -308,6 +327,7 @@ void tt_shard_destroy(tt_shard_t **sp) {
     free(s->jobs);
     tt_zmq_monitor_close(s->dealer, &s->dealer_mon);
     tt_zmq_close(&s->dealer);
+    tt_zmq_monitor_close(s->router, &s->router_mon);
     tt_zmq_close(&s->router);
     tt_zauth_zap_stop(&s->zap);
     if (s->zctx != NULL)

@@ -78,6 +78,8 @@ struct tt_shard {
     void *zctx, *router, *dealer;
     tt_zauth_key_t key;
     tt_zauth_zap_t *zap; /* admits holders of `key` to the router */
+    void *router_mon;    /* the router's failed handshakes, read on the tick */
+    tt_zauth_watch_t handshakes;
     tt_uvzmq_t *router_w, *dealer_w;
     /* The dealer's way to the coordinator (watch_coordinator in shard.c):
      * a coordinator this shard cannot reach, or no longer reaches, is

@@ -48,6 +48,12 @@ static void metrics(const tt_shard_t *s, tt_http_reply_t *r) {
     char id[2 * TT_WIRE_MAX_ID + 2];
     help(r, "tether_shard_up", "1 while the shard server serves");
     tt_http_printf(r, "tether_shard_up{shard=\"%s\"} 1\n", tt_http_label(s->id, id, sizeof(id)));
+    tt_http_printf(r,
+                   "# HELP tether_shard_refused_connections_total connections refused: a handshake "
+                   "that failed, or a password the ZAP handler refused\n"
+                   "# TYPE tether_shard_refused_connections_total counter\n"
+                   "tether_shard_refused_connections_total %llu\n",
+                   (unsigned long long)(s->handshakes.failed + tt_zauth_zap_refused(s->zap)));
     help(r, "tether_shard_jobs", "jobs with chunks here");
     tt_http_printf(r, "tether_shard_jobs %zu\n", s->njobs);
     help(r, "tether_shard_chunks", "chunks held");

@@ -8,8 +8,8 @@ coll_check workers on 127.0.0.1.
     (data = curve), and tetherctl with the key answers;
   * a process without the key, or with another cluster's, is refused on
     both sides with a sentence saying which: tetherctl exits 1 naming it, a
-    worker's join warns naming it, the coordinator logs the failed
-    handshakes once per 10 s and counts them in /metrics;
+    worker's join warns naming it, the coordinator and a shard server log
+    the failed handshakes once per 10 s and count them in /metrics;
   * a key file others may read stops a daemon at start (exit 2), naming
     the file and the chmod;
   * tether-launch --key-file auto gives every child a fresh key.
@@ -100,6 +100,16 @@ def test_holders_of_an_encrypting_key_run_steps(h):
     check_holders(h, encrypt=True)
 
 
+def refused_metric(port, prefix):
+    """The daemon's refused-connections counter line, which must be > 0."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        metrics = resp.read().decode()
+    name = f"{prefix}_refused_connections_total "
+    refused = [l for l in metrics.splitlines() if l.startswith(name)]
+    assert refused and int(refused[0].split()[1]) > 0, refused
+    return refused[0]
+
+
 def test_strangers_are_refused_and_named(h):
     key, other = keygen(h, "cluster.key"), keygen(h, "other.key")
     http = free_port()
@@ -124,14 +134,19 @@ def test_strangers_are_refused_and_named(h):
     # once per 10 s: the first of the strangers above that ZeroMQ reported
     assert "failed its handshake" in log, log[-2000:]
     assert "has no cluster key file" in log or "another cluster's key file" in log, log[-2000:]
-    with urllib.request.urlopen(f"http://127.0.0.1:{http}/metrics", timeout=5) as resp:
-        metrics = resp.read().decode()
-    refused = [l for l in metrics.splitlines()
-               if l.startswith("tether_coordinator_refused_connections_total ")]
-    assert refused and int(refused[0].split()[1]) > 0, refused
-    print(f"  coordinator: {refused[0]}")
+    print(f"  coordinator: {refused_metric(http, 'tether_coordinator')}")
     # The holder of the key is still served.
     assert ctl_as(coord.endpoint, key).returncode == 0
+    # A shard's data port: a client without the key is refused and counted
+    # there too (tetherctl will do as a client: it only has to connect).
+    shttp = free_port()
+    with KeyEnv(key):
+        shard = h.shard(coord, "s0", extra=("--http", f"127.0.0.1:{shttp}"))
+    assert ctl_as(shard.endpoint, None).returncode == 1
+    wait_for(lambda: "failed its handshake" in open(shard.log_path).read(), 5,
+             "the shard logs the failed handshake")
+    assert "has no cluster key file" in open(shard.log_path).read()
+    print(f"  shard: {refused_metric(shttp, 'tether_shard')}")
 
 
 def test_a_key_file_others_may_read_stops_a_daemon(h):
