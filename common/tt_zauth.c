@@ -300,8 +300,17 @@ typedef struct {
     int n;
 } zap_req_t;
 
-static int frame_is(const zmq_msg_t *m, const char *s, size_t n) {
-    return zmq_msg_size((zmq_msg_t *)m) == n && memcmp(zmq_msg_data((zmq_msg_t *)m), s, n) == 0;
+/* Compares in time that does not depend on where the bytes differ: the
+ * data password is a secret a stranger could otherwise guess byte by byte
+ * from how fast it is refused. */
+static int frame_is(const zmq_msg_t *m, const void *s, size_t n) {
+    if (zmq_msg_size((zmq_msg_t *)m) != n)
+        return 0;
+    const uint8_t *a = zmq_msg_data((zmq_msg_t *)m), *b = s;
+    uint8_t diff = 0;
+    for (size_t i = 0; i < n; i++)
+        diff |= a[i] ^ b[i];
+    return diff == 0;
 }
 
 /* Why the request's peer is refused, or NULL when it is admitted. */
@@ -312,8 +321,7 @@ static const char *judge(const tt_zauth_zap_t *z, zap_req_t *r) {
     if (frame_is(mech, "CURVE", 5)) {
         uint8_t want[32];
         zmq_z85_decode(want, z->key.pub);
-        return (r->n > F_CRED1 && zmq_msg_size(&r->f[F_CRED1]) == 32 &&
-                memcmp(zmq_msg_data(&r->f[F_CRED1]), want, 32) == 0)
+        return (r->n > F_CRED1 && frame_is(&r->f[F_CRED1], want, sizeof(want)))
                    ? NULL
                    : "its CURVE key is not this cluster's";
     }

@@ -137,15 +137,25 @@ def test_strangers_are_refused_and_named(h):
     print(f"  coordinator: {refused_metric(http, 'tether_coordinator')}")
     # The holder of the key is still served.
     assert ctl_as(coord.endpoint, key).returncode == 0
-    # A shard's data port: a client without the key is refused and counted
-    # there too (tetherctl will do as a client: it only has to connect).
+    # A shard's data port refuses and counts strangers too (tetherctl will
+    # do as a client: it only has to connect). A mechanism mismatch (no key)
+    # is seen by whichever side reads the other's greeting first, so the
+    # shard may not see it; a CURVE key that cannot decrypt is seen by the
+    # server alone: the shard gets the cluster's secret with data = curve.
     shttp = free_port()
-    with KeyEnv(key):
+    curve_key = os.path.join(h.dir, "cluster-curve.key")
+    with open(key) as f:
+        text = f.read().replace("data = plain", "data = curve")
+    with open(os.open(curve_key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+        f.write(text)
+    with KeyEnv(curve_key):
         shard = h.shard(coord, "s0", extra=("--http", f"127.0.0.1:{shttp}"))
     assert ctl_as(shard.endpoint, None).returncode == 1
+    assert ctl_as(shard.endpoint, other).returncode == 1
     wait_for(lambda: "failed its handshake" in open(shard.log_path).read(), 5,
              "the shard logs the failed handshake")
-    assert "has no cluster key file" in open(shard.log_path).read()
+    log = open(shard.log_path).read()
+    assert "has no cluster key file" in log or "another cluster's key file" in log, log[-2000:]
     print(f"  shard: {refused_metric(shttp, 'tether_shard')}")
 
 
