@@ -261,16 +261,28 @@ static const char *failure(int key_on, int kind, unsigned event, int value) {
     return NULL;
 }
 
-const char *tt_zauth_watch(tt_zauth_watch_t *w, const tt_zauth_key_t *k, int kind, unsigned event,
-                           int value, uint64_t now_ms) {
+/* Whether a rate-limited line may be logged now (and then it is due
+ * again REFUSAL_LOG_MS later): strangers retry every 100 ms. */
+static int line_due(uint64_t *last_ms, uint64_t now_ms) {
+    if (*last_ms != 0 && now_ms - *last_ms < REFUSAL_LOG_MS)
+        return 0;
+    *last_ms = now_ms;
+    return 1;
+}
+
+const char *tt_zauth_watch(tt_zauth_watch_t *w, const tt_zauth_key_t *k, int kind,
+                           const char *where, unsigned event, int value, uint64_t now_ms) {
     int on = k != NULL && k->on;
     const char *why = failure(on, on && k->data_curve ? TT_ZAUTH_CONTROL : kind, event, value);
     if (why == NULL)
         return NULL;
     w->failed++;
-    if (w->warned_ms != 0 && now_ms - w->warned_ms < REFUSAL_LOG_MS)
+    if (!line_due(&w->warned_ms, now_ms))
         return NULL;
-    w->warned_ms = now_ms;
+    TT_WARN("auth",
+            "a connection to %s failed its handshake (%llu so far): %s; every process of the "
+            "cluster needs the same --key-file / TETHER_KEY_FILE",
+            where, (unsigned long long)w->failed, why);
     return why;
 }
 
@@ -335,8 +347,7 @@ static const char *judge(const tt_zauth_zap_t *z, zap_req_t *r) {
 
 static void note_refusal(tt_zauth_zap_t *z, zap_req_t *r, const char *why) {
     atomic_fetch_add(&z->refused, 1);
-    uint64_t now = tt_clock_mono_ms();
-    if (z->logged_ms != 0 && now - z->logged_ms < REFUSAL_LOG_MS) {
+    if (!line_due(&z->logged_ms, tt_clock_mono_ms())) {
         z->unlogged++;
         return;
     }
@@ -350,7 +361,6 @@ static void note_refusal(tt_zauth_zap_t *z, zap_req_t *r, const char *why) {
     TT_WARN(
         "auth", "%s refused a connection from %s: %s (is it given this cluster's key file, %s?)%s",
         z->name, addr, why, z->key.path, z->unlogged ? "; more refusals since the last line" : "");
-    z->logged_ms = now;
     z->unlogged = 0;
 }
 
@@ -438,6 +448,10 @@ int tt_zauth_zap_start(void *zctx, const tt_zauth_key_t *k, const char *name, tt
 
 unsigned long tt_zauth_zap_refused(const tt_zauth_zap_t *z) {
     return z != NULL ? atomic_load(&((tt_zauth_zap_t *)z)->refused) : 0;
+}
+
+unsigned long long tt_zauth_refused_total(const tt_zauth_watch_t *w, const tt_zauth_zap_t *z) {
+    return (w != NULL ? (unsigned long long)w->failed : 0) + tt_zauth_zap_refused(z);
 }
 
 void tt_zauth_zap_stop(tt_zauth_zap_t **pz) {

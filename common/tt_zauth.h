@@ -80,13 +80,17 @@ typedef struct tt_zauth_watch {
     uint64_t warned_ms; /* when a line was last logged; 0: never */
 } tt_zauth_watch_t;
 
-/* Counts `event` (with its value) on a server socket of `kind` that has
- * key `k` when it is a failed handshake, and returns its likely cause for
- * a log line ("the peer has no cluster key file (this process has one)")
- * unless a line was logged less than 10 s ago (a misconfigured peer
- * retries every 100 ms); NULL otherwise. */
-const char *tt_zauth_watch(tt_zauth_watch_t *w, const tt_zauth_key_t *k, int kind, unsigned event,
-                           int value, uint64_t now_ms);
+/* Counts `event` (with its value) on the server socket bound at `where`,
+ * of `kind` and with key `k`, when it is a failed handshake, and logs it
+ * with its likely cause ("the peer has no cluster key file (this process
+ * has one)") unless a line was logged less than 10 s ago (a misconfigured
+ * peer retries every 100 ms). Returns the cause it logged, or NULL. */
+const char *tt_zauth_watch(tt_zauth_watch_t *w, const tt_zauth_key_t *k, int kind,
+                           const char *where, unsigned event, int value, uint64_t now_ms);
+
+/* What a server's /metrics counts as refused connections: the failed
+ * handshakes `w` saw and the peers ZAP handler `z` refused (either NULL). */
+unsigned long long tt_zauth_refused_total(const tt_zauth_watch_t *w, const tt_zauth_zap_t *z);
 
 /* What the mechanism is, for an INFO line: "none", "CURVE" or "CURVE
  * (control), PLAIN (data)". */

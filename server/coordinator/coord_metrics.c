@@ -37,7 +37,7 @@ static void daemon_metrics(const tt_coord_t *c, tt_http_reply_t *r, uint64_t now
     help(r, "tether_coordinator_refused_connections_total", "counter",
          "connections refused: a handshake that failed, or a key the ZAP handler refused");
     tt_http_printf(r, "tether_coordinator_refused_connections_total %llu\n",
-                   (unsigned long long)(c->handshakes.failed + tt_zauth_zap_refused(c->zap)));
+                   tt_zauth_refused_total(&c->handshakes, c->zap));
     help(r, "tether_coordinator_jobs", "gauge", "jobs known, by state");
     for (size_t k = 0; k < sizeof(states) / sizeof(states[0]); k++) {
         size_t n = 0;

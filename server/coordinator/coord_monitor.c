@@ -53,17 +53,11 @@ static void on_monitor(void *sock, void *arg) {
     int32_t value;
     if (tt_zmq_monitor_read(sock, &event, &value) != TT_OK)
         return;
-    /* A connection that never became a peer: a process with another key
-     * or none (the ZAP handler logs those it refuses itself). */
-    const char *why =
-        tt_zauth_watch(&c->handshakes, &c->key, TT_ZAUTH_CONTROL, event, value, tt_clock_mono_ms());
     if (event == ZMQ_EVENT_DISCONNECTED)
         on_disconnect(c, value);
-    else if (why != NULL)
-        TT_WARN("coord",
-                "a connection to %s failed its handshake (%llu so far): %s; every process of "
-                "the cluster needs the same --key-file / TETHER_KEY_FILE",
-                c->endpoint, (unsigned long long)c->handshakes.failed, why);
+    else /* a process with another key or none (ZAP logs those it refuses) */
+        tt_zauth_watch(&c->handshakes, &c->key, TT_ZAUTH_CONTROL, c->endpoint, event, value,
+                       tt_clock_mono_ms());
 }
 
 int coord_monitor_start(tt_coord_t *c, char *err, size_t errlen) {

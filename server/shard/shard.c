@@ -160,14 +160,8 @@ static void watch_coordinator(tt_shard_t *s, uint64_t now) {
 static void watch_handshakes(tt_shard_t *s, uint64_t now) {
     uint16_t ev;
     int32_t val;
-    while (s->router_mon != NULL && tt_zmq_monitor_read(s->router_mon, &ev, &val) == TT_OK) {
-        const char *why = tt_zauth_watch(&s->handshakes, &s->key, TT_ZAUTH_BULK, ev, val, now);
-        if (why != NULL)
-            TT_WARN("shard",
-                    "a connection to %s failed its handshake (%llu so far): %s; every process "
-                    "of the cluster needs the same --key-file / TETHER_KEY_FILE",
-                    s->endpoint, (unsigned long long)s->handshakes.failed, why);
-    }
+    while (s->router_mon != NULL && tt_zmq_monitor_read(s->router_mon, &ev, &val) == TT_OK)
+        tt_zauth_watch(&s->handshakes, &s->key, TT_ZAUTH_BULK, s->endpoint, ev, val, now);
 }
 
 static void on_timer(uv_timer_t *t) {

@@ -53,7 +53,7 @@ static void metrics(const tt_shard_t *s, tt_http_reply_t *r) {
                    "that failed, or a password the ZAP handler refused\n"
                    "# TYPE tether_shard_refused_connections_total counter\n"
                    "tether_shard_refused_connections_total %llu\n",
-                   (unsigned long long)(s->handshakes.failed + tt_zauth_zap_refused(s->zap)));
+                   tt_zauth_refused_total(&s->handshakes, s->zap));
     help(r, "tether_shard_jobs", "jobs with chunks here");
     tt_http_printf(r, "tether_shard_jobs %zu\n", s->njobs);
     help(r, "tether_shard_chunks", "chunks held");

@@ -195,28 +195,31 @@ static void watch_counts_and_names_failures(void) {
     tt_zauth_key_t k = new_key(0);
     tt_zauth_watch_t w = {0};
     const int mismatch = ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH;
+    CU_ASSERT_PTR_NULL(tt_zauth_watch(&w, &k, TT_ZAUTH_CONTROL, "test",
+                                      ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL, 32, 1000));
     CU_ASSERT_PTR_NULL(
-        tt_zauth_watch(&w, &k, TT_ZAUTH_CONTROL, ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL, 32, 1000));
-    CU_ASSERT_PTR_NULL(tt_zauth_watch(&w, &k, TT_ZAUTH_CONTROL, ZMQ_EVENT_ACCEPTED, 7, 1000));
+        tt_zauth_watch(&w, &k, TT_ZAUTH_CONTROL, "test", ZMQ_EVENT_ACCEPTED, 7, 1000));
     CU_ASSERT_EQUAL(w.failed, 0);
-    const char *why = tt_zauth_watch(&w, &k, TT_ZAUTH_CONTROL, ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL,
-                                     mismatch, 1000);
+    const char *why = tt_zauth_watch(&w, &k, TT_ZAUTH_CONTROL, "test",
+                                     ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL, mismatch, 1000);
     CU_ASSERT_PTR_NOT_NULL_FATAL(why);
     CU_ASSERT_STRING_EQUAL(why, "the peer has no cluster key file (this process has one)");
-    CU_ASSERT_PTR_NULL(tt_zauth_watch(&w, &k, TT_ZAUTH_CONTROL, ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL,
-                                      mismatch, 10999));
+    CU_ASSERT_PTR_NULL(tt_zauth_watch(&w, &k, TT_ZAUTH_CONTROL, "test",
+                                      ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL, mismatch, 10999));
     CU_ASSERT_EQUAL(w.failed, 2);
-    why = tt_zauth_watch(&w, &k, TT_ZAUTH_CONTROL, ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL,
+    why = tt_zauth_watch(&w, &k, TT_ZAUTH_CONTROL, "test", ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL,
                          ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC, 11000);
     CU_ASSERT_PTR_NOT_NULL_FATAL(why);
     CU_ASSERT_PTR_NOT_NULL(strstr(why, "another cluster's key file"));
     /* A data port: a control client given its address looks the same. */
     tt_zauth_watch_t d = {0};
-    why = tt_zauth_watch(&d, &k, TT_ZAUTH_BULK, ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL, mismatch, 5);
+    why = tt_zauth_watch(&d, &k, TT_ZAUTH_BULK, "test", ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL,
+                         mismatch, 5);
     CU_ASSERT_PTR_NOT_NULL_FATAL(why);
     CU_ASSERT_PTR_NOT_NULL(strstr(why, "or is a control client"));
     tt_zauth_watch_t n = {0}; /* this side has no key */
-    why = tt_zauth_watch(&n, NULL, TT_ZAUTH_BULK, ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL, mismatch, 5);
+    why = tt_zauth_watch(&n, NULL, TT_ZAUTH_BULK, "test", ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL,
+                         mismatch, 5);
     CU_ASSERT_PTR_NOT_NULL_FATAL(why);
     CU_ASSERT_STRING_EQUAL(why, "the peer has a cluster key file (this process has none)");
 }
