@@ -7,7 +7,8 @@
  * evaluation agrees. With a collective that reduces device memory (as
  * NCCL does) the gradients never leave the device, and one that refuses
  * (TT_ENODEV) makes the trainer stage them through the host from then on;
- * both still match the CPU. tether-train's own configuration on
+ * both still match the CPU, as does a rank that has no rows in a step
+ * (its update still runs on the device's copy). tether-train's own configuration on
  * Fashion-MNIST runs in lockstep (below). Exits 77 (skipped) without CUDA
  * support or a GPU. */
 #include "tt_cuda.h"
@@ -116,6 +117,15 @@ static void run_pair(tt_opt_kind_t kind, const tt_idx_set_t *tr, const tt_idx_se
     tt_mlp_t *m0 = tt_trainer_model(t[0]), *m1 = tt_trainer_model(t[1]);
     for (size_t i = 0; i < tt_mlp_param_count(m0); i += 7)
         tt_mlp_params(m0)[i] = tt_mlp_params(m1)[i] = 0.01f * (float)(i % 5);
+    /* A failover transfer writes the optimizer state too, and the
+     * agreement then checksums it, asking for it again: what was written
+     * must stay (not be pulled over with the device's) and reach the
+     * device at the next step. */
+    float *w0 = tt_trainer_opt_state(t[0], 0, &n), *w1 = tt_trainer_opt_state(t[1], 0, &n);
+    for (size_t i = 0; i < n; i += 5)
+        w0[i] = w1[i] = 0.001f * (float)(i % 3);
+    check(rel_err(tt_trainer_opt_state(t[1], 0, &n), w0, n) == 0.0,
+          "written optimizer state kept when asked for again");
     bad += step_both(t, 20);
     check(bad == 0, "60 steps succeed");
     double e = rel_err(tt_mlp_params(m1), tt_mlp_params(m0), tt_mlp_param_count(m0));
@@ -219,6 +229,54 @@ static void run_resident(int refuse, const tt_idx_set_t *tr, const tt_idx_set_t 
     printf("  device step %s: parameter relative error after 30 steps %.3g\n",
            refuse ? "refused" : "taken", e);
     check(e < 1e-4, "GPU trainer matches the CPU trainer");
+    tt_trainer_destroy(&t[0]);
+    tt_trainer_destroy(&t[1]);
+}
+
+/* Rank 99 of 100 with batches of 60: this rank has no rows in any step
+ * and contributes zeros; the sum it gets back is its own (zeros), so
+ * the update is weight decay and momentum alone, as on the CPU. */
+static int empty_membership(void *ctx, int *rank, int *world, uint64_t *gen) {
+    (void)ctx;
+    *rank = 99, *world = 100, *gen = 1;
+    return 0;
+}
+
+static int empty_finish(void *ctx, float *grads, size_t n, double local, double *global) {
+    (void)ctx, (void)grads, (void)n, (void)local;
+    *global = 60.0; /* the rows the other ranks had */
+    return 0;
+}
+
+static int empty_finish_device(void *ctx, float *dgrads, size_t n, double local, double *global,
+                               void *event) {
+    (void)dgrads, (void)event;
+    return empty_finish(ctx, NULL, n, local, global);
+}
+
+/* Steps without rows still run the device's update on the device's copy
+ * of the model: host parameters written before them (a resume, a
+ * failover broadcast) must go up first, with and without a device
+ * reduction. */
+static void run_empty(int resident, const tt_idx_set_t *tr, const tt_idx_set_t *te) {
+    tt_train_coll_t coll[2];
+    tt_train_coll_local(&coll[0]);
+    coll[0].membership = empty_membership;
+    coll[0].finish = empty_finish;
+    coll[1] = coll[0];
+    if (resident)
+        coll[1].finish_device = empty_finish_device;
+    tt_trainer_t *t[2];
+    if (!make_pair(t, TT_OPT_SGD, coll, tr, te, "trainers with no rows on the CPU and the GPU"))
+        return;
+    tt_mlp_t *m0 = tt_trainer_model(t[0]), *m1 = tt_trainer_model(t[1]);
+    for (size_t i = 0; i < tt_mlp_param_count(m0); i += 3)
+        tt_mlp_params(m0)[i] = tt_mlp_params(m1)[i] = 0.02f * (float)(i % 7) - 0.05f;
+    check(step_both(t, 5) == 0, "5 steps without rows succeed");
+    double e = rel_err(tt_mlp_params(m1), tt_mlp_params(m0), tt_mlp_param_count(m0));
+    printf("  no rows (%s): parameter relative error after 5 steps %.3g\n",
+           resident ? "device reduction" : "through the host", e);
+    check(e < 1e-5, "GPU trainer without rows matches the CPU trainer");
     tt_trainer_destroy(&t[0]);
     tt_trainer_destroy(&t[1]);
 }
@@ -396,6 +454,8 @@ int main(void) {
     run_pair(TT_OPT_ADAMW, &tr, &te);
     run_resident(0, &tr, &te);
     run_resident(1, &tr, &te);
+    run_empty(0, &tr, &te);
+    run_empty(1, &tr, &te);
     run_reference_config();
     free(tr.images), free(tr.labels), free(te.images), free(te.labels);
     printf("%s: %d failure(s)\n", failures ? "FAILED" : "PASSED", failures);

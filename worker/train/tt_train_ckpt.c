@@ -402,6 +402,15 @@ static int shards_poll(tt_train_ckpt_t *c, int wait) {
     return c->ps_state;
 }
 
+/* On the GPU path the optimizer state lives on the device between steps
+ * and the host planes are only as new as their last hand-out: asking for
+ * them again brings them up to date (a no-op on the CPU path). */
+static void refresh_planes(tt_train_ckpt_t *c) {
+    size_t n;
+    if (c->nstates > 1)
+        (void)tt_trainer_opt_state(c->t, 0, &n);
+}
+
 /* The snapshot is the only part of a checkpoint the step loop waits for:
  * a memcpy of this rank's slice of each plane (and the trainer state).
  * With the update on the shards the shards write the planes instead. */
@@ -415,6 +424,7 @@ static int start(tt_train_ckpt_t *c, uint64_t step, int rank, int world) {
         return tt_tc_fail(c, TT_ENOMEM, "checkpoint at step %llu: no memory for the snapshot",
                           (unsigned long long)step);
     j->snap = c->snap;
+    refresh_planes(c);
     for (uint32_t k = 0; k < c->nstates; k++)
         j->src[k] = c->planes[k];
     j->copy_in_thread = c->gated;

@@ -233,6 +233,11 @@ static int load_dir(tt_train_ckpt_t *c, const char *dir, tt_manifest_t *m, char 
     int rc = tt_manifest_load(dir, m, err, errlen);
     if (rc == TT_OK)
         rc = check_model(c, m, err, errlen);
+    /* Handed out again before they are written: a device copy of the
+     * model is then known to be stale, whenever the load happens. */
+    size_t n;
+    (void)tt_trainer_model(c->t);
+    (void)tt_trainer_opt_state(c->t, 0, &n);
     for (uint32_t k = 0; rc == TT_OK && k < c->nstates; k++)
         rc = tt_ckpt_read_plane(m, dir, c->states[k], c->planes[k], c->n * sizeof(float), err,
                                 errlen);

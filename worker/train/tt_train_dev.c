@@ -137,6 +137,11 @@ int tt_train_dev_begin(tt_train_dev_t *d, const float *s1, const float *s2) {
     return rc == TT_OK ? tt_mlp_cuda_zero_grads(d->gpu) : rc;
 }
 
+int tt_train_dev_begin_idle(tt_train_dev_t *d, const float *s1, const float *s2) {
+    int rc = tt_train_dev_begin(d, s1, s2);
+    return rc == TT_OK ? tt_mlp_cuda_sync(d->gpu) : rc;
+}
+
 typedef struct {
     tt_train_dev_t *d;
     tt_train_dev_part_fn part;
@@ -195,6 +200,8 @@ int tt_train_dev_update(tt_train_dev_t *d, int on_device, int adamw, float lr, f
 }
 
 int tt_train_dev_pull_opt_state(tt_train_dev_t *d, float *s1, float *s2) {
+    if (d->dirty[1])
+        return TT_OK; /* no step since it was handed out: the host's is current */
     int rc = s1 != NULL ? tt_mlp_cuda_get_opt_state(d->gpu, 0, s1, d->n) : TT_OK;
     if (rc == TT_OK && s2 != NULL)
         rc = tt_mlp_cuda_get_opt_state(d->gpu, 1, s2, d->n);

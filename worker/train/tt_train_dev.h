@@ -56,6 +56,11 @@ void tt_train_dev_mark_dirty(tt_train_dev_t *d, int which);
  * dirty, and zeroes the device gradients. 0 or TT_ECUDA. */
 int tt_train_dev_begin(tt_train_dev_t *d, const float *s1, const float *s2);
 
+/* A step in which this rank has no rows: as begin, and the compute stream
+ * is idle on return, so a collective on another stream that reads the
+ * (zeroed) device gradients with no event to wait on sees zeros. */
+int tt_train_dev_begin_idle(tt_train_dev_t *d, const float *s1, const float *s2);
+
 /* Receives layer by layer, as backward enqueues them, the device slice
  * of a layer's gradients (weights and bias) and the CUDA event after
  * which it is final. */
@@ -84,7 +89,10 @@ float *tt_train_dev_grads(tt_train_dev_t *d);
 int tt_train_dev_update(tt_train_dev_t *d, int on_device, int adamw, float lr, float scale,
                         uint64_t t, const tt_optim_sgd_hp_t *sgd, const tt_optim_adamw_hp_t *aw);
 
-/* Copies the device optimizer state into s1 / s2 (may be NULL). */
+/* Copies the device optimizer state into s1 / s2 (may be NULL) when the
+ * device's is the newer one; when the host's is marked dirty (handed out
+ * since the last step, and perhaps written: a failover transfer, a
+ * checkpoint load) it is left alone, as a pull would overwrite it. */
 int tt_train_dev_pull_opt_state(tt_train_dev_t *d, float *s1, float *s2);
 
 /* Forward-only evaluation on the device (uploads first when dirty). */

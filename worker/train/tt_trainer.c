@@ -279,7 +279,11 @@ int tt_trainer_step(tt_trainer_t *t, double *loss) {
         return rc;
     if (local == 0) { /* no rows this step: contribute zeros */
         memset(tt_mlp_grads(t->mlp), 0, tt_mlp_param_count(t->mlp) * sizeof(float));
-        if (t->resident && (rc = tt_train_dev_begin(t->dev, t->s1, t->s2)) < 0)
+        /* The device steps its own copy of the parameters and state in the
+         * update, so what the host holds newer goes up even without rows;
+         * and a device reduction (no event to wait on) must find the
+         * zeroed gradients already there. */
+        if (t->dev != NULL && (rc = tt_train_dev_begin_idle(t->dev, t->s1, t->s2)) < 0)
             return rc;
     }
     uint64_t t1 = tt_clock_mono_ns();
@@ -459,7 +463,10 @@ int tt_trainer_set_state(tt_trainer_t *t, const tt_trainer_state_t *s) {
 
 float *tt_trainer_opt_state(tt_trainer_t *t, int which, size_t *n) {
     *n = tt_mlp_param_count(t->mlp);
-    if (t->dev != NULL) { /* the device holds the current state: hand out a fresh copy */
+    /* After a step the device holds the current state: the first ask
+     * brings the host copy up to date, and until the next step the host's
+     * (perhaps written since) is the newer, so later asks leave it. */
+    if (t->dev != NULL) {
         if (tt_train_dev_pull_opt_state(t->dev, t->s1, t->s2) < 0)
             TT_ERROR("train", "optimizer state: %s", tt_train_dev_last_error(t->dev));
         tt_train_dev_mark_dirty(t->dev, 1);

@@ -162,7 +162,10 @@ void tt_trainer_get_state(const tt_trainer_t *t, tt_trainer_state_t *s);
 int tt_trainer_set_state(tt_trainer_t *t, const tt_trainer_state_t *s);
 
 /* Optimizer buffer `which` (0: momentum or Adam m, 1: Adam v; NULL when
- * the optimizer has none) and its length in *n. Borrowed. */
+ * the optimizer has none) and its length in *n. Borrowed. Ask again before
+ * each read or write: with --device cuda the state lives on the device
+ * between steps, and asking is what brings the host copy up to date (and
+ * marks it as the one the next step uploads). */
 float *tt_trainer_opt_state(tt_trainer_t *t, int which, size_t *n);
 
 /* Borrowed views for callers and tests. */
