@@ -103,8 +103,11 @@ static int wait_seq(nccl_inst_t *ni, uint64_t seq) {
         if (r == 1)
             return TT_OK;
         cudaError_t e = cudaEventQuery(ni->ev[seq % NSLOT]);
-        if (e == cudaSuccess)
+        if (e == cudaSuccess) {
+            if (seq > atomic_load(&ni->seen_done)) /* one stream: all before it too */
+                atomic_store(&ni->seen_done, seq);
             return TT_OK;
+        }
         if (e != cudaErrorNotReady)
             return tt_nccl_cu_rc(ni, e, "cudaEventQuery");
         tt_clock_sleep_us(20);

@@ -119,6 +119,8 @@ int tt_nccl_settle(nccl_inst_t *ni, ncclResult_t r, const char *what) {
 
 static tt_wd_probe_t wd_probe(void *ctx, uint64_t seq) {
     nccl_inst_t *ni = ctx;
+    if (seq <= atomic_load(&ni->seen_done))
+        return TT_WD_DONE; /* its slot may be recorded again already */
     /* The watchdog thread's current device is whatever it was born with. */
     cudaError_t e = cudaSetDevice(ni->device);
     if (e == cudaSuccess)
@@ -250,11 +252,18 @@ static int comm_start(nccl_inst_t *ni, const ncclUniqueId *id) {
 /* The deadline here is what NCCL itself would never give up on. Bootstrap
  * and topology discovery take seconds on big nodes: the init gets at least
  * TT_NCCL_INIT_MS whatever the collective deadline. */
+static int shrink_wait(nccl_inst_t *ni, int ms);
+
 static int comm_settle(nccl_inst_t *ni, const char *what) {
     int ms = ni->deadline_ms > TT_NCCL_INIT_MS ? ni->deadline_ms : TT_NCCL_INIT_MS;
-    pthread_rwlock_rdlock(&ni->cl); /* no watchdog yet; settle expects it */
-    int rc = settle_within(ni, ncclInProgress, what, ms);
-    tt_nccl_comm_unlock(ni);
+    uint64_t t0 = tt_clock_mono_ms();
+    int rc = ni->parent != NULL ? shrink_wait(ni, ms) : TT_OK;
+    int left = ms - (int)(tt_clock_mono_ms() - t0);
+    if (rc == TT_OK) {
+        pthread_rwlock_rdlock(&ni->cl); /* no watchdog yet; settle expects it */
+        rc = settle_within(ni, ncclInProgress, what, left > 1 ? left : 1);
+        tt_nccl_comm_unlock(ni);
+    }
     if (rc != TT_OK && ni->comm != NULL) {
         (void)ncclCommAbort(ni->comm); /* never destroy a half-built comm */
         ni->comm = NULL;
@@ -304,10 +313,15 @@ void tt_nccl_inst_free(nccl_inst_t *ni) {
     if (ni->wd != NULL && tt_nccl_wd_state(ni->wd) == TT_WD_RUNNING)
         (void)tt_coll_nccl_wait(ni);
     tt_wd_state_t st = settle_abort(ni);
-    tt_nccl_wd_destroy(&ni->wd);
-    if (st == TT_WD_HUNG || st == TT_WD_ABORTING)
+    if (tt_nccl_wd_destroy(&ni->wd) || st == TT_WD_HUNG || st == TT_WD_ABORTING)
         return; /* the abort is still running on the watchdog thread: leak */
     int prev = enter_device(ni);
+    /* A shrink still in flight is a job NCCL runs on the parent, and it
+     * writes the child's handle only as it ends: aborting the parent ends
+     * it (NCCL joins it first), and only then is the handle final. */
+    tt_coll_nccl_parent_free(ni->parent);
+    ni->parent = NULL;
+    ni->comm = __atomic_load_n(&ni->comm, __ATOMIC_ACQUIRE);
     if (ni->comm != NULL && tt_nccl_comm_lock(ni) == TT_OK) { /* the threads are gone */
         int rc = atomic_load(&ni->poisoned) == 0 && ni->settled
                      ? tt_nccl_settle(ni, ncclCommFinalize(ni->comm), "ncclCommFinalize")
@@ -330,7 +344,6 @@ void tt_nccl_inst_free(nccl_inst_t *ni) {
     (void)cudaFreeHost(ni->hcount);
     if (ni->stream != NULL)
         (void)cudaStreamDestroy(ni->stream);
-    tt_coll_nccl_parent_free(ni->parent); /* after its child: a half-built one is aborted first */
     leave_device(prev);
     pthread_rwlock_destroy(&ni->cl);
     pthread_mutex_destroy(&ni->emu);
@@ -354,6 +367,7 @@ static nccl_inst_t *inst_alloc(const tt_coll_cfg_t *cfg) {
     atomic_init(&ni->stop, 0);
     atomic_init(&ni->poisoned, 0);
     atomic_init(&ni->step, -1);
+    atomic_init(&ni->seen_done, 0);
     return ni;
 }
 
@@ -503,6 +517,38 @@ static int shrink_start(nccl_inst_t *ni, int *sorted, int n) {
     tt_nccl_comm_unlock(old);
     if (r != ncclSuccess && r != ncclInProgress)
         return tt_nccl_set_err(ni, TT_ENCCL, "ncclCommShrink: %s", ncclGetErrorString(r));
+    return TT_OK;
+}
+
+/* A shrink runs as a job of the parent, and NCCL writes the child's
+ * handle only as the job ends (it is NULL until then): its progress is
+ * the parent's asynchronous state, not the child's. Nothing else uses the
+ * parent now (take_parent removed its watchdog). */
+static int shrink_wait(nccl_inst_t *ni, int ms) {
+    nccl_inst_t *p = ni->parent;
+    uint64_t end = tt_clock_mono_ms() + (uint64_t)ms;
+    ncclResult_t r = ncclInProgress;
+    while (r == ncclInProgress) {
+        if (atomic_load(&ni->stop) || outdated(ni))
+            return tt_nccl_set_err(ni, TT_ECLOSED,
+                                   "ncclCommShrink: given up: the generation ended");
+        if (tt_clock_mono_ms() >= end)
+            return tt_nccl_set_err(ni, TT_ETIMEDOUT,
+                                   "ncclCommShrink: still in progress after %d ms", ms);
+        tt_clock_sleep_us(100);
+        if (tt_nccl_comm_lock(p) != TT_OK)
+            return tt_nccl_set_err(ni, TT_ECLOSED,
+                                   "ncclCommShrink: the old communicator was aborted");
+        ncclResult_t q = ncclCommGetAsyncError(p->comm, &r);
+        tt_nccl_comm_unlock(p);
+        if (q != ncclSuccess)
+            r = q;
+    }
+    ncclComm_t child = __atomic_load_n(&ni->comm, __ATOMIC_ACQUIRE);
+    if (r != ncclSuccess)
+        return tt_nccl_set_err(ni, TT_ENCCL, "ncclCommShrink: %s", ncclGetErrorString(r));
+    if (child == NULL)
+        return tt_nccl_set_err(ni, TT_ENCCL, "ncclCommShrink ended without a communicator");
     return TT_OK;
 }
 

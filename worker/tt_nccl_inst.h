@@ -28,8 +28,12 @@ typedef struct nccl_inst {
     cudaStream_t stream;
     cudaEvent_t ev[NSLOT];
     uint64_t next_seq; /* of the next collective; seqs start at 1 */
-    void *scratch;     /* device staging for host-buffer collectives */
-    void *hscratch;    /* its pinned host twin: async copies both ways */
+    /* Every seq up to this one completed, as the collectives' own thread
+     * saw by its event before reusing the slot: the watchdog takes that
+     * for done rather than query a slot that may hold a later event. */
+    _Atomic uint64_t seen_done;
+    void *scratch;  /* device staging for host-buffer collectives */
+    void *hscratch; /* its pinned host twin: async copies both ways */
     size_t scratch_bytes;
     double *dcount, *hcount; /* device / pinned example count */
     tt_nccl_wd_t *wd;

@@ -29,6 +29,7 @@ struct tt_nccl_wd {
     tt_wd_state_t state;
     int verdict;            /* negative status once decided */
     int abort_begun, stop;  /* abort called; threads must end */
+    int closing;            /* destroy began: no abort may begin any more */
     uint64_t abort_started; /* ms */
     int threads;            /* started */
     pthread_t wd_thread, mon_thread;
@@ -46,14 +47,28 @@ int tt_nccl_wd_create(tt_nccl_wd_t **out, const tt_nccl_wd_opts_t *opts) {
     if (wd->o.poll_ms == 0)
         wd->o.poll_ms = 5;
     pthread_mutex_init(&wd->mu, NULL);
-    pthread_cond_init(&wd->cv, NULL);
+    /* The naps are timed on the monotonic clock: a wall clock stepped
+     * back would stall the deadlines and the hung-abort exit with it. */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&wd->cv, &ca);
+    pthread_condattr_destroy(&ca);
     *out = wd;
     return TT_OK;
 }
 
+static int retire(tt_nccl_wd_t *wd, char *why, size_t len);
+
 int tt_nccl_wd_track(tt_nccl_wd_t *wd, uint64_t seq, uint64_t now_ms) {
     int rc = TT_OK;
+    char why[160];
     pthread_mutex_lock(&wd->mu);
+    /* A burst of short collectives can outrun the thread's period: the
+     * finished ones are retired here rather than the new one refused (a
+     * failed probe is left for the next pass to judge). */
+    if (wd->state == TT_WD_RUNNING && wd->count == TT_NCCL_WD_MAX_INFLIGHT)
+        (void)retire(wd, why, sizeof(why));
     if (wd->state != TT_WD_RUNNING)
         rc = TT_ECLOSED;
     else if (wd->has_seq && seq <= wd->last_seq)
@@ -176,11 +191,15 @@ int tt_nccl_wd_fail(tt_nccl_wd_t *wd, int status, const char *why, uint64_t now_
     return took;
 }
 
-void tt_nccl_wd_abort_begin(tt_nccl_wd_t *wd, uint64_t now_ms) {
+int tt_nccl_wd_abort_begin(tt_nccl_wd_t *wd, uint64_t now_ms) {
     pthread_mutex_lock(&wd->mu);
-    wd->abort_begun = 1;
-    wd->abort_started = now_ms;
+    int go = !wd->closing;
+    if (go) {
+        wd->abort_begun = 1;
+        wd->abort_started = now_ms;
+    }
     pthread_mutex_unlock(&wd->mu);
+    return go;
 }
 
 void tt_nccl_wd_abort_end(tt_nccl_wd_t *wd) {
@@ -227,7 +246,7 @@ void tt_nccl_wd_why(tt_nccl_wd_t *wd, char *buf, size_t len) {
 /* Sleeps up to poll_ms or until woken; returns 1 when the threads must end. */
 static int nap(tt_nccl_wd_t *wd) {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
     long ns = ts.tv_nsec + (long)wd->o.poll_ms * 1000000L;
     ts.tv_sec += ns / 1000000000L;
     ts.tv_nsec = ns % 1000000000L;
@@ -244,7 +263,8 @@ static void *wd_main(void *arg) {
     while (!nap(wd)) {
         if (tt_nccl_wd_poll(wd, tt_clock_mono_ms()) != 1)
             continue;
-        tt_nccl_wd_abort_begin(wd, tt_clock_mono_ms());
+        if (!tt_nccl_wd_abort_begin(wd, tt_clock_mono_ms()))
+            break; /* the owner tears down and aborts where it stands */
         if (wd->o.abort != NULL)
             wd->o.abort(wd->o.ctx);
         tt_nccl_wd_abort_end(wd);
@@ -287,15 +307,24 @@ int tt_nccl_wd_start(tt_nccl_wd_t *wd) {
     return TT_OK;
 }
 
-void tt_nccl_wd_destroy(tt_nccl_wd_t **wdp) {
+/* An abort that began is waited out with the monitor still watching it,
+ * so a hung one still ends the process; none can begin after `closing`,
+ * so the watchdog thread can then be joined. */
+int tt_nccl_wd_destroy(tt_nccl_wd_t **wdp) {
     if (wdp == NULL || *wdp == NULL)
-        return;
+        return 0;
     tt_nccl_wd_t *wd = *wdp;
     *wdp = NULL;
     if (wd->threads) {
         pthread_mutex_lock(&wd->mu);
+        wd->closing = 1;
+        while (wd->state == TT_WD_ABORTING && wd->abort_begun) {
+            pthread_mutex_unlock(&wd->mu);
+            tt_clock_sleep_ms(1);
+            pthread_mutex_lock(&wd->mu);
+        }
         wd->stop = 1;
-        int stuck = wd->state == TT_WD_HUNG || (wd->state == TT_WD_ABORTING && wd->abort_begun);
+        int stuck = wd->state == TT_WD_HUNG;
         pthread_mutex_unlock(&wd->mu);
         pthread_cond_broadcast(&wd->cv);
         pthread_join(wd->mon_thread, NULL);
@@ -303,11 +332,12 @@ void tt_nccl_wd_destroy(tt_nccl_wd_t **wdp) {
             /* The watchdog thread is inside an abort that may never return
              * and still uses wd: leak it rather than free it under that. */
             pthread_detach(wd->wd_thread);
-            return;
+            return 1;
         }
         pthread_join(wd->wd_thread, NULL);
     }
     pthread_cond_destroy(&wd->cv);
     pthread_mutex_destroy(&wd->mu);
     free(wd);
+    return 0;
 }

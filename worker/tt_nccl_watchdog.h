@@ -67,15 +67,19 @@ typedef struct tt_nccl_wd tt_nccl_wd_t;
  * adds them). Returns 0, TT_EINVAL (deadlines <= 0, no probe), TT_ENOMEM. */
 int tt_nccl_wd_create(tt_nccl_wd_t **out, const tt_nccl_wd_opts_t *opts);
 
-/* Stops and joins the threads (a thread stuck in `abort` is detached and
- * the object leaked deliberately rather than freed under it). Accepts NULL;
- * sets *wd = NULL. */
-void tt_nccl_wd_destroy(tt_nccl_wd_t **wd);
+/* Stops and joins the threads. No abort begins once it is called; one
+ * already running is waited for, the monitor still timing it. Returns 1
+ * when that abort overran its deadline (HUNG, with abort_hung not ending
+ * the process): its thread is detached and the object leaked rather than
+ * freed under it, and the caller must leave alone what the abort uses.
+ * Else 0. Accepts NULL; sets *wd = NULL. */
+int tt_nccl_wd_destroy(tt_nccl_wd_t **wd);
 
 /* Starts the watchdog and monitor threads. 0 or TT_ESYS. */
 int tt_nccl_wd_start(tt_nccl_wd_t *wd);
 
-/* Tracks collective `seq` (strictly increasing) enqueued at now_ms.
+/* Tracks collective `seq` (strictly increasing) enqueued at now_ms; when
+ * the list is full it first retires what finished (probing, as a pass).
  * 0, TT_ECLOSED (the watchdog has aborted: refuse new work), TT_EBUSY
  * (TT_NCCL_WD_MAX_INFLIGHT unfinished), TT_EINVAL (seq not increasing). */
 int tt_nccl_wd_track(tt_nccl_wd_t *wd, uint64_t seq, uint64_t now_ms);
@@ -96,8 +100,10 @@ int tt_nccl_wd_poll(tt_nccl_wd_t *wd, uint64_t now_ms);
  * call made the decision, 0 when one was already made. */
 int tt_nccl_wd_fail(tt_nccl_wd_t *wd, int status, const char *why, uint64_t now_ms);
 
-/* The abort started / returned (the thread brackets the `abort` call). */
-void tt_nccl_wd_abort_begin(tt_nccl_wd_t *wd, uint64_t now_ms);
+/* The abort started / returned (the thread brackets the `abort` call).
+ * begin returns 0, and nothing starts, once destroy has begun: the
+ * owner, tearing down, aborts or frees the communicator itself. */
+int tt_nccl_wd_abort_begin(tt_nccl_wd_t *wd, uint64_t now_ms);
 void tt_nccl_wd_abort_end(tt_nccl_wd_t *wd);
 
 /* 1 once an abort that began has not returned within abort_deadline_ms at

@@ -2,11 +2,15 @@
  * order, a deadline, an asynchronous error or a failed probe each yield
  * one verdict (reported once, then every unfinished collective fails and
  * new ones are refused), and an abort that overruns its own deadline is
- * flagged once. Time is injected; no threads run. */
+ * flagged once. Time is injected there; the last tests run the real
+ * threads against an abort that takes its time or never returns, since
+ * teardown during an abort is where a hang would hide. */
+#include "tt_clock.h"
 #include "tt_cunit.h"
 #include "tt_nccl_watchdog.h"
 #include "tt_status.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
 typedef struct {
@@ -182,6 +186,96 @@ static void nccl_wd_threads_start_and_stop(void) {
     CU_ASSERT_PTR_NULL(wd);
 }
 
+static void nccl_wd_track_retires_when_full(void) {
+    fake_t f;
+    tt_nccl_wd_t *wd = make(&f);
+    for (uint64_t s = 1; s <= TT_NCCL_WD_MAX_INFLIGHT; s++)
+        CU_ASSERT_EQUAL(tt_nccl_wd_track(wd, s, 0), TT_OK);
+    for (int s = 1; s <= 10; s++)
+        f.st[s] = TT_WD_DONE; /* finished before the thread came round */
+    CU_ASSERT_EQUAL(tt_nccl_wd_track(wd, TT_NCCL_WD_MAX_INFLIGHT + 1, 0), TT_OK);
+    CU_ASSERT_EQUAL(tt_nccl_wd_inflight(wd), TT_NCCL_WD_MAX_INFLIGHT - 9);
+    CU_ASSERT_EQUAL(tt_nccl_wd_result(wd, 10), 1);
+    CU_ASSERT_EQUAL(f.reports, 0);
+    tt_nccl_wd_destroy(&wd);
+}
+
+/* ---- with the threads ---- */
+
+typedef struct {
+    atomic_int in_abort, abort_done, release, hung;
+    int hold_ms; /* the abort returns after this long, or on release when < 0 */
+} slow_t;
+
+static tt_wd_probe_t slow_probe(void *ctx, uint64_t seq) {
+    (void)ctx, (void)seq;
+    return TT_WD_PENDING;
+}
+
+static void slow_abort(void *ctx) {
+    slow_t *s = ctx;
+    atomic_store(&s->in_abort, 1);
+    if (s->hold_ms >= 0)
+        tt_clock_sleep_ms((uint64_t)s->hold_ms);
+    while (s->hold_ms < 0 && !atomic_load(&s->release))
+        tt_clock_sleep_ms(1);
+    atomic_store(&s->abort_done, 1);
+}
+
+static void slow_hung(void *ctx, const char *why) {
+    (void)why; /* the backend's handler would end the process here */
+    atomic_store(&((slow_t *)ctx)->hung, 1);
+}
+
+static tt_nccl_wd_t *start_aborting(slow_t *s, int abort_deadline_ms) {
+    tt_nccl_wd_opts_t o = {.deadline_ms = 1000,
+                           .abort_deadline_ms = abort_deadline_ms,
+                           .poll_ms = 2,
+                           .ctx = s,
+                           .probe = slow_probe,
+                           .abort = slow_abort,
+                           .abort_hung = slow_hung};
+    tt_nccl_wd_t *wd = NULL;
+    CU_ASSERT_EQUAL_FATAL(tt_nccl_wd_create(&wd, &o), TT_OK);
+    CU_ASSERT_EQUAL_FATAL(tt_nccl_wd_start(wd), TT_OK);
+    CU_ASSERT_EQUAL(tt_nccl_wd_fail(wd, TT_ENCCL, "a peer left", tt_clock_mono_ms()), 1);
+    for (int i = 0; i < 2000 && !atomic_load(&s->in_abort); i++)
+        tt_clock_sleep_ms(1);
+    CU_ASSERT_EQUAL_FATAL(atomic_load(&s->in_abort), 1);
+    return wd;
+}
+
+/* Torn down mid-abort: destroy returns only once the abort has, and the
+ * object is freed, not leaked. */
+static void nccl_wd_destroy_waits_for_a_running_abort(void) {
+    slow_t s = {.hold_ms = 150};
+    tt_nccl_wd_t *wd = start_aborting(&s, 5000);
+    CU_ASSERT_EQUAL(tt_nccl_wd_destroy(&wd), 0);
+    CU_ASSERT_EQUAL(atomic_load(&s.abort_done), 1);
+    CU_ASSERT_EQUAL(atomic_load(&s.hung), 0);
+    CU_ASSERT_PTR_NULL(wd);
+}
+
+/* An abort that never returns: the monitor still fires while destroy
+ * waits (with a handler that returns, as TETHER_NCCL_ABORT_HANG=log),
+ * and destroy says the object was left to the stuck thread. */
+static void nccl_wd_destroy_leaves_a_hung_abort_to_its_monitor(void) {
+    static slow_t s = {.hold_ms = -1}; /* the stuck thread outlives this test */
+    static tt_nccl_wd_t *kept;         /* reachable: the leak is deliberate */
+    tt_nccl_wd_t *wd = start_aborting(&s, 40);
+    kept = wd;
+    uint64_t t0 = tt_clock_mono_ms();
+    CU_ASSERT_EQUAL(tt_nccl_wd_destroy(&wd), 1);
+    CU_ASSERT_EQUAL(atomic_load(&s.hung), 1);
+    CU_ASSERT(tt_clock_mono_ms() - t0 < 2000);
+    CU_ASSERT_EQUAL(tt_nccl_wd_state(kept), TT_WD_HUNG);
+    atomic_store(&s.release, 1); /* the thread finishes and ends on its own */
+    for (int i = 0; i < 2000 && !atomic_load(&s.abort_done); i++)
+        tt_clock_sleep_ms(1);
+    CU_ASSERT_EQUAL(atomic_load(&s.abort_done), 1);
+    tt_clock_sleep_ms(20);
+}
+
 static const tt_cunit_test_t tests[] = {
     {"nccl_wd_rejects_bad_options", nccl_wd_rejects_bad_options},
     {"nccl_wd_retires_in_order", nccl_wd_retires_in_order},
@@ -192,6 +286,10 @@ static const tt_cunit_test_t tests[] = {
     {"nccl_wd_external_fail_decides_once", nccl_wd_external_fail_decides_once},
     {"nccl_wd_abort_overdue_flags_hang_once", nccl_wd_abort_overdue_flags_hang_once},
     {"nccl_wd_threads_start_and_stop", nccl_wd_threads_start_and_stop},
+    {"nccl_wd_track_retires_when_full", nccl_wd_track_retires_when_full},
+    {"nccl_wd_destroy_waits_for_a_running_abort", nccl_wd_destroy_waits_for_a_running_abort},
+    {"nccl_wd_destroy_leaves_a_hung_abort_to_its_monitor",
+     nccl_wd_destroy_leaves_a_hung_abort_to_its_monitor},
     {NULL, NULL},
 };
 
