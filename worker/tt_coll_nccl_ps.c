@@ -117,6 +117,12 @@ static int comm_ready(fb_inst_t *fi) {
                           fi->nco->last_error(fi->nccl));
     }
     atomic_store(&fi->ready, 1);
+    /* An abort that saw ready == 0 a moment ago only stopped the build,
+     * which had just ended: the watchdog must hear of it now. */
+    if (atomic_load(&fi->aborted)) {
+        fi->nco->abort(fi->nccl);
+        return fb_set_err(fi, TT_ECLOSED, "%s", "nccl+ps: aborted (the generation ended)");
+    }
     fi->nco->set_step(fi->nccl, atomic_load(&fi->step));
     return TT_OK;
 }
