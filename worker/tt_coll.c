@@ -53,11 +53,11 @@ static void ring_opts(const tt_coll_cfg_t *cfg, tt_ring_opts_t *o) {
 /* `idle` (may be NULL): tt_ring_opts_t.idle. */
 static int ring_open(void **inst, const tt_coll_cfg_t *cfg, void (*idle)(void *), void *idle_ctx,
                      char *err, size_t errlen) {
-    if (cfg->world > 1 && !tt_coll_ring_endpoints_ok(cfg->endpoints, cfg->rank, cfg->world)) {
+    int missing = tt_coll_ring_endpoint_missing(cfg->endpoints, cfg->world);
+    if (missing >= 0) {
         snprintf(err, errlen,
-                 "ring: rank %d or its right neighbour advertised no endpoint (set "
-                 "TETHER_ENDPOINT on every worker)",
-                 cfg->rank);
+                 "ring: rank %d advertised no endpoint (set TETHER_ENDPOINT on every worker)",
+                 missing);
         return TT_ENODEV;
     }
     ring_inst_t *ri = calloc(1, sizeof(*ri));
@@ -176,6 +176,7 @@ typedef struct ps_inst {
     int rank;
     char err[256];      /* why a part is missing */
     char ring_err[256]; /* why the ring could not be set up ("": no endpoints) */
+    int no_endpoint;    /* the first rank that advertised none, or -1 */
 } ps_inst_t;
 
 /* The gradient table as the coordinator's placement wants it. */
@@ -276,7 +277,9 @@ static int ps_create(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t er
                  "ps: no gradients were registered before the first "
                  "collective of this generation");
     char why[256] = "";
-    if (rc == TT_OK && tt_coll_ring_endpoints_ok(cfg->endpoints, cfg->rank, cfg->world) &&
+    int missing = tt_coll_ring_endpoint_missing(cfg->endpoints, cfg->world);
+    pi->no_endpoint = missing; /* said only if a plain collective is asked for */
+    if (rc == TT_OK && missing < 0 &&
         ring_open(&pi->ring, cfg, ps_ring_idle, pi, why, sizeof(why)) != TT_OK) {
         /* Gradients still flow; plain collectives will fail naming this. */
         pi->ring = NULL;
@@ -309,7 +312,9 @@ static int ps_no_ring(ps_inst_t *pi) {
     else
         snprintf(pi->err, sizeof(pi->err),
                  "the ps backend reduces only the registered gradients (tether_step_finish); "
-                 "plain collectives need ring endpoints (TETHER_ENDPOINT on every worker)");
+                 "plain collectives need a ring, and rank %d advertised no endpoint (set "
+                 "TETHER_ENDPOINT on every worker)",
+                 pi->no_endpoint);
     return TT_ENODEV;
 }
 
@@ -559,13 +564,12 @@ const char *tt_coll_kind_name(tt_coll_kind_t kind) {
     return (unsigned)kind < 4 ? kind_names[kind] : "?";
 }
 
-int tt_coll_ring_endpoints_ok(const char *const *endpoints, int rank, int world) {
-    if (world <= 1)
-        return 1;
-    if (endpoints == NULL || rank < 0 || rank >= world)
-        return 0;
-    const char *self = endpoints[rank], *right = endpoints[(rank + 1) % world];
-    return self != NULL && self[0] != '\0' && right != NULL && right[0] != '\0';
+int tt_coll_ring_endpoint_missing(const char *const *endpoints, int world) {
+    for (int r = 0; world > 1 && r < world; r++) {
+        if (endpoints == NULL || endpoints[r] == NULL || endpoints[r][0] == '\0')
+            return r;
+    }
+    return -1;
 }
 
 void tt_coll_candidates(tt_coll_kind_t want, int world, int ring_endpoints_ok,
@@ -595,14 +599,14 @@ int tt_coll_open(tt_coll_kind_t want, const tt_coll_cfg_t *cfg, const tt_coll_op
                  void **inst, char *err, size_t errlen) {
     tt_coll_kind_t cand[3];
     size_t n = 0, used = 0;
-    int ok = tt_coll_ring_endpoints_ok(cfg->endpoints, cfg->rank, cfg->world);
-    tt_coll_candidates(want, cfg->world, ok, cand, &n);
+    int missing = tt_coll_ring_endpoint_missing(cfg->endpoints, cfg->world);
+    tt_coll_candidates(want, cfg->world, missing < 0, cand, &n);
     int rc = TT_ENODEV;
     if (err != NULL && errlen > 0)
         err[0] = '\0';
-    if (want == TT_COLL_AUTO && !ok && cfg->world > 1 && err != NULL)
-        used += (size_t)snprintf(err, errlen, "ring skipped: no endpoint for rank %d or %d; ",
-                                 cfg->rank, (cfg->rank + 1) % cfg->world);
+    if (want == TT_COLL_AUTO && missing >= 0 && err != NULL)
+        used += (size_t)snprintf(err, errlen, "ring skipped: rank %d advertised no endpoint; ",
+                                 missing);
     for (size_t i = 0; i < n; i++) {
         const tt_coll_ops_t *o = tt_coll_row(cand[i], cfg);
         char why[512] = ""; /* a shard's reason runs long (tt_ps_recover.c) */

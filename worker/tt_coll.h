@@ -204,14 +204,18 @@ const char *tt_coll_kind_name(tt_coll_kind_t kind);
 
 /* Backends to try for `want`, in order, into out[0..*n) (at most 3). AUTO
  * gives ring then ps, but skips the ring when world > 1 and
- * `ring_endpoints_ok` is 0 (this rank or a neighbour advertised no
- * endpoint). An explicit kind gives just that kind. Pure. */
+ * `ring_endpoints_ok` is 0 (a rank advertised no endpoint). An explicit
+ * kind gives just that kind. Pure. */
 void tt_coll_candidates(tt_coll_kind_t want, int world, int ring_endpoints_ok,
                         tt_coll_kind_t out[3], size_t *n);
 
-/* 1 when a ring can be built for `rank` of `world` from `endpoints`: the
- * entries of rank and rank+1 (mod world) are non-empty. Pure. */
-int tt_coll_ring_endpoints_ok(const char *const *endpoints, int rank, int world);
+/* The first rank of `world` whose entry in `endpoints` is empty, or -1
+ * when a ring can be built (every rank advertised one, or world <= 1).
+ * Decided on the whole list, which every member of a generation gets the
+ * same, never on a rank's own neighbourhood: ranks that chose apart (a
+ * ring here, the shards or nothing there) would wait on each other until
+ * the deadline, generation after generation. Pure. */
+int tt_coll_ring_endpoint_missing(const char *const *endpoints, int world);
 
 /* The row a generation described by `cfg` gets for `kind`: a regrouped
  * generation that starts on the shard servers (ps_until_step > 0, two or

@@ -151,18 +151,17 @@ static void *take_parent(tt_comm_t *c) {
     return tt_coll_nccl_take_parent(ops, &inst);
 }
 
-/* Endpoints of this generation: own, left and right; the rest stay "". */
+/* Every member's endpoint of this generation ("" where one advertised
+ * none): whether a ring can be built is decided on the whole list, which
+ * every member sees alike (tt_coll_ring_endpoint_missing). */
 static int gather_endpoints(tt_comm_t *c, const tt_comm_view_t *v, char (*eps)[TT_COMM_EP_MAX],
                             const char **ptrs) {
-    for (int i = 0; i < v->world; i++)
-        ptrs[i] = "";
-    int want[3] = {v->rank, (v->rank + 1) % v->world, (v->rank + v->world - 1) % v->world};
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < v->world; k++) {
         eps[k][0] = '\0';
-        int rc = c->hooks.endpoint(c->hooks.ctx, v->generation, want[k], eps[k], TT_COMM_EP_MAX);
+        int rc = c->hooks.endpoint(c->hooks.ctx, v->generation, k, eps[k], TT_COMM_EP_MAX);
         if (rc == TT_ESTALE)
             return TT_EMEMBERSHIP;
-        ptrs[want[k]] = eps[k];
+        ptrs[k] = eps[k];
     }
     return TT_OK;
 }
@@ -182,9 +181,10 @@ static int generation_gone(void *ctx, uint64_t gen) {
 /* `parent`: the previous generation's NCCL communicator that this one, as
  * announced, shrinks (tt_coll_cfg_t.parent; NULL: none); always consumed. */
 static int open_backend(tt_comm_t *c, const tt_comm_view_t *v, void *parent) {
-    char eps[3][TT_COMM_EP_MAX], err[512] = "";
+    char err[512] = "";
+    char(*eps)[TT_COMM_EP_MAX] = calloc((size_t)v->world, sizeof(*eps));
     const char **ptrs = calloc((size_t)v->world, sizeof(*ptrs));
-    int rc = ptrs != NULL ? gather_endpoints(c, v, eps, ptrs) : TT_ENOMEM;
+    int rc = ptrs != NULL && eps != NULL ? gather_endpoints(c, v, eps, ptrs) : TT_ENOMEM;
     pthread_mutex_lock(&c->mu);
     const size_t *tcounts = c->tcounts; /* set once, freed only at destroy */
     size_t ntcounts = c->ntcounts;
@@ -225,6 +225,7 @@ static int open_backend(tt_comm_t *c, const tt_comm_view_t *v, void *parent) {
         tt_coll_nccl_parent_free(parent);
     }
     free(ptrs);
+    free(eps);
     pthread_mutex_lock(&c->mu); /* tt_comm_generation_changed reads it */
     c->inst_gen = v->generation;
     pthread_mutex_unlock(&c->mu);

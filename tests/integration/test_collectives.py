@@ -16,7 +16,7 @@ from tt_harness import binary, free_port, parse_kv, run_tests, wait_for
 HB_MS = 200
 
 
-def start_ranks(h, coord, job, w, extra=(), env=None, hb_timeout_ms=3000):
+def start_ranks(h, coord, job, w, extra=(), env=None, hb_timeout_ms=3000, env_of=None):
     procs = []
     for i in range(w):
         e = {"TETHER_COORDINATOR": coord.endpoint, "TETHER_JOB": job,
@@ -26,6 +26,7 @@ def start_ranks(h, coord, job, w, extra=(), env=None, hb_timeout_ms=3000):
              "TETHER_JOIN_TIMEOUT_MS": "30000",
              "TETHER_ENDPOINT": f"tcp://127.0.0.1:{free_port()}", "TETHER_LOG": "warn"}
         e.update(env or {})
+        e.update(env_of(i) if env_of else {})
         procs.append(h.spawn(f"{job}-w{i}", [binary("coll_check"), *extra], env=e))
     joined = [parse_kv(p.wait_line(lambda l: l.startswith("JOINED"), 30, "JOINED"))
               for p in procs]
@@ -154,6 +155,30 @@ def test_steps_on_ps_backend(h):
     print(f"  {line[0][3:]}")
 
 
+def test_auto_agrees_without_an_endpoint(h):
+    """Rank 1 of 3 advertises no ring endpoint: every rank, not only its
+    neighbours, must see that no ring can be built and take the shards
+    (`auto`), or they would wait on each other in different backends until
+    the deadline. The audit's plain collectives then have no ring, so it
+    is off here; the steps' sums must still be exact."""
+    coord = h.coordinator()
+    h.shard(coord, "s0")
+    wait_for(lambda: any(s.get("alive") for s in h.ctl_json(coord.endpoint, "shards")["shards"]),
+             10, "a live shard")
+    t0 = time.monotonic()
+    procs = start_ranks(h, coord, "noep", 3, ["--scenario", "steps"],
+                        env={"TETHER_BACKEND": "auto", "TETHER_AUDIT_EVERY": "0",
+                             "TETHER_COLL_DEADLINE_MS": "20000"},
+                        env_of=lambda i: {"TETHER_ENDPOINT": ""} if i == 1 else {})
+    for r, p in enumerate(procs):
+        assert p.wait(60) == 0, f"rank {r}: " + " | ".join(p.lines()[-6:])
+        line = [l for l in p.lines() if l.startswith("OK buckets")]
+        assert line and "backend=ps" in line[0], p.lines()
+    took = time.monotonic() - t0
+    assert took < 15, f"{took:.1f} s: some rank waited for a ring"
+    print(f"  3 ranks, rank 1 without an endpoint: all on the shards in {took:.1f} s")
+
+
 def test_ps_waits_for_a_late_shard(h):
     """Workers that form a ps job before any shard server has registered
     (systemd or Kubernetes start them in any order) wait for one instead of
@@ -196,5 +221,6 @@ def test_shard_wait_is_the_workers_choice(h):
 if __name__ == "__main__":
     run_tests([test_correctness_w1_to_w4, test_desync_names_both_sides,
                test_sigstop_times_out_naming_rank, test_kill_then_rebuild_on_new_generation,
-               test_steps_on_ps_backend, test_ps_waits_for_a_late_shard,
+               test_steps_on_ps_backend, test_auto_agrees_without_an_endpoint,
+               test_ps_waits_for_a_late_shard,
                test_shard_wait_is_the_workers_choice])

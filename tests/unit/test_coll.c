@@ -44,14 +44,27 @@ static void coll_auto_prefers_ring_then_ps(void) {
     CU_ASSERT_EQUAL(out[0], TT_COLL_NCCL);
 }
 
-static void coll_ring_needs_own_and_right_endpoint(void) {
+/* Every rank decides from the whole list, so ranks 2 and 3, whose own
+ * neighbourhood is complete, skip the ring as ranks 0 and 1 must. */
+static void coll_ring_needs_every_endpoint(void) {
     const char *eps[4] = {"tcp://a:1", "", "tcp://c:3", "tcp://d:4"};
-    CU_ASSERT_EQUAL(tt_coll_ring_endpoints_ok(eps, 2, 4), 1);
-    CU_ASSERT_EQUAL(tt_coll_ring_endpoints_ok(eps, 3, 4), 1); /* right of 3 is 0 */
-    CU_ASSERT_EQUAL(tt_coll_ring_endpoints_ok(eps, 0, 4), 0); /* right neighbour empty */
-    CU_ASSERT_EQUAL(tt_coll_ring_endpoints_ok(eps, 1, 4), 0); /* own endpoint empty */
-    CU_ASSERT_EQUAL(tt_coll_ring_endpoints_ok(NULL, 0, 1), 1);
-    CU_ASSERT_EQUAL(tt_coll_ring_endpoints_ok(NULL, 0, 2), 0);
+    CU_ASSERT_EQUAL(tt_coll_ring_endpoint_missing(eps, 4), 1);
+    const char *all[4] = {"tcp://a:1", "tcp://b:2", "tcp://c:3", "tcp://d:4"};
+    CU_ASSERT_EQUAL(tt_coll_ring_endpoint_missing(all, 4), -1);
+    const char *last[3] = {"tcp://a:1", "tcp://b:2", NULL};
+    CU_ASSERT_EQUAL(tt_coll_ring_endpoint_missing(last, 3), 2);
+    CU_ASSERT_EQUAL(tt_coll_ring_endpoint_missing(NULL, 1), -1);
+    CU_ASSERT_EQUAL(tt_coll_ring_endpoint_missing(NULL, 2), 0);
+    for (int rank = 0; rank < 4; rank++) {
+        tt_coll_cfg_t cfg = {.rank = rank, .world = 4, .generation = 2, .endpoints = eps};
+        const tt_coll_ops_t *ops = NULL;
+        void *inst = NULL;
+        char err[512];
+        CU_ASSERT_EQUAL(tt_coll_open(TT_COLL_RING, &cfg, &ops, &inst, err, sizeof(err)), TT_ENODEV);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err, "rank 1 advertised no endpoint"));
+        CU_ASSERT_EQUAL(tt_coll_open(TT_COLL_AUTO, &cfg, &ops, &inst, err, sizeof(err)), TT_ENODEV);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err, "ring skipped: rank 1"));
+    }
 }
 
 static void coll_stubs_say_why(void) {
@@ -207,7 +220,7 @@ static void coll_shrink_without_a_parent_builds_afresh(void) {
 static const tt_cunit_test_t tests[] = {
     {"coll_parse_kinds", coll_parse_kinds},
     {"coll_auto_prefers_ring_then_ps", coll_auto_prefers_ring_then_ps},
-    {"coll_ring_needs_own_and_right_endpoint", coll_ring_needs_own_and_right_endpoint},
+    {"coll_ring_needs_every_endpoint", coll_ring_needs_every_endpoint},
     {"coll_stubs_say_why", coll_stubs_say_why},
     {"coll_auto_without_endpoints_explains_both", coll_auto_without_endpoints_explains_both},
     {"coll_ring_single_rank_and_abort", coll_ring_single_rank_and_abort},
