@@ -559,15 +559,19 @@ static void die_for_test(void) {
 /* The failover loop of a libtether run, from its first agreement
  * (tt_train_ft_begin). */
 static int failover_start(tt_train_tether_t *tt, tt_trainer_t *t, tt_train_ft_t **ft) {
-    char err[256] = "";
+    char err[768] = "";
     tt_train_ft_opts_t fo;
     int rc = tt_train_ft_opts_from_env(&fo, err, sizeof(err));
     if (rc == TT_OK)
         rc = tt_train_ft_create(ft, &fo, tt, t);
     die_for_test();
-    if (rc == TT_OK && (rc = tt_train_ft_begin(*ft)) != TT_OK)
-        snprintf(err, sizeof(err), "agreeing on the state with the job's members: %s",
-                 tt_strerror(rc));
+    if (rc == TT_OK && (rc = tt_train_ft_begin(*ft)) != TT_OK) {
+        /* The library's sentence says why (a backend that cannot serve the
+         * agreement, a peer that never came); the status alone would not. */
+        const char *why = tether_last_error(tt_train_tether_handle(tt));
+        snprintf(err, sizeof(err), "agreeing on the state with the job's members: %s (%s)",
+                 why != NULL && why[0] != '\0' ? why : tt_strerror(rc), tt_status_name(rc));
+    }
     if (part_over(rc))
         return job_done(rc);
     if (rc != TT_OK)
