@@ -264,8 +264,12 @@ static int comm_settle(nccl_inst_t *ni, const char *what) {
         rc = settle_within(ni, ncclInProgress, what, left > 1 ? left : 1);
         tt_nccl_comm_unlock(ni);
     }
-    if (rc != TT_OK && ni->comm != NULL) {
-        (void)ncclCommAbort(ni->comm); /* never destroy a half-built comm */
+    /* A shrink given up on may still be running and write the handle
+     * later: read it atomically here; if it comes later, teardown aborts
+     * the parent first and then finds it. */
+    ncclComm_t half = __atomic_load_n(&ni->comm, __ATOMIC_ACQUIRE);
+    if (rc != TT_OK && half != NULL) {
+        (void)ncclCommAbort(half); /* never destroy a half-built comm */
         ni->comm = NULL;
     }
     ni->settled = rc == TT_OK;
