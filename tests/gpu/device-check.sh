@@ -118,4 +118,7 @@ echo "| check                  | st   |      s | note"
 echo "|------------------------|------|--------|-----"
 printf '%s\n' "${rows[@]}"
 echo "device-check: $fails failed"
+# Every check's whole log where the caller collects files ($OUT): the
+# table above shows only each log's first failure.
+[ -n "${OUT:-}" ] && [ -d "$OUT" ] && cp "$build"/device-check-*.log "$OUT"/ 2>/dev/null
 [ $fails -eq 0 ]

@@ -37,11 +37,11 @@ def single(h, name, device, out, steps=50):
     assert p.wait(240) == 0, f"{name} failed"
 
 
-def launch(h, name, backend, shards, out, workers=2):
+def launch(h, name, backend, shards, out, workers=2, env=None):
     argv = [binary("tether-launch"), "--workers", str(workers), "--shards", str(shards), "--",
             "tether-train", "--data", DATA, "--device", "cuda", "--backend", backend, *ARGS,
             "--max-steps", "50", "--dump-params", out]
-    p = h.spawn(name, argv)
+    p = h.spawn(name, argv, env=env)
     assert p.wait(300) == 0, f"{name}: tether-launch failed"
 
 
@@ -78,7 +78,9 @@ def test_two_workers_share_one_gpu(h):
         print("  ps: this build has no tether-shard; ring only")
     # One rank on NCCL: the gradients stay on the device (NCCL refuses a
     # second rank on the same GPU).
-    launch(h, "nccl1", "nccl", 0, os.path.join(h.dir, "nccl1.bin"), workers=1)
+    # the device-step lines checked below are INFO; tether-train logs WARN by default
+    launch(h, "nccl1", "nccl", 0, os.path.join(h.dir, "nccl1.bin"), workers=1,
+           env={"TETHER_LOG": "info"})
     runs.append("nccl1")
     bad = []
     logs = ""

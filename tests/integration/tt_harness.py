@@ -25,7 +25,7 @@ BUILD = os.environ.get("TETHER_BUILD_DIR", os.path.join(os.path.dirname(__file__
 
 def binary(name):
     for sub in ("server/coordinator", "server/shard", "tools", "tests/integration",
-                "worker/train", "bench", ""):
+                "tests/gpu", "worker/train", "bench", ""):
         p = os.path.join(BUILD, sub, name)
         if os.path.isfile(p) and os.access(p, os.X_OK):
             return p
