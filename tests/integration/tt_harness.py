@@ -23,6 +23,29 @@ import traceback
 BUILD = os.environ.get("TETHER_BUILD_DIR", os.path.join(os.path.dirname(__file__), "../../build"))
 
 
+def _pin_blas_kernel():
+    """Pins OpenBLAS's Haswell kernel for every process the tests start.
+    The tests compare runs on different world sizes within 1e-5, and
+    training amplifies the float32 rounding between one 256-row product and
+    two 128-row ones: with OpenBLAS 0.3.21's Cooperlake kernel, one rank and
+    two ranks end 1.6e-4 apart after 50 steps; with the Haswell kernel,
+    3e-8 (docs/testing.md). The product keeps the kernel OpenBLAS picks.
+    A CPU without AVX2 and FMA cannot run that kernel and is left alone, as
+    is an OPENBLAS_CORETYPE set by the caller."""
+    if "OPENBLAS_CORETYPE" in os.environ:
+        return
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((ln for ln in f if ln.startswith("flags")), "").split()
+    except OSError:
+        return
+    if "avx2" in flags and "fma" in flags:
+        os.environ["OPENBLAS_CORETYPE"] = "Haswell"
+
+
+_pin_blas_kernel()
+
+
 def binary(name):
     for sub in ("server/coordinator", "server/shard", "tools", "tests/integration",
                 "tests/gpu", "worker/train", "bench", ""):
