@@ -55,7 +55,8 @@ static int hook_endpoint(void *ctx, uint64_t gen, int rank, char *buf, size_t le
 
 static int hook_report(void *ctx, int rank, const char *reason) {
     tether_t *t = ctx;
-    return tt_client_report_failure(t->client, (uint32_t)rank, reason);
+    uint32_t who = rank == TT_COLL_SUSPECT_ANY ? TETHER_SUSPECT_ANY : (uint32_t)rank;
+    return tt_client_report_failure(t->client, who, reason);
 }
 
 /* Keeps the newest lines: the end of a flight record is what matters. */

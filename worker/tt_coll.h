@@ -122,6 +122,10 @@ typedef struct {
  * caller with more leaves the others to the step's end. */
 #define TT_COLL_EARLY_MAX 32
 
+/* ops->suspect when a peer failed but the backend cannot say which (NCCL):
+ * the report then asks the coordinator to check every other member. */
+#define TT_COLL_SUSPECT_ANY (-2)
+
 typedef struct tt_coll_ops {
     const char *name;
     int (*create)(void **inst, const tt_coll_cfg_t *cfg, char *err, size_t errlen);
@@ -140,7 +144,8 @@ typedef struct tt_coll_ops {
     void (*abort)(void *inst);
     void (*destroy)(void **inst); /* accepts NULL; sets *inst = NULL */
     /* Details of the last failure ("" when none), the rank it blames (-1:
-     * none), the backend's own flight text (malloc'd, may be NULL), the
+     * none; TT_COLL_SUSPECT_ANY: a peer, but the backend cannot say
+     * which), the backend's own flight text (malloc'd, may be NULL), the
      * step named in its messages. */
     const char *(*last_error)(void *inst);
     int (*suspect)(void *inst);

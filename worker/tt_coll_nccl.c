@@ -371,9 +371,11 @@ static const char *nccl_last_error(void *inst) {
     return ((nccl_inst_t *)inst)->err;
 }
 
+/* NCCL reports that a peer failed, not which one. A failure of our own
+ * device (TT_ECUDA) or a refused call blames nobody. */
 static int nccl_suspect(void *inst) {
-    (void)inst;
-    return -1; /* NCCL reports that a peer failed, not which one */
+    int p = atomic_load(&((nccl_inst_t *)inst)->poisoned);
+    return p == TT_ENCCL || p == TT_ETIMEDOUT ? TT_COLL_SUSPECT_ANY : -1;
 }
 
 static char *nccl_dump(void *inst) {

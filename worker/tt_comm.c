@@ -419,19 +419,22 @@ static int explain_failure(tt_comm_t *c, tt_comm_job_t *j, int rc, int *suspect)
 
 static void report_suspect(tt_comm_t *c, uint64_t gen, int rc, int suspect) {
     tt_comm_view_t v;
-    if ((rc != TT_ETIMEDOUT && rc != TT_EUNREACHABLE) || suspect < 0 || c->hooks.report == NULL)
+    if (rc == TT_OK || c->hooks.report == NULL)
         return;
     c->hooks.view(c->hooks.ctx, &v);
-    if (v.generation != gen || suspect == v.rank ||
+    suspect = tt_comm_plan_report(rc, suspect, v.rank);
+    if (suspect == -1 || v.generation != gen ||
         (c->reported_gen == gen && c->reported_rank == suspect))
         return;
     c->reported_gen = gen;
     c->reported_rank = suspect;
-    char reason[sizeof(c->err)];
+    char reason[sizeof(c->err)], who[64] = "every other rank (the backend names none)";
     tt_comm_last_error(c, reason, sizeof(reason));
     int r = c->hooks.report(c->hooks.ctx, suspect, reason);
-    TT_WARN(SUBSYS, "reported rank %d of generation %" PRIu64 " to the coordinator (%s)", suspect,
-            gen, tt_status_name(r));
+    if (suspect >= 0)
+        snprintf(who, sizeof(who), "rank %d", suspect);
+    TT_WARN(SUBSYS, "reported %s of generation %" PRIu64 " to the coordinator (%s)", who, gen,
+            tt_status_name(r));
 }
 
 static void log_failure(tt_comm_t *c, int rc) {

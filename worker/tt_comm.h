@@ -55,7 +55,8 @@ typedef struct tt_comm_hooks {
      * Returns TT_OK, TT_ESTALE (the generation moved on) or TT_ENOTFOUND
      * (rank not listed: worlds above 256 list only neighbours). */
     int (*endpoint)(void *ctx, uint64_t gen, int rank, char *buf, size_t len);
-    /* Tells the coordinator that `rank` failed; may block briefly. */
+    /* Tells the coordinator that `rank` failed (TT_COLL_SUSPECT_ANY: some
+     * peer, not named); may block briefly. */
     int (*report)(void *ctx, int rank, const char *reason);
 } tt_comm_hooks_t;
 
@@ -120,6 +121,12 @@ int tt_comm_plan_keeps_parent(uint64_t inst_gen, int nccl_row, uint64_t shrink_o
  * a newer generation was notified or installed, or the view says this
  * worker is no longer a member. 1 or 0. */
 int tt_comm_plan_gone(uint64_t notified_gen, const tt_comm_view_t *v, uint64_t gen);
+
+/* Whom a failure with status `rc`, blamed by the backend on `suspect`,
+ * is reported against: a rank, TT_COLL_SUSPECT_ANY, or -1 for no report.
+ * Only a peer's silence or loss is reported; a refused call, a local
+ * device error or the end of the generation is not. */
+int tt_comm_plan_report(int rc, int suspect, int my_rank);
 
 /* Bucket launch plan of one step. Buckets are launched in ascending index
  * (the order backward produces them) whatever order they complete in, so

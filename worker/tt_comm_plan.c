@@ -256,3 +256,11 @@ int tt_comm_plan_keeps_parent(uint64_t inst_gen, int nccl_row, uint64_t shrink_o
 int tt_comm_plan_gone(uint64_t notified_gen, const tt_comm_view_t *v, uint64_t gen) {
     return notified_gen > gen || v->status != TT_OK || v->generation != gen;
 }
+
+int tt_comm_plan_report(int rc, int suspect, int my_rank) {
+    if (suspect == TT_COLL_SUSPECT_ANY) /* NCCL's remote errors are TT_ENCCL */
+        return rc == TT_ETIMEDOUT || rc == TT_EUNREACHABLE || rc == TT_ENCCL ? suspect : -1;
+    if (rc != TT_ETIMEDOUT && rc != TT_EUNREACHABLE)
+        return -1;
+    return suspect >= 0 && suspect != my_rank ? suspect : -1;
+}

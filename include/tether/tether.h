@@ -277,10 +277,18 @@ TETHER_API int tether_step_done(tether_t *t, int64_t step);
 TETHER_API int tether_progress(tether_t *t, uint64_t epoch, uint64_t epoch_examples,
                                uint64_t epoch_size);
 
+/* tether_report_failure's suspect when the failure names no peer (NCCL
+ * reports that a peer failed, not which one): every other member is
+ * suspected, and only those whose connection closed or whose heartbeats
+ * are overdue are evicted. */
+#define TETHER_SUSPECT_ANY 0xffffffffu
+
 /* Tells the coordinator that rank `suspect_rank` of the current generation
- * failed (e.g. a collective broke). Waits for the acknowledgement up to
- * request_timeout_ms. TETHER_OK, TETHER_ETIMEDOUT, or the coordinator's
- * error (TETHER_ESTALE, TETHER_EFENCED, TETHER_EINVAL). */
+ * (or TETHER_SUSPECT_ANY) failed, e.g. a collective broke. The coordinator
+ * evicts the suspect once it has confirmed it (connection closed or
+ * heartbeats overdue); a live suspect's next heartbeat clears it. Waits for
+ * the acknowledgement up to request_timeout_ms. TETHER_OK, TETHER_ETIMEDOUT,
+ * or the coordinator's error (TETHER_ESTALE, TETHER_EFENCED, TETHER_EINVAL). */
 TETHER_API int tether_report_failure(tether_t *t, uint32_t suspect_rank, const char *reason);
 
 /* Leaves the job on purpose (the others regroup at once). Waits for the

@@ -218,8 +218,11 @@ static void on_report(const coord_req_t *q) {
                             .reason = f->reason};
     int confirmed = 0;
     int rc = tt_rdzv_report_failure(job->rdzv, &rep, q->now, &confirmed);
-    TT_INFO("coord", "job %s: %s reports rank %u (%s): %s%s", q->env->job_id, q->env->sender_id,
-            f->suspect_rank, f->reason, tt_status_name(rc), confirmed ? ", confirmed" : "");
+    char who[32] = "every other rank";
+    if (f->suspect_rank != TT_RDZV_SUSPECT_ANY)
+        snprintf(who, sizeof(who), "rank %u", f->suspect_rank);
+    TT_INFO("coord", "job %s: %s reports %s (%s): %s, %d confirmed", q->env->job_id,
+            q->env->sender_id, who, f->reason, tt_status_name(rc), confirmed);
     if (rc == TT_OK)
         coord_reply_ack(q);
     else

@@ -363,9 +363,37 @@ static int check_report(const tt_rdzv_t *r, const tt_rdzv_report_t *rep) {
         return TT_EFENCED;
     if (rep->generation != r->generation)
         return TT_ESTALE;
+    if (rep->suspect_rank == TT_RDZV_SUSPECT_ANY)
+        return TT_OK;
     if (rep->suspect_rank >= r->members.n || rep->suspect_rank == me->index)
         return TT_EINVAL;
     return TT_OK;
+}
+
+/* Marks `s` suspected for `why`; 1 if the evidence confirmed it at once. */
+static int suspect(tt_rdzv_t *r, tt_rdzv_node_t *s, const char *why, uint64_t now_ms) {
+    s->suspected = 1;
+    snprintf(s->suspect_reason, sizeof(s->suspect_reason), "%s", why);
+    return try_confirm(r, s, now_ms);
+}
+
+/* Every member but the reporter is suspected. Eviction only marks a node
+ * (the group is re-formed by tt_rdzv_settle), so the members array stays
+ * as it is while this walks it. */
+static int suspect_all(tt_rdzv_t *r, const tt_rdzv_node_t *me, const char *why, uint64_t now_ms) {
+    int done = 0, open = 0;
+    for (uint32_t i = 0; i < r->members.n; i++) {
+        tt_rdzv_node_t *s = r->members.v[i];
+        if (s == me || s->evicted)
+            continue;
+        if (suspect(r, s, why, now_ms))
+            done++;
+        else
+            open++;
+    }
+    TT_INFO(TT_RDZV_SUBSYS, "job %s: %s; %d confirmed, %d awaiting a heartbeat", r->job_id, why,
+            done, open);
+    return done;
 }
 
 int tt_rdzv_report_failure(tt_rdzv_t *r, const tt_rdzv_report_t *rep, uint64_t now_ms,
@@ -379,14 +407,21 @@ int tt_rdzv_report_failure(tt_rdzv_t *r, const tt_rdzv_report_t *rep, uint64_t n
         return rc;
     r->call_rc = TT_OK;
     const tt_rdzv_node_t *me = tt_rdzv_table_find(&r->table, rep->reporter_id);
-    tt_rdzv_node_t *s = r->members.v[rep->suspect_rank];
-    s->suspected = 1;
-    snprintf(s->suspect_reason, sizeof(s->suspect_reason), "reported by rank %u: %s", me->index,
-             rep->reason ? rep->reason : "no reason given");
-    int done = try_confirm(r, s, now_ms);
-    if (!done)
-        TT_INFO(TT_RDZV_SUBSYS, "job %s: %s %s; not confirmed yet (heartbeat %" PRIu64 " ms ago)",
-                r->job_id, s->worker_id, s->suspect_reason, now_ms - s->last_seen_ms);
+    char why[TT_RDZV_REASON_MAX];
+    const char *text = rep->reason ? rep->reason : "no reason given";
+    int done;
+    if (rep->suspect_rank == TT_RDZV_SUSPECT_ANY) {
+        snprintf(why, sizeof(why), "reported by rank %u, naming no peer: %s", me->index, text);
+        done = suspect_all(r, me, why, now_ms);
+    } else {
+        tt_rdzv_node_t *s = r->members.v[rep->suspect_rank];
+        snprintf(why, sizeof(why), "reported by rank %u: %s", me->index, text);
+        done = suspect(r, s, why, now_ms);
+        if (!done)
+            TT_INFO(TT_RDZV_SUBSYS,
+                    "job %s: %s %s; not confirmed yet (heartbeat %" PRIu64 " ms ago)", r->job_id,
+                    s->worker_id, s->suspect_reason, now_ms - s->last_seen_ms);
+    }
     if (confirmed)
         *confirmed = done;
     tt_rdzv_settle(r, now_ms);

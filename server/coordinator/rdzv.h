@@ -234,11 +234,15 @@ typedef struct {
     const tt_rdzv_settings_t *settings; /* NULL: accept the job's */
 } tt_rdzv_join_t;
 
+/* A report's suspect_rank when the reporter's collective failed without
+ * naming a peer (NCCL says that a peer failed, not which one). */
+#define TT_RDZV_SUSPECT_ANY UINT32_MAX
+
 typedef struct {
     const char *reporter_id;
-    uint64_t generation; /* the generation `suspect_rank` refers to */
-    uint32_t suspect_rank;
-    const char *reason; /* e.g. "peer disconnected"; may be NULL */
+    uint64_t generation;   /* the generation `suspect_rank` refers to */
+    uint32_t suspect_rank; /* or TT_RDZV_SUSPECT_ANY */
+    const char *reason;    /* e.g. "peer disconnected"; may be NULL */
 } tt_rdzv_report_t;
 
 typedef struct tt_rdzv tt_rdzv_t;
@@ -347,8 +351,10 @@ int tt_rdzv_heartbeat(tt_rdzv_t *r, const char *worker_id, uint64_t incarnation,
  * later, as long as the suspicion stands. The suspect's next heartbeat
  * clears the suspicion: it is alive as far as the coordinator can tell, and
  * a reporter whose collective still fails reports again. The pending reason
- * shows in tt_rdzv_members(). `*confirmed` (may be NULL) is set to 1 when the
- * suspect was evicted by this call. Returns TT_OK (accepted), TT_EFENCED
+ * shows in tt_rdzv_members(). TT_RDZV_SUSPECT_ANY suspects every other
+ * member under the same rule: the dead are confirmed as above, the living
+ * are cleared by their next heartbeat. `*confirmed` (may be NULL) is set to
+ * the number of suspects evicted by this call. Returns TT_OK (accepted), TT_EFENCED
  * (reporter is not a member of the current generation), TT_ESTALE
  * (rep->generation is not the current one: its ranks mean nothing now),
  * TT_EINVAL (rank out of range, or a self-report), TT_EJOBFAILED,

@@ -92,6 +92,44 @@ def test_sigstop_fenced_then_rejoins(h):
     assert w1 and w1[0]["incarnation"] != inc_before, (inc_before, members)
 
 
+def test_report_naming_no_peer(h):
+    """A failure report that names no peer (an NCCL worker's: NCCL says a
+    peer failed, not which) evicts the member that is gone at once, long
+    before its heartbeat timeout, and no living member: their next
+    heartbeats clear the suspicion."""
+    coord = h.coordinator()
+    slow = {"TETHER_HEARTBEAT_TIMEOUT_MS": "30000",  # only a report evicts in time
+            "TETHER_MIN_WORKERS": "2"}
+    ws = [worker(h, coord, f"w{i}", n=4, env=slow) for i in range(4)]
+    g = max(parse_kv(w.wait_line(lambda l: l.startswith("JOINED"), 20, "JOINED"))["gen"]
+            for w in ws)
+    wait_for(lambda: all(latest_generation(w)["gen"] == g for w in ws), 10, "one generation")
+    ws[2].kill9()
+    t0 = time.monotonic()
+    ws[0].signal(signal.SIGUSR1)
+    ws[0].wait_line(lambda l: l.startswith("REPORTED"), 5, "the report's answer")
+    assert "REPORTED OK" in ws[0].lines(), ws[0].lines()[-3:]
+    for i in (0, 1, 3):
+        line = ws[i].wait_line(lambda l: l.startswith("GENERATION") and parse_kv(l)["gen"] > g,
+                               10, "the next generation, within a third of the heartbeat timeout")
+        assert parse_kv(line)["world"] == 3, line
+    took = time.monotonic() - t0
+    log = coord.lines("log")
+    why = [l for l in log if "evicted w2" in l]
+    assert why and "naming no peer" in why[0], why or log[-10:]
+    assert not [l for l in log if "evicted w0" in l or "evicted w1" in l or "evicted w3" in l]
+    # the same report with everyone alive evicts nobody
+    ws[1].signal(signal.SIGUSR1)
+    ws[1].wait_line(lambda l: l.startswith("REPORTED"), 5, "the second report's answer")
+    coord.wait_line(lambda l: "suspicion of w3 cleared by its heartbeat" in l, 5,
+                    "a living suspect cleared", "log")
+    time.sleep(5 * HB_MS / 1000)  # room for a wrong eviction to show
+    status = h.ctl_json(coord.endpoint, "status")["jobs"][0]
+    assert status["generation"] == g + 1 and status["members"] == 3, status
+    print(f"  w2 evicted {took:.2f} s after kill -9 on a report naming no peer "
+          f"(heartbeat timeout 30 s); living suspects cleared")
+
+
 def test_coordinator_restart(h):
     coord, ws, joined = start_job(h, n=4, min_workers=2)
     g = joined[0]["gen"]
@@ -234,6 +272,6 @@ def test_rank0_that_never_offers_is_named(h):
 
 if __name__ == "__main__":
     run_tests([test_eight_workers_join, test_kill9_forms_next_generation,
-               test_sigstop_fenced_then_rejoins, test_coordinator_restart,
+               test_sigstop_fenced_then_rejoins, test_report_naming_no_peer, test_coordinator_restart,
                test_coordinator_stopped_evicts_nobody, test_garbage_and_oversized, test_settings_conflict_and_unreachable,
                test_rank0_that_never_offers_is_named])

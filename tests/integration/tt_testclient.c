@@ -20,6 +20,10 @@
  *   COMMID <status name> ms=T <sentence>
  * then goes on idling; rank 0 never offers one, so this is a job whose
  * NCCL init would wait for its rank 0.
+ * SIGUSR1 (idle mode): report a failure that names no peer
+ * (tether_report_failure with TETHER_SUSPECT_ANY, as an NCCL worker does)
+ * and print
+ *   REPORTED <status name>
  * --send-oversized N is a separate mode: one well-formed message with an
  * N-byte payload frame sent straight through the socket factory (to check
  * that the coordinator's ZMQ_MAXMSGSIZE holds), then exit. */
@@ -38,12 +42,14 @@
 #include <string.h>
 #include <time.h>
 
-/* Set by the signal handler; a signal handler can reach nothing else. */
-static volatile sig_atomic_t tc_stop;
+/* Set by the signal handlers; a signal handler can reach nothing else. */
+static volatile sig_atomic_t tc_stop, tc_report;
 
 static void on_signal(int sig) {
-    (void)sig;
-    tc_stop = 1;
+    if (sig == SIGUSR1)
+        tc_report = 1;
+    else
+        tc_stop = 1;
 }
 
 typedef struct tc_cfg {
@@ -160,6 +166,12 @@ static int run_idle(tc_t *tc) {
         }
         if (rc != TETHER_OK)
             return fail(tc, rc);
+        if (tc_report) {
+            tc_report = 0;
+            rc = tether_report_failure(tc->t, TETHER_SUSPECT_ANY,
+                                       "test: a collective failed and names no peer");
+            say(tc, "REPORTED %s", tether_status_name(rc));
+        }
         if (tether_poll_generation(tc->t, NULL))
             say_gen(tc, "GENERATION");
         int64_t s = tether_regroup_step(tc->t);
@@ -248,6 +260,7 @@ int main(int argc, char **argv) {
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
     char err[512] = "";
     rc = tether_create(&tc.t, &o, err, sizeof(err));
     if (rc != TETHER_OK) {

@@ -141,6 +141,25 @@ static void comm_plan_gone_ends_a_build(void) {
     CU_ASSERT_TRUE(tt_comm_plan_gone(0, &v, 5));
 }
 
+/* Only a peer's silence or loss is reported, against the rank the backend
+ * names, or against every other rank when it names none (NCCL). */
+static void comm_plan_report_whom(void) {
+    CU_ASSERT_EQUAL(tt_comm_plan_report(TT_ETIMEDOUT, 2, 0), 2);
+    CU_ASSERT_EQUAL(tt_comm_plan_report(TT_EUNREACHABLE, 1, 0), 1);
+    CU_ASSERT_EQUAL(tt_comm_plan_report(TT_ETIMEDOUT, 0, 0), -1);  /* never oneself */
+    CU_ASSERT_EQUAL(tt_comm_plan_report(TT_ETIMEDOUT, -1, 0), -1); /* nobody blamed */
+    CU_ASSERT_EQUAL(tt_comm_plan_report(TT_ENCCL, 2, 0), -1);      /* a ring names its peer */
+    CU_ASSERT_EQUAL(tt_comm_plan_report(TT_EMEMBERSHIP, 2, 0), -1);
+    CU_ASSERT_EQUAL(tt_comm_plan_report(TT_ECLOSED, 2, 0), -1);
+    int any = TT_COLL_SUSPECT_ANY;
+    CU_ASSERT_EQUAL(tt_comm_plan_report(TT_ENCCL, any, 0), any);
+    CU_ASSERT_EQUAL(tt_comm_plan_report(TT_ETIMEDOUT, any, 3), any);
+    CU_ASSERT_EQUAL(tt_comm_plan_report(TT_EUNREACHABLE, any, 1), any);
+    CU_ASSERT_EQUAL(tt_comm_plan_report(TT_ECUDA, any, 0), -1); /* our own device */
+    CU_ASSERT_EQUAL(tt_comm_plan_report(TT_ECLOSED, any, 0), -1);
+    CU_ASSERT_EQUAL(tt_comm_plan_report(TT_EINVAL, any, 0), -1);
+}
+
 static void comm_gate_membership(void) {
     char err[512];
     tt_comm_view_t v = {
@@ -474,6 +493,7 @@ static const tt_cunit_test_t tests[] = {
     {"comm_gate_membership", comm_gate_membership},
     {"comm_plan_keeps_parent_only_when_announced", comm_plan_keeps_parent_only_when_announced},
     {"comm_plan_gone_ends_a_build", comm_plan_gone_ends_a_build},
+    {"comm_plan_report_whom", comm_plan_report_whom},
     {"comm_plan_launches_in_order", comm_plan_launches_in_order},
     {"comm_audit_verdict", comm_audit_verdict},
     {"comm_step_copy_path_averages", comm_step_copy_path_averages},

@@ -324,6 +324,73 @@ static void rdzv_report_confirmed_by_disconnect(void) {
     tt_rdzv_destroy(&r);
 }
 
+/* Whether tt_rdzv_members lists `n` members with exactly those suspected. */
+static void suspected_are(tt_rdzv_t *r, uint64_t now, size_t n, const int *want) {
+    tt_rdzv_member_info_t info[8];
+    size_t got = 0;
+    CU_ASSERT_EQUAL_FATAL(tt_rdzv_members(r, now, info, 8, &got), TT_OK);
+    CU_ASSERT_EQUAL_FATAL(got, n);
+    for (size_t i = 0; i < n; i++)
+        CU_ASSERT_EQUAL(info[i].suspected, want[i]);
+}
+
+/* A report naming no peer (NCCL's) suspects every member but the reporter:
+ * the disconnected and the overdue are evicted by the report itself, a
+ * later disconnect confirms a standing suspicion, and the living are
+ * cleared by their heartbeats. */
+static void rdzv_report_naming_no_peer(void) {
+    static const char *const ids[] = {"a", "b", "c", "d", "e"};
+    tt_rdzv_t *r = running(2, 5, ids, 5);
+    for (int i = 0; i < 5; i++)
+        if (i != 3) /* d stays silent since 0 */
+            CU_ASSERT_EQUAL(hb(r, ids[i], 0, 1000), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_peer_disconnected(r, "c", 1, 1100), TT_OK);
+    tt_rdzv_report_t rep = {.reporter_id = "a",
+                            .generation = 1,
+                            .suspect_rank = TT_RDZV_SUSPECT_ANY,
+                            .reason = "remote process exited"};
+    int confirmed = -1;
+    CU_ASSERT_EQUAL(tt_rdzv_report_failure(r, &rep, 1600, &confirmed), TT_OK);
+    CU_ASSERT_EQUAL(confirmed, 2);
+    evlog_t log = {0};
+    drain(r, &log);
+    const tt_rdzv_event_t *e = find_ev(&log, TT_RDZV_EV_MEMBER_EVICTED, 0);
+    CU_ASSERT_STRING_EQUAL(e->worker_id, "c");
+    CU_ASSERT_STRING_EQUAL(e->message, "reported by rank 0, naming no peer: remote process "
+                                       "exited; confirmed by disconnect");
+    e = find_ev(&log, TT_RDZV_EV_MEMBER_EVICTED, 1);
+    CU_ASSERT_STRING_EQUAL(e->worker_id, "d");
+    CU_ASSERT_STRING_EQUAL(e->message, "reported by rank 0, naming no peer: remote process "
+                                       "exited; confirmed by overdue heartbeat (silent 1600 ms)");
+    CU_ASSERT_EQUAL(count_ev(&log, TT_RDZV_EV_MEMBER_EVICTED), 2); /* not b, e, nor a */
+    formed(&log, 2, 3, 1);                                         /* after the survivors' step 0 */
+    evlog_free(&log);
+
+    /* Generation 2 is {a, b, e}, all alive: suspected, then cleared. */
+    CU_ASSERT_EQUAL(hb(r, "a", 0, 2000), TT_OK);
+    CU_ASSERT_EQUAL(hb(r, "b", 0, 2000), TT_OK);
+    CU_ASSERT_EQUAL(hb(r, "e", 0, 2000), TT_OK);
+    rep.generation = 2;
+    rep.reporter_id = "b";
+    CU_ASSERT_EQUAL(tt_rdzv_report_failure(r, &rep, 2100, &confirmed), TT_OK);
+    CU_ASSERT_EQUAL(confirmed, 0);
+    suspected_are(r, 2100, 3, (const int[]){1, 0, 1});
+    CU_ASSERT_EQUAL(hb(r, "a", 0, 2500), TT_OK);
+    suspected_are(r, 2500, 3, (const int[]){0, 0, 1});
+    /* e's connection drops while its suspicion stands: evicted at once. */
+    CU_ASSERT_EQUAL(tt_rdzv_peer_disconnected(r, "e", 1, 2600), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_generation(r), 3);
+    CU_ASSERT_EQUAL(tt_rdzv_member_count(r), 2);
+    /* The same refusals as a named report. */
+    rep.generation = 3;
+    rep.reporter_id = "zed";
+    CU_ASSERT_EQUAL(tt_rdzv_report_failure(r, &rep, 2700, NULL), TT_EFENCED);
+    rep.reporter_id = "a";
+    rep.generation = 2;
+    CU_ASSERT_EQUAL(tt_rdzv_report_failure(r, &rep, 2700, NULL), TT_ESTALE);
+    tt_rdzv_destroy(&r);
+}
+
 static void rdzv_below_min_waits_then_reforms(void) {
     static const char *const ids[] = {"a", "b"};
     tt_rdzv_t *r = running(2, 3, ids, 2); /* formed by last call at 2000 */
@@ -612,6 +679,7 @@ static const tt_cunit_test_t tests[] = {
     {"rdzv_report_against_live_worker_not_acted_on", rdzv_report_against_live_worker_not_acted_on},
     {"rdzv_report_confirmed_by_overdue_heartbeat", rdzv_report_confirmed_by_overdue_heartbeat},
     {"rdzv_report_confirmed_by_disconnect", rdzv_report_confirmed_by_disconnect},
+    {"rdzv_report_naming_no_peer", rdzv_report_naming_no_peer},
     {"rdzv_below_min_waits_then_reforms", rdzv_below_min_waits_then_reforms},
     {"rdzv_below_min_join_timeout_fails", rdzv_below_min_join_timeout_fails},
     {"rdzv_initial_join_timeout_fails", rdzv_initial_join_timeout_fails},
