@@ -46,6 +46,17 @@ def _pin_blas_kernel():
 _pin_blas_kernel()
 
 
+def _on_sigterm(signum, frame):
+    """A test killed by its time limit (ctest's, or timeout(1) in the
+    device check) still kills what it started: the daemons run in sessions
+    of their own, which no signal to this process reaches. The exception
+    unwinds through run_tests' finally, which does that."""
+    raise SystemExit(128 + signum)
+
+
+signal.signal(signal.SIGTERM, _on_sigterm)
+
+
 def binary(name):
     for sub in ("server/coordinator", "server/shard", "tools", "tests/integration",
                 "tests/gpu", "worker/train", "bench", ""):
@@ -339,6 +350,10 @@ def run_tests(tests):
             ok = True
         except Exception:
             traceback.print_exc()
+        except SystemExit:
+            print(f"FAIL {t.__name__}: terminated after {time.monotonic() - start:.1f} s",
+                  flush=True)
+            raise
         finally:
             h.close(failed=not ok)
         took = time.monotonic() - start
