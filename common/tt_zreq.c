@@ -19,6 +19,7 @@ struct tt_zreq {
     void *sock;
     void *mon; /* the DEALER's monitor: a peer that is no coordinator is told apart */
     tt_zmq_reach_t reach;
+    uint32_t give_up; /* tries refused before a call ends; 0: never */
     char endpoint[256];
 };
 
@@ -57,6 +58,16 @@ int tt_zreq_open(tt_zreq_t **out, const char *endpoint, const tt_zauth_key_t *ke
     return TT_OK;
 }
 
+void tt_zreq_give_up_after(tt_zreq_t *z, uint32_t tries) {
+    z->give_up = tries;
+}
+
+/* Whether connecting is hopeless for a caller that asked to give up. */
+static int refused_enough(tt_zreq_t *z) {
+    tt_zmq_reach_drain(&z->reach, z->mon);
+    return z->give_up > 0 && !z->reach.met && z->reach.tcp_ups == 0 && z->reach.tries >= z->give_up;
+}
+
 /* Waits for `events` until the deadline; 1 when ready. */
 static int wait_for(void *sock, short events, uint64_t deadline) {
     for (;;) {
@@ -76,8 +87,24 @@ int tt_zreq_call(tt_zreq_t *z, const tt_env_t *env, const tt_zmq_payload_t *pl, 
     uint64_t deadline = tt_clock_mono_ms() + timeout_ms;
     int rc = TT_EAGAIN;
     tt_zmq_reach_drain(&z->reach, z->mon); /* what queued since the last call */
-    while (rc == TT_EAGAIN && wait_for(z->sock, ZMQ_POLLOUT, deadline))
-        rc = tt_zmq_send(z->sock, NULL, 0, env, pl, npl, 1);
+    /* Slices of 50 ms when giving up is allowed: the monitor is read
+     * between them. */
+    for (int ready = 1; rc == TT_EAGAIN && ready && !refused_enough(z);) {
+        uint64_t until = z->give_up > 0 ? tt_clock_mono_ms() + 50 : deadline;
+        ready = wait_for(z->sock, ZMQ_POLLOUT, until < deadline ? until : deadline);
+        if (ready)
+            rc = tt_zmq_send(z->sock, NULL, 0, env, pl, npl, 1);
+        else if (until < deadline)
+            ready = 1; /* a slice ended, not the call */
+    }
+    if (rc == TT_EAGAIN && refused_enough(z)) {
+        snprintf(err, errlen,
+                 "nothing accepts connections at %s (%u attempt(s) refused or failed in %llu "
+                 "ms): is the coordinator running there, and is the address right?",
+                 z->endpoint, z->reach.tries,
+                 (unsigned long long)(tt_clock_mono_ms() - z->reach.since_ms));
+        return TT_EUNREACHABLE;
+    }
     while (rc == TT_OK) {
         if (!wait_for(z->sock, ZMQ_POLLIN, deadline)) {
             rc = TT_ETIMEDOUT;

@@ -23,12 +23,21 @@ typedef struct tt_zreq tt_zreq_t;
 int tt_zreq_open(tt_zreq_t **out, const char *endpoint, const tt_zauth_key_t *key, const char *role,
                  const char *id, char *err, size_t errlen);
 
+/* A caller that would rather hear at once that nothing listens (an
+ * operator's command) gives up after `tries` connection attempts refused
+ * or failed, as long as no TCP connection was ever made: the call then
+ * returns TT_EUNREACHABLE. 0, the default, waits out the timeout, as a
+ * library thread must while the coordinator restarts. Once the socket has
+ * met its peer it never gives up early. */
+void tt_zreq_give_up_after(tt_zreq_t *z, uint32_t tries);
+
 /* Sends `env` (request_id as set by the caller, which must differ between
  * calls on one object) with `npl` payload frames and waits at most
  * `timeout_ms` in all for the reply carrying the same request id. TT_OK
  * with rx->env set (release with tt_zmq_rx_close before tt_zreq_close), or
  * TT_ETIMEDOUT ("could not connect to ..." when no peer ever completed the
- * handshake, else "no reply from ... within N ms") / a send error. */
+ * handshake, else "no reply from ... within N ms"), TT_EUNREACHABLE (see
+ * tt_zreq_give_up_after) / a send error. */
 int tt_zreq_call(tt_zreq_t *z, const tt_env_t *env, const tt_zmq_payload_t *pl, size_t npl,
                  uint32_t timeout_ms, tt_zmq_rx_t *rx, char *err, size_t errlen);
 

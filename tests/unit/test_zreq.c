@@ -4,6 +4,7 @@
  * to, a peer that never answers, an answer), and replies to abandoned
  * requests skipped by request id. */
 #include "net_testlib.h"
+#include "tt_clock.h"
 #include "tt_cunit.h"
 #include "tt_status.h"
 #include "tt_zmq.h"
@@ -48,6 +49,24 @@ static void zreq_nobody_there_cannot_connect(void) {
     CU_ASSERT_PTR_NULL(z);
 }
 
+/* An operator's command gives up on a refused port after three attempts
+ * instead of at its deadline; the call's deadline still holds otherwise. */
+static void zreq_refused_port_given_up_early(void) {
+    tt_zreq_t *z = NULL;
+    char err[512] = "";
+    CU_ASSERT_EQUAL_FATAL(tt_zreq_open(&z, "tcp://127.0.0.1:1", NULL, "ctl", "t", err, sizeof(err)),
+                          TT_OK);
+    tt_zreq_give_up_after(z, 3);
+    uint64_t t0 = tt_clock_mono_ms();
+    CU_ASSERT_EQUAL(call_status(z, 1, 20000, err, sizeof(err)), TT_EUNREACHABLE);
+    uint64_t took = tt_clock_mono_ms() - t0;
+    CU_ASSERT(took < 10000); /* three retries at ZeroMQ's 100 ms, not the 20 s deadline */
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "nothing accepts connections at tcp://127.0.0.1:1 ("));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "is the coordinator running there"));
+    printf("\n    refused port given up after %llu ms: %s\n", (unsigned long long)took, err);
+    tt_zreq_close(&z);
+}
+
 /* Something listens there, and it is no ZeroMQ peer (a coordinator's
  * HTTP port given instead of its control port): not "could not connect". */
 static void zreq_wrong_peer_is_told_apart(void) {
@@ -56,6 +75,7 @@ static void zreq_wrong_peer_is_told_apart(void) {
     CU_ASSERT_FATAL(fd >= 0);
     tt_zreq_t *z = NULL;
     CU_ASSERT_EQUAL_FATAL(tt_zreq_open(&z, ep, NULL, "ctl", "t", err, sizeof(err)), TT_OK);
+    tt_zreq_give_up_after(z, 1); /* TCP connects: not a refused port, not given up */
     CU_ASSERT_EQUAL(call_status(z, 1, 300, err, sizeof(err)), TT_ETIMEDOUT);
     char want[200];
     snprintf(want, sizeof(want),
@@ -132,6 +152,7 @@ static void zreq_reply_matched_by_request_id(void) {
 static const tt_cunit_test_t tests[] = {
     {"zreq_nobody_there_cannot_connect", zreq_nobody_there_cannot_connect},
     {"zreq_silent_peer_gives_no_reply", zreq_silent_peer_gives_no_reply},
+    {"zreq_refused_port_given_up_early", zreq_refused_port_given_up_early},
     {"zreq_wrong_peer_is_told_apart", zreq_wrong_peer_is_told_apart},
     {"zreq_reply_matched_by_request_id", zreq_reply_matched_by_request_id},
     {NULL, NULL},

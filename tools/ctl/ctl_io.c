@@ -23,6 +23,8 @@ int tt_ctl_connect(tt_ctl_t *ctl) {
     rc = tt_zreq_open(&ctl->z, ctl->cfg.coordinator, &ctl->key, "ctl", pid, err, sizeof(err));
     if (rc != TT_OK)
         fprintf(stderr, "tetherctl: %s\n", err);
+    else /* a refused port is said at once, not after --timeout-ms */
+        tt_zreq_give_up_after(ctl->z, 3);
     return rc;
 }
 
