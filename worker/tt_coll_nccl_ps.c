@@ -213,9 +213,13 @@ static const char *fb_last_error(void *inst) {
     return n != NULL && n[0] != '\0' ? n : fi->pso->last_error(fi->ps);
 }
 
+/* The shards' exchange names its late rank; a failure of the communicator
+ * (its build or a collective) names none: TT_COLL_SUSPECT_ANY, as the nccl
+ * row says. The instance lives as long as this one, built or not. */
 static int fb_suspect(void *inst) {
     fb_inst_t *fi = inst;
-    return fi->pso->suspect(fi->ps); /* NCCL names no peer */
+    int s = fi->pso->suspect(fi->ps);
+    return s >= 0 ? s : fi->nco->suspect(fi->nccl);
 }
 
 static char *fb_dump(void *inst) {
