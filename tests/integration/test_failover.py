@@ -138,8 +138,10 @@ def worker_pid(p, index):
 
 
 def run_with_kill(h, name, seed, restarts, shards=2, spe=STEPS_PER_EPOCH, epochs=EPOCHS,
-                  pace_ms=0, backend="ring", extra=(), victim=None, at=None, world_refs=False):
-    """world_refs: when the result is 1e-5 or more from the single-process
+                  pace_ms=0, backend="ring", extra=(), victim=None, at=None, world_refs=False,
+                  daemon_info=False):
+    """daemon_info: the daemons log at info (their generations) into the
+    returned text. world_refs: when the result is 1e-5 or more from the single-process
     run, compare it with fault-free runs of the job on 4 and on 3 workers
     too, and pass when it is that close to one of them. Some seeds' runs
     amplify the float32 difference between one summation order and
@@ -156,7 +158,8 @@ def run_with_kill(h, name, seed, restarts, shards=2, spe=STEPS_PER_EPOCH, epochs
     out = os.path.join(h.dir, f"{name}.bin")
     metrics = os.path.join(h.dir, f"{name}.json")
     argv = launch_argv(4, shards, backend, seed, out,
-                       launcher=["--min-workers", "3", "--max-restarts", str(restarts)],
+                       launcher=["--min-workers", "3", "--max-restarts", str(restarts),
+                                 *(["--daemon-log-level", "info"] if daemon_info else [])],
                        train=["--metrics-json", metrics, "--pace-ms", str(pace_ms), *extra],
                        spe=spe, epochs=epochs)
     p = h.spawn(name, argv, env=FAST)
@@ -198,9 +201,18 @@ def run_with_kill(h, name, seed, restarts, shards=2, spe=STEPS_PER_EPOCH, epochs
 
 
 def test_kill_random_worker(h):
+    """Also: the survivors' generation is announced as the old one minus
+    the dead worker's rank (ranks follow worker ids, so worker N held rank
+    N), which NCCL members shrink their communicator by."""
     for seed in SEEDS:
-        rows, _ = run_with_kill(h, f"kill-{seed}", seed, restarts=0)
+        rows, text = run_with_kill(h, f"kill-{seed}", seed, restarts=0, daemon_info=True)
         assert rows[-1]["world_size"] == 3, rows[-1]
+        victim = random.Random(seed).randrange(4)  # as run_with_kill picks it
+        shrink = re.search(rf"formed, world 3, .*shrinks generation (\d+) by rank\(s\) {victim}\b",
+                           text)
+        assert shrink is not None, [l for l in text.splitlines() if "formed" in l]
+        print(f"  announced: generation {int(shrink.group(1)) + 1} shrinks generation "
+              f"{shrink.group(1)} by rank {victim}")
 
 
 def test_kill_worker_during_ps_steps(h):
