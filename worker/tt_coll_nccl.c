@@ -78,6 +78,10 @@ void *tt_coll_nccl_stream(void *inst) {
 
 /* ---- enqueue and wait ---- */
 
+int tt_coll_nccl_revokes(void) {
+    return NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 7);
+}
+
 /* Refuses work on a failed or aborted instance, naming the first cause. */
 static int usable(nccl_inst_t *ni) {
     int p = atomic_load(&ni->poisoned);
@@ -88,21 +92,28 @@ static int usable(nccl_inst_t *ni) {
     return TT_OK;
 }
 
+static int verdict_err(nccl_inst_t *ni, uint64_t seq, int r) {
+    char why[512]; /* the watchdog's sentence names the cause */
+    tt_nccl_wd_why(ni->wd, why, sizeof(why));
+    return tt_nccl_set_err(ni, r, "collective #%llu: %s", (unsigned long long)seq,
+                           why[0] ? why : "failed");
+}
+
 /* Waits for collective `seq`: its event, or the watchdog's verdict. The
  * waiter queries the event itself so it does not pay the watchdog's
- * polling period on every collective. */
+ * polling period on every collective. Why the verdict is read again once
+ * the event completed: a revoke or an abort ends the kernels it cuts
+ * short, and their events then complete too, with undefined sums. */
 static int wait_seq(nccl_inst_t *ni, uint64_t seq) {
     for (;;) {
         int r = tt_nccl_wd_result(ni->wd, seq);
-        if (r < 0) { /* the watchdog's sentence names the cause */
-            char why[512];
-            tt_nccl_wd_why(ni->wd, why, sizeof(why));
-            return tt_nccl_set_err(ni, r, "collective #%llu: %s", (unsigned long long)seq,
-                                   why[0] ? why : "failed");
-        }
+        if (r < 0)
+            return verdict_err(ni, seq, r);
         if (r == 1)
             return TT_OK;
         cudaError_t e = cudaEventQuery(ni->ev[seq % NSLOT]);
+        if (e == cudaSuccess && (r = tt_nccl_wd_result(ni->wd, seq)) < 0)
+            return verdict_err(ni, seq, r);
         if (e == cudaSuccess) {
             if (seq > atomic_load(&ni->seen_done)) /* one stream: all before it too */
                 atomic_store(&ni->seen_done, seq);

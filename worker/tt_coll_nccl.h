@@ -7,8 +7,8 @@
  * (tt_coll_nccl_id.c), so an id never leaks into another generation. A
  * communicator is never reused: the next generation builds a fresh one
  * from a fresh id, or, when the coordinator announces it as the old one
- * minus some members at a step boundary (a drain), derives its own from
- * the old one by ncclCommShrink (tt_coll_cfg_t.shrink).
+ * minus some members (a drain, a death), derives its own from the old
+ * one by ncclCommShrink (tt_coll_cfg_t.shrink).
  *
  * Collectives run on the instance's communication stream; device ones wait
  * on the caller's event (recorded on the compute stream after the bucket's
@@ -19,9 +19,9 @@
  * collectives (the ops table) are staged through a device scratch buffer.
  * Every collective is tracked by a tt_nccl_watchdog: on an asynchronous
  * NCCL error or an expired deadline it records the error, calls the
- * reporter, and aborts the communicator (ncclCommAbort, never destroy); if
- * the abort hangs, the monitor logs why and ends the process (exit 70),
- * unless TETHER_NCCL_ABORT_HANG=log.
+ * reporter, and aborts the communicator (ncclCommRevoke, else
+ * ncclCommAbort; never destroy); if the abort hangs, the monitor logs why and ends the process
+ * (exit 70), unless TETHER_NCCL_ABORT_HANG=log.
  *
  * Builds without CUDA/NCCL compile tt_nccl_stub.c instead: create fails
  * with TT_ENODEV and a sentence, so `auto` falls through.
@@ -50,6 +50,11 @@ const tt_coll_ops_t *tt_coll_nccl_ps_ops(void);
 
 /* 1 when this build has the NCCL backend compiled in. */
 int tt_coll_nccl_compiled(void);
+
+/* 1 when its NCCL has ncclCommRevoke (2.28.7 on): the watchdog's abort
+ * then revokes first, which stops the collectives in flight but keeps the
+ * communicator for a shrink, and aborts only when that fails. */
+int tt_coll_nccl_revokes(void);
 
 /* Called once per instance when the watchdog or a collective reaches a
  * verdict: `suspect` is the blamed rank or -1 (NCCL does not say which

@@ -569,10 +569,12 @@ void tt_comm_generation_changed(tt_comm_t *c, uint64_t gen, uint64_t shrink_of) 
     if (gen > c->notified_gen) {
         c->notified_gen = gen;
         /* A collective of an older generation can no longer complete as
-         * such: end it now rather than at its deadline (DESIGN §4). A
-         * communicator the new generation shrinks has none in flight. */
+         * such: end it now rather than at its deadline (DESIGN §4); an
+         * NCCL communicator the new generation shrinks is revoked, which
+         * keeps it for the shrink. */
+        int keeps = tt_comm_plan_keeps_parent(c->inst_gen, tt_coll_nccl_row(c->ops), shrink_of);
         if (c->ops != NULL && c->inst_gen < gen &&
-            !tt_comm_plan_keeps_parent(c->inst_gen, tt_coll_nccl_row(c->ops), shrink_of))
+            tt_comm_plan_cuts_short(keeps, tt_coll_nccl_revokes()))
             c->ops->abort(c->inst);
         pthread_cond_broadcast(&c->cv);
     }

@@ -117,6 +117,12 @@ int tt_comm_gate(const tt_comm_view_t *v, char *err, size_t errlen);
  * (Generation.shrink_of) derives its own from. 1 or 0. */
 int tt_comm_plan_keeps_parent(uint64_t inst_gen, int nccl_row, uint64_t shrink_of);
 
+/* Whether a new generation's arrival ends the old backend's collectives
+ * at once: always, unless it is kept as the parent of a shrink (`keeps`)
+ * and NCCL cannot revoke it (`revokes`, tt_coll_nccl_revokes) without
+ * freeing the communicator the shrink needs. 1 or 0. */
+int tt_comm_plan_cuts_short(int keeps, int revokes);
+
 /* Whether a backend being built for generation `gen` will never serve it:
  * a newer generation was notified or installed, or the view says this
  * worker is no longer a member. 1 or 0. */
@@ -203,9 +209,10 @@ void tt_comm_destroy(tt_comm_t **c);
  * is free for the next ring. No wait is needed before the new ring: its
  * handshake (tt_ring.c) tolerates peers that still hold their old one.
  * `shrink_of` (Generation.shrink_of, 0: none) naming the backend's
- * generation keeps an NCCL backend alive instead: the coordinator formed
- * `gen` at a step boundary, nothing is in flight, and the new generation
- * shrinks that communicator (tt_comm_plan_keeps_parent). */
+ * generation keeps an NCCL backend's communicator instead, for the new
+ * generation to shrink (tt_comm_plan_keeps_parent): its collectives are
+ * cut short by ncclCommRevoke where NCCL has it, else left to finish or
+ * to meet the watchdog (tt_comm_plan_cuts_short). */
 void tt_comm_generation_changed(tt_comm_t *c, uint64_t gen, uint64_t shrink_of);
 
 /* The membership client says this worker is no longer a member (fenced,

@@ -244,13 +244,22 @@ int tt_comm_audit_due(uint32_t every, int64_t step) {
     return every > 0 && step >= 0 && step % (int64_t)every == 0;
 }
 
-/* Only the coordinator knows that a regroup happened at a step boundary
- * with nothing in flight and nobody new (a drain): every survivor is then
- * told the same relation and shrinks together. A rank that decided on its
- * own could shrink while another builds afresh, and both would wait out
- * the init deadline. */
+/* Only the coordinator knows that a regroup only removed members (a
+ * drain, a death) and admitted nobody: every survivor is then told the
+ * same relation and shrinks together. A rank that decided on its own
+ * could shrink while another builds afresh, and both would wait out the
+ * init deadline. */
 int tt_comm_plan_keeps_parent(uint64_t inst_gen, int nccl_row, uint64_t shrink_of) {
     return nccl_row && shrink_of != 0 && shrink_of == inst_gen;
+}
+
+/* Why not abort a kept parent on an NCCL without revoke: ncclCommAbort
+ * frees the communicator, and every survivor would then build afresh
+ * while the announcement says shrink. Its collectives, if any (a death),
+ * end at the watchdog's deadline, and the shrink after that falls back
+ * (docs/gpu.md). */
+int tt_comm_plan_cuts_short(int keeps, int revokes) {
+    return !keeps || revokes;
 }
 
 int tt_comm_plan_gone(uint64_t notified_gen, const tt_comm_view_t *v, uint64_t gen) {

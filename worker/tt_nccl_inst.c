@@ -3,7 +3,8 @@
  * communicator per generation from a relayed unique id
  * (tt_coll_nccl_id.c) or shrunk from the one before, a watchdog
  * (tt_nccl_watchdog) whose thread probes the completion events and
- * ncclCommGetAsyncError and performs the abort, and messages that say what
+ * ncclCommGetAsyncError and performs the abort (a revoke first, which
+ * keeps the communicator for a shrink), and messages that say what
  * failed. In non-blocking mode any NCCL call may return ncclInProgress;
  * `settle` then polls the asynchronous error until the call has taken
  * effect, as the NCCL documentation requires before the next call.
@@ -154,9 +155,53 @@ static void wd_report(void *ctx, uint64_t seq, int status, const char *why) {
         ni->report(ni->report_ctx, -1, status, why);
 }
 
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 7)
+/* Why revoke before abort: both stop the kernels a dead peer left
+ * spinning, but a revoked communicator stays valid as the parent of
+ * ncclCommShrink, so the survivors of a failure can derive the next
+ * generation's communicator from it instead of bootstrapping a new one
+ * (docs/gpu.md). It is non-blocking here and must quiesce within `ms`;
+ * anything else (an error, a revoke that does not settle) falls back to
+ * ncclCommAbort. Caller holds the comm lock for writing. */
+static int revoke_within(nccl_inst_t *ni, int ms) {
+    uint64_t end = tt_clock_mono_ms() + (uint64_t)ms;
+    ncclResult_t r = ncclCommRevoke(ni->comm, NCCL_REVOKE_DEFAULT);
+    while (r == ncclInProgress && tt_clock_mono_ms() < end) {
+        tt_clock_sleep_us(200);
+        ncclResult_t q = ncclCommGetAsyncError(ni->comm, &r);
+        if (q != ncclSuccess)
+            r = q;
+    }
+    if (r == ncclSuccess)
+        return 1;
+    TT_WARN(SUBSYS, "gen=%llu rank %d/%d: ncclCommRevoke: %s; aborting instead",
+            (unsigned long long)ni->generation, ni->rank, ni->world,
+            r == ncclInProgress ? "not quiescent in time" : ncclGetErrorString(r));
+    return 0;
+}
+#else
+static int revoke_within(nccl_inst_t *ni, int ms) {
+    (void)ni, (void)ms;
+    return 0; /* no ncclCommRevoke before NCCL 2.28.7 */
+}
+#endif
+
+static int abort_ms(const nccl_inst_t *ni) {
+    return ni->deadline_ms > ABORT_MS ? ni->deadline_ms : ABORT_MS;
+}
+
+/* The revoke gets a quarter of the abort's deadline, so the abort that
+ * may follow still has the monitor's time. */
 static void wd_abort(void *ctx) {
     nccl_inst_t *ni = ctx;
     pthread_rwlock_wrlock(&ni->cl);
+    if (revoke_within(ni, abort_ms(ni) / 4)) {
+        atomic_store(&ni->revoked, 1);
+        pthread_rwlock_unlock(&ni->cl);
+        TT_INFO(SUBSYS, "gen=%llu rank %d/%d: communicator revoked",
+                (unsigned long long)ni->generation, ni->rank, ni->world);
+        return;
+    }
     ncclResult_t r = ncclCommAbort(ni->comm);
     atomic_store(&ni->aborted, 1);
     pthread_rwlock_unlock(&ni->cl);
@@ -176,10 +221,6 @@ static void wd_abort_hung(void *ctx, const char *why) {
             "keep it)\n",
             why);
     _exit(70);
-}
-
-static int abort_ms(const nccl_inst_t *ni) {
-    return ni->deadline_ms > ABORT_MS ? ni->deadline_ms : ABORT_MS;
 }
 
 static int start_watchdog(nccl_inst_t *ni) {
@@ -327,7 +368,7 @@ void tt_nccl_inst_free(nccl_inst_t *ni) {
     ni->parent = NULL;
     ni->comm = __atomic_load_n(&ni->comm, __ATOMIC_ACQUIRE);
     if (ni->comm != NULL && tt_nccl_comm_lock(ni) == TT_OK) { /* the threads are gone */
-        int rc = atomic_load(&ni->poisoned) == 0 && ni->settled
+        int rc = atomic_load(&ni->poisoned) == 0 && !atomic_load(&ni->revoked) && ni->settled
                      ? tt_nccl_settle(ni, ncclCommFinalize(ni->comm), "ncclCommFinalize")
                      : TT_ENCCL; /* a broken or half-built comm is aborted */
         if (rc == TT_OK)
@@ -368,6 +409,7 @@ static nccl_inst_t *inst_alloc(const tt_coll_cfg_t *cfg) {
     ni->gone_ctx = cfg->gone_ctx;
     ni->next_seq = 1;
     atomic_init(&ni->aborted, 0);
+    atomic_init(&ni->revoked, 0);
     atomic_init(&ni->stop, 0);
     atomic_init(&ni->poisoned, 0);
     atomic_init(&ni->step, -1);
@@ -463,15 +505,21 @@ void tt_coll_nccl_parent_free(void *parent) {
 /* From here on the old generation's instance is only the source of the
  * new one: its watchdog goes, since nothing runs on it any more and a
  * verdict about the peer that left must neither abort it under the
- * shrink nor be reported. */
+ * shrink nor be reported. A revoked communicator is fit (its collectives
+ * were cut short, and the step is redone on the next generation); an
+ * abort still running is waited for first, since it may end in either. */
 void *tt_nccl_inst_take_parent(void *inst) {
     nccl_inst_t *ni = inst;
     const char *why = NULL;
+    tt_wd_state_t st = settle_abort(ni);
     if (!ni->settled)
         why = "its communicator was never built";
-    else if (atomic_load(&ni->aborted) || tt_nccl_wd_state(ni->wd) != TT_WD_RUNNING)
+    else if (atomic_load(&ni->aborted) || st == TT_WD_ABORTING || st == TT_WD_HUNG)
         why = "it was aborted";
-    else if (atomic_load(&ni->poisoned) < 0 || tt_coll_nccl_wait(ni) != TT_OK)
+    else if (atomic_load(&ni->revoked))
+        why = NULL;
+    else if (st != TT_WD_RUNNING || atomic_load(&ni->poisoned) < 0 ||
+             tt_coll_nccl_wait(ni) != TT_OK)
         why = "it failed";
     if (why != NULL) {
         TT_INFO(SUBSYS, "gen=%llu rank %d/%d: communicator not kept for a shrink: %s",

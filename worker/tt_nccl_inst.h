@@ -44,6 +44,7 @@ typedef struct nccl_inst {
     int (*gone)(void *ctx, uint64_t generation); /* tt_coll_cfg_t.gone */
     void *gone_ctx;
     atomic_int aborted;  /* ncclCommAbort returned: the comm is gone */
+    atomic_int revoked;  /* ncclCommRevoke quiesced it: only a shrink or an abort may follow */
     atomic_int stop;     /* tt_nccl_inst_stop: a settle in progress gives up */
     atomic_int poisoned; /* negative status once failed */
     _Atomic int64_t step;

@@ -11,6 +11,10 @@ int tt_coll_nccl_compiled(void) {
     return 0;
 }
 
+int tt_coll_nccl_revokes(void) {
+    return 0;
+}
+
 const tt_coll_ops_t *tt_coll_nccl_ops(void) {
     return NULL;
 }

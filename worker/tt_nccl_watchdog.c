@@ -281,7 +281,8 @@ static void *mon_main(void *arg) {
         char cause[512], why[640];
         tt_nccl_wd_why(wd, cause, sizeof(cause));
         snprintf(why, sizeof(why),
-                 "ncclCommAbort has not returned within %d ms after: %s; the device is wedged",
+                 "the abort (revoke or ncclCommAbort) has not returned within %d ms after: %s; the "
+                 "device is wedged",
                  wd->o.abort_deadline_ms, cause);
         TT_ERROR(SUBSYS, "monitor: %s", why);
         if (wd->o.abort_hung != NULL)

@@ -5,10 +5,11 @@
  * and the communicator's asynchronous error, and on an error or an expired
  * deadline reports the suspect through a callback and aborts the
  * communicator (never destroys it: destroy waits for the very kernels that
- * hang). ncclCommAbort can itself hang, so a second monitor thread calls
- * `abort_hung` when the abort has not returned within its own deadline;
- * the NCCL backend's handler logs why and ends the process, the only way
- * out of a wedged device (PyTorch's choice too).
+ * hang; the NCCL backend's abort revokes first, where it can). The
+ * abort can itself hang, so a second monitor thread calls `abort_hung`
+ * when it has not returned within its own deadline; the NCCL backend's
+ * handler logs why and ends the process, the only way out of a wedged
+ * device (PyTorch's choice too).
  *
  * The decisions are a pure state machine over an injected clock
  * (track / poll / abort_begin / abort_end / abort_overdue); the threads

@@ -1,9 +1,12 @@
 /* GPU test of the NCCL watchdog: a collective that cannot complete (its
  * stream is held by a host function until released) is reported with
- * TT_ETIMEDOUT within the deadline, the communicator is aborted (never
- * destroyed), the waiting caller gets the verdict instead of hanging, new
- * collectives are refused, and destroy returns. Exits 77 (skipped) without
- * NCCL support or a GPU, and says so. */
+ * TT_ETIMEDOUT within the deadline, the communicator is revoked or
+ * aborted (never destroyed), the waiting caller gets the verdict instead
+ * of hanging, new collectives are refused, and destroy returns. Where
+ * NCCL revokes, the communicator cut short that way is then fit to be
+ * the parent of a shrink (the survivors of a failure derive the next
+ * one from it), and freeing it as such returns. Exits 77 (skipped)
+ * without NCCL support or a GPU, and says so. */
 #include "tt_clock.h"
 #include "tt_coll.h"
 #include "tt_coll_nccl.h"
@@ -82,6 +85,44 @@ static void induce(const tt_coll_ops_t *ops, void *inst, gate_t *g) {
     atomic_store(&g->release, 1);
     cudaFree(d);
 }
+
+static void *run(const tt_coll_ops_t *ops, gate_t *g, uint64_t generation) {
+    char err[512] = "";
+    tt_coll_cfg_t cfg = {
+        .rank = 0, .world = 1, .generation = generation, .deadline_ms = DEADLINE_MS};
+    void *inst = NULL;
+    int rc = ops->create(&inst, &cfg, err, sizeof(err));
+    check(rc == 0, "create");
+    if (rc != 0) {
+        printf("  create: %s (%s)\n", err, tt_status_name(rc));
+        return NULL;
+    }
+    tt_coll_nccl_set_reporter(inst, on_report, g);
+    induce(ops, inst, g);
+    return inst;
+}
+
+/* The waiter has the verdict before the revoke runs: take_parent waits
+ * for it, and then hands over a revoked communicator, never an aborted
+ * one. */
+static void revoked_parent(const tt_coll_ops_t *ops) {
+    gate_t *g = calloc(1, sizeof(*g));
+    void *inst = run(ops, g, 2);
+    if (inst == NULL) {
+        free(g);
+        return;
+    }
+    void *parent = tt_coll_nccl_take_parent(ops, &inst);
+    printf("  after the timeout: %s (NCCL %s ncclCommRevoke)\n",
+           parent != NULL ? "kept for a shrink" : "not kept",
+           tt_coll_nccl_revokes() ? "has" : "lacks");
+    check(inst == NULL && (parent != NULL) == (tt_coll_nccl_revokes() != 0),
+          "a revoked communicator is kept for a shrink, an aborted one is not");
+    uint64_t t0 = tt_clock_mono_ms();
+    tt_coll_nccl_parent_free(parent);
+    printf("  freeing it took %llu ms\n", (unsigned long long)(tt_clock_mono_ms() - t0));
+    free(g);
+}
 #endif
 
 int main(void) {
@@ -94,21 +135,16 @@ int main(void) {
 #ifdef TT_HAVE_CUDA
     setenv("TETHER_NCCL_ABORT_HANG", "log", 1); /* report a hung abort, keep the test alive */
     const tt_coll_ops_t *ops = tt_coll_ops(TT_COLL_NCCL);
-    tt_coll_cfg_t cfg = {.rank = 0, .world = 1, .generation = 1, .deadline_ms = DEADLINE_MS};
-    void *inst = NULL;
     gate_t *g = calloc(1, sizeof(*g));
-    int rc = ops->create(&inst, &cfg, err, sizeof(err));
-    if (rc != 0) {
-        printf("FAILED: create: %s (%s)\n", err, tt_status_name(rc));
+    void *inst = run(ops, g, 1);
+    if (inst == NULL)
         return 1;
-    }
-    tt_coll_nccl_set_reporter(inst, on_report, g);
-    induce(ops, inst, g);
     uint64_t t0 = tt_clock_mono_ms();
     ops->destroy(&inst);
     printf("  destroy took %llu ms\n", (unsigned long long)(tt_clock_mono_ms() - t0));
     check(inst == NULL, "destroy returns and clears the pointer");
     free(g);
+    revoked_parent(ops);
 #endif
     printf("%s: %d failure(s)\n", failures ? "FAILED" : "PASSED", failures);
     return failures ? 1 : 0;

@@ -124,6 +124,10 @@ static void comm_plan_keeps_parent_only_when_announced(void) {
     CU_ASSERT_FALSE(tt_comm_plan_keeps_parent(4, 1, 3)); /* another generation's */
     CU_ASSERT_FALSE(tt_comm_plan_keeps_parent(4, 0, 4)); /* a ring or ps backend */
     CU_ASSERT_FALSE(tt_comm_plan_keeps_parent(0, 1, 0)); /* nothing open yet */
+    CU_ASSERT_TRUE(tt_comm_plan_cuts_short(0, 0));       /* not kept: aborted */
+    CU_ASSERT_TRUE(tt_comm_plan_cuts_short(0, 1));
+    CU_ASSERT_TRUE(tt_comm_plan_cuts_short(1, 1));  /* kept: revoked */
+    CU_ASSERT_FALSE(tt_comm_plan_cuts_short(1, 0)); /* kept, no revoke: left alone */
 }
 
 /* A communicator being built gives up as soon as its generation cannot
