@@ -92,9 +92,11 @@ int tt_coll_nccl_wait(void *inst);
 
 /* Takes the NCCL communicator of a generation's backend (ops, *inst) out,
  * for the next generation to shrink (tt_coll_cfg_t.parent), and destroys
- * the rest (*inst = NULL). Returns NULL (everything destroyed) for a row
- * other than nccl / nccl+ps, or a communicator not fit to shrink: never
- * built, aborted, failed, or with a collective still in flight. */
+ * the rest (*inst = NULL). Where NCCL revokes, the communicator is
+ * revoked first (what is in flight is cut short) and kept. Returns NULL
+ * (everything destroyed) for a row other than nccl / nccl+ps, or a
+ * communicator not fit to shrink: never built, aborted, or (without
+ * revoke) failed or still running a collective that then fails. */
 void *tt_coll_nccl_take_parent(const tt_coll_ops_t *ops, void **inst);
 
 /* Frees a taken communicator that no shrink will use (NULL is fine):

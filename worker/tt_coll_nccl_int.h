@@ -52,8 +52,9 @@ int tt_nccl_inst_finish(void *inst);
 void tt_nccl_inst_stop(void *inst);
 
 /* The nccl row instance `inst` when the next generation may shrink it
- * (settled, neither aborted nor failed, nothing in flight; its watchdog
- * is stopped), else frees it and returns NULL. */
+ * (settled and revoked, or where NCCL has no revoke neither aborted nor
+ * failed, nothing in flight; its watchdog is stopped), else frees it and
+ * returns NULL. */
 void *tt_nccl_inst_take_parent(void *inst);
 
 /* The nccl+ps row's NCCL instance once it is ready (the row switched to

@@ -505,12 +505,19 @@ void tt_coll_nccl_parent_free(void *parent) {
 /* From here on the old generation's instance is only the source of the
  * new one: its watchdog goes, since nothing runs on it any more and a
  * verdict about the peer that left must neither abort it under the
- * shrink nor be reported. A revoked communicator is fit (its collectives
- * were cut short, and the step is redone on the next generation); an
- * abort still running is waited for first, since it may end in either. */
+ * shrink nor be reported. Where NCCL revokes, the communicator is revoked
+ * here unless that already happened (the generation change, the
+ * watchdog): a collective still in flight on the rank that left would
+ * otherwise be waited for until its deadline, and a revoked communicator
+ * is fit whatever cut it short (the step is redone on the next
+ * generation). An abort still running is waited for, since it may end in
+ * either. */
 void *tt_nccl_inst_take_parent(void *inst) {
     nccl_inst_t *ni = inst;
     const char *why = NULL;
+    if (ni->wd != NULL && tt_coll_nccl_revokes())
+        (void)tt_nccl_wd_fail(ni->wd, TT_ECLOSED, "revoked: the next generation shrinks it",
+                              tt_clock_mono_ms());
     tt_wd_state_t st = settle_abort(ni);
     if (!ni->settled)
         why = "its communicator was never built";
