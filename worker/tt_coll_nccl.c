@@ -79,7 +79,7 @@ void *tt_coll_nccl_stream(void *inst) {
 /* ---- enqueue and wait ---- */
 
 int tt_coll_nccl_revokes(void) {
-    return NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 7);
+    return TT_NCCL_HAS_REVOKE;
 }
 
 /* Refuses work on a failed or aborted instance, naming the first cause. */

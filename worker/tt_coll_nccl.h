@@ -20,8 +20,8 @@
  * Every collective is tracked by a tt_nccl_watchdog: on an asynchronous
  * NCCL error or an expired deadline it records the error, calls the
  * reporter, and aborts the communicator (ncclCommRevoke, else
- * ncclCommAbort; never destroy); if the abort hangs, the monitor logs why and ends the process
- * (exit 70), unless TETHER_NCCL_ABORT_HANG=log.
+ * ncclCommAbort; never destroy); if the abort hangs, the monitor logs
+ * why and ends the process (exit 70), unless TETHER_NCCL_ABORT_HANG=log.
  *
  * Builds without CUDA/NCCL compile tt_nccl_stub.c instead: create fails
  * with TT_ENODEV and a sentence, so `auto` falls through.

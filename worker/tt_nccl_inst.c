@@ -93,6 +93,14 @@ static int outdated(nccl_inst_t *ni) {
     return !ni->settled && ni->gone != NULL && ni->gone(ni->gone_ctx, ni->generation);
 }
 
+/* The communicator's asynchronous state; a failure to read it counts as
+ * that state. */
+static ncclResult_t async_state(ncclComm_t comm) {
+    ncclResult_t r = ncclSuccess;
+    ncclResult_t q = ncclCommGetAsyncError(comm, &r);
+    return q != ncclSuccess ? q : r;
+}
+
 static int settle_within(nccl_inst_t *ni, ncclResult_t r, const char *what, int ms) {
     uint64_t end = tt_clock_mono_ms() + (uint64_t)ms;
     while (r == ncclInProgress) {
@@ -105,9 +113,7 @@ static int settle_within(nccl_inst_t *ni, ncclResult_t r, const char *what, int 
             return tt_nccl_set_err(ni, TT_ECLOSED, "%s: %s", what,
                                    atomic_load(&ni->aborted) ? "the communicator was aborted"
                                                              : "given up: the generation ended");
-        ncclResult_t q = ncclCommGetAsyncError(ni->comm, &r);
-        if (q != ncclSuccess)
-            r = q;
+        r = async_state(ni->comm);
     }
     return tt_nccl_nc_rc(ni, r, what);
 }
@@ -135,10 +141,7 @@ static tt_wd_probe_t wd_probe(void *ctx, uint64_t seq) {
 
 static int wd_async(void *ctx, char *why, size_t len) {
     nccl_inst_t *ni = ctx;
-    ncclResult_t st = ncclSuccess;
-    ncclResult_t q = ncclCommGetAsyncError(ni->comm, &st);
-    if (q != ncclSuccess)
-        st = q;
+    ncclResult_t st = async_state(ni->comm);
     if (st == ncclSuccess || st == ncclInProgress)
         return TT_OK;
     const char *last = ncclGetLastError(ni->comm);
@@ -155,7 +158,7 @@ static void wd_report(void *ctx, uint64_t seq, int status, const char *why) {
         ni->report(ni->report_ctx, -1, status, why);
 }
 
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 7)
+#if TT_NCCL_HAS_REVOKE
 /* Why revoke before abort: both stop the kernels a dead peer left
  * spinning, but a revoked communicator stays valid as the parent of
  * ncclCommShrink, so the survivors of a failure can derive the next
@@ -168,9 +171,7 @@ static int revoke_within(nccl_inst_t *ni, int ms) {
     ncclResult_t r = ncclCommRevoke(ni->comm, NCCL_REVOKE_DEFAULT);
     while (r == ncclInProgress && tt_clock_mono_ms() < end) {
         tt_clock_sleep_us(200);
-        ncclResult_t q = ncclCommGetAsyncError(ni->comm, &r);
-        if (q != ncclSuccess)
-            r = q;
+        r = async_state(ni->comm);
     }
     if (r == ncclSuccess)
         return 1;
@@ -515,7 +516,7 @@ void tt_coll_nccl_parent_free(void *parent) {
 void *tt_nccl_inst_take_parent(void *inst) {
     nccl_inst_t *ni = inst;
     const char *why = NULL;
-    if (ni->wd != NULL && tt_coll_nccl_revokes())
+    if (ni->wd != NULL && TT_NCCL_HAS_REVOKE)
         (void)tt_nccl_wd_fail(ni->wd, TT_ECLOSED, "revoked: the next generation shrinks it",
                               tt_clock_mono_ms());
     tt_wd_state_t st = settle_abort(ni);
@@ -598,10 +599,8 @@ static int shrink_wait(nccl_inst_t *ni, int ms) {
         if (tt_nccl_comm_lock(p) != TT_OK)
             return tt_nccl_set_err(ni, TT_ECLOSED,
                                    "ncclCommShrink: the old communicator was aborted");
-        ncclResult_t q = ncclCommGetAsyncError(p->comm, &r);
+        r = async_state(p->comm);
         tt_nccl_comm_unlock(p);
-        if (q != ncclSuccess)
-            r = q;
     }
     ncclComm_t child = __atomic_load_n(&ni->comm, __ATOMIC_ACQUIRE);
     if (r != ncclSuccess)

@@ -18,6 +18,9 @@
 
 #define NSLOT 64 /* device collectives in flight, one event each */
 
+/* ncclCommRevoke came with NCCL 2.28.7 (tt_coll_nccl_revokes). */
+#define TT_NCCL_HAS_REVOKE (NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 7))
+
 typedef struct nccl_inst {
     int rank, world, deadline_ms;
     int device;      /* of the communicator, current on the creating thread; -1 before */
