@@ -196,7 +196,10 @@ static int ps_fetch(const tt_coll_cfg_t *cfg, tt_ps_layout_t *lay, char *err, si
                                  .min_shards = cfg->min_shards,
                                  .timeout_ms = (int)cfg->shard_wait_ms,
                                  .tensors = t,
-                                 .ntensors = cfg->ntensors};
+                                 .ntensors = cfg->ntensors,
+                                 .gen_over = cfg->gone,
+                                 .gen_ctx = cfg->gone_ctx,
+                                 .generation = cfg->generation};
         rc = tt_ps_layout_fetch(&fo, lay, err, errlen);
     }
     free(t);
@@ -245,7 +248,9 @@ static int ps_open_shards(ps_inst_t *pi, const tt_coll_cfg_t *cfg, char *err, si
                        * applied (tt_ps_recover.c), and replicas stay identical. */
                       .deterministic = 1,
                       .peer_gone = ps_peer_gone,
-                      .peer_ctx = pi};
+                      .peer_ctx = pi,
+                      .gen_over = cfg->gone,
+                      .gen_ctx = cfg->gone_ctx};
     rc = tt_ps_create(&pi->ps, &o, err, errlen);
     tt_ps_layout_free(&lay);
     return rc;
@@ -622,6 +627,8 @@ int tt_coll_open(tt_coll_kind_t want, const tt_coll_cfg_t *cfg, const tt_coll_op
         TT_INFO(SUBSYS, "%s backend unavailable: %s (%s)", o->name, why, tt_status_name(rc));
         if (err != NULL && used < errlen)
             used += (size_t)snprintf(err + used, errlen - used, "%s%s", i ? "; " : "", why);
+        if (rc == TT_EMEMBERSHIP)
+            break; /* the generation is over: no other row would serve it */
     }
     return rc;
 }

@@ -102,10 +102,11 @@ typedef struct tt_coll_cfg {
      * returns; other rows ignore both. */
     const tt_coll_shrink_t *shrink;
     void *parent;
-    /* Polled while an NCCL communicator is being built (up to the init
-     * deadline): nonzero once `generation` is over or this worker is no
-     * longer a member, and the build gives up. NULL: never. Any thread;
-     * must outlive the instance. */
+    /* Polled while a backend waits to be built (an NCCL communicator up
+     * to the init deadline, the shards' placement and set-up) and while
+     * a ps call waits: nonzero once `generation` is over or this worker
+     * is no longer a member, and the wait gives up (TT_EMEMBERSHIP).
+     * NULL: never. Any thread; must outlive the instance. */
     int (*gone)(void *ctx, uint64_t generation);
     void *gone_ctx;
 } tt_coll_cfg_t;

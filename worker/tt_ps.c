@@ -30,7 +30,7 @@
 
 #define ZC_MIN_BYTES  ((size_t)32 << 10) /* below this a copy is cheaper */
 #define LINK_EVENTS   (ZMQ_EVENT_DISCONNECTED | TT_ZMQ_REACH_EVENTS)
-#define PEER_CHECK_MS 20 /* how often a waiting call asks peer_gone */
+#define PEER_CHECK_MS 20 /* how often a waiting call asks peer_gone and gen_over */
 
 /* ZeroMQ runs zero-copy free callbacks on its I/O thread after a hand-off
  * TSan cannot see (tests/sanitizers/tsan.supp): the counter's address is
@@ -452,7 +452,7 @@ static int wait_replies(tt_ps_t *p, ps_op_t *op, uint64_t deadline, int blocked)
     long tmo = deadline > now ? (long)(deadline - now) : 0;
     if (blocked && tmo > 1)
         tmo = 1;
-    if (p->o.peer_gone != NULL && tmo > PEER_CHECK_MS)
+    if ((p->o.peer_gone != NULL || p->o.gen_over != NULL) && tmo > PEER_CHECK_MS)
         tmo = PEER_CHECK_MS;
     if (zmq_poll(items, (int)(2 * n + 1), tmo) < 0 && errno != EINTR) {
         PS_ERR(p, "zmq_poll: %s", zmq_strerror(errno));
@@ -516,7 +516,8 @@ int ps_run_op(tt_ps_t *p, ps_op_t *op) {
         rc = ps_watch_link(p, op, s, start); /* a shard lost between calls */
     while (rc == TT_OK && op->remaining > 0) {
         uint64_t now = tt_clock_mono_ms();
-        if (tt_wake_raised(&p->wake)) {
+        if (tt_wake_raised(&p->wake) ||
+            (p->o.gen_over != NULL && p->o.gen_over(p->o.gen_ctx, p->o.generation))) {
             PS_ERR(p, "generation %" PRIu64 " ended while rank %d waited for %zu of %zu item(s)",
                    p->o.generation, p->o.rank, op->remaining, op->nitems);
             rc = TT_EMEMBERSHIP;

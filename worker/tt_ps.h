@@ -74,6 +74,12 @@ typedef struct tt_ps_fetch_opts {
      * coordinator answers TT_EAGAIN (waited out as above) while fewer shard
      * servers are alive. 0: any one. */
     uint32_t min_shards;
+    /* Optional: asked between the asks above; nonzero once `generation`
+     * is over, and the fetch ends with TT_EMEMBERSHIP instead of waiting
+     * out timeout_ms for shards a newer generation may not need. */
+    int (*gen_over)(void *ctx, uint64_t generation);
+    void *gen_ctx;
+    uint64_t generation;
 } tt_ps_fetch_opts_t;
 
 /* Asks the coordinator for the job's placement (declaring the tensor table
@@ -81,7 +87,8 @@ typedef struct tt_ps_fetch_opts {
  * tt_ps_layout_free). Returns 0, TT_ETIMEDOUT (no answer), TT_EREMOTE or
  * the coordinator's code (e.g. TT_ECONFLICT; TT_EAGAIN while no shard is
  * live, asked again with a growing pause until timeout_ms) with its
- * sentence in `err`, TT_EPROTO. Blocking; any thread. */
+ * sentence in `err`, TT_EPROTO, TT_EMEMBERSHIP (gen_over said so).
+ * Blocking; any thread. */
 int tt_ps_layout_fetch(const tt_ps_fetch_opts_t *o, tt_ps_layout_t *out, char *err, size_t errlen);
 
 typedef struct tt_ps_opts {
@@ -112,6 +119,13 @@ typedef struct tt_ps_opts {
      * thread. */
     int (*peer_gone)(void *ctx);
     void *peer_ctx;
+    /* Optional: asked as often while a call waits, the setup in
+     * tt_ps_create included; nonzero once `generation` is over (the
+     * coordinator formed a newer one). The call then ends at once with
+     * TT_EMEMBERSHIP, like tt_ps_interrupt, which nobody can call on an
+     * object still being created. Called on the calling thread. */
+    int (*gen_over)(void *ctx, uint64_t generation);
+    void *gen_ctx;
 } tt_ps_opts_t;
 
 /* Connects to every shard of the layout and sets the job up on each
@@ -119,7 +133,8 @@ typedef struct tt_ps_opts {
  * under the deadline. Returns 0 with *out owned by the caller
  * (tt_ps_destroy), TT_EINVAL (bad options: `err` says which), TT_ETIMEDOUT
  * (a shard did not answer), a shard's refusal code (e.g. TT_ECONFLICT: the
- * job is set up differently), TT_ENOMEM, TT_ESYS. */
+ * job is set up differently), TT_EMEMBERSHIP (gen_over said so while it
+ * waited), TT_ENOMEM, TT_ESYS. */
 int tt_ps_create(tt_ps_t **out, const tt_ps_opts_t *opts, char *err, size_t errlen);
 
 /* Closes the sockets and frees the object. Accepts NULL and *p == NULL;

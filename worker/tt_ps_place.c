@@ -9,6 +9,7 @@
 #include "tt_wire.h"
 #include "tt_zreq.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,6 +119,12 @@ static int request_until_placed(tt_zreq_t *z, const tt_ps_fetch_opts_t *o, tt_zm
     uint64_t end = tt_clock_mono_ms() + (uint64_t)timeout_ms;
     int pause_ms = 20;
     for (uint64_t rid = 1;; rid++) {
+        if (o->gen_over != NULL && o->gen_over(o->gen_ctx, o->generation)) {
+            PSET_ERR(err, errlen,
+                     "generation %" PRIu64 " ended while waiting for the shards' placement",
+                     o->generation);
+            return TT_EMEMBERSHIP;
+        }
         uint64_t now = tt_clock_mono_ms();
         uint64_t left = now < end ? end - now : 0;
         int rc = ask(z, o, rid, (int)(left < ASK_MS ? left : ASK_MS), rx, err, errlen);

@@ -23,6 +23,12 @@ daemons killed for real with SIGKILL and restarted by the launcher.
     state file, every worker is heard from again by the new instance
     (tetherctl members), and the job completes with the same checks.
 
+  * shard hung, then a worker killed: a ring job started directly loses
+    a worker while its only shard server is stopped (SIGSTOP); the PS
+    fallback set-up stuck on that shard ends when the coordinator finds it
+    lost and forms the next generation, not at the 60 s deadline, and the
+    two survivors finish on the ring with the same checks.
+
   * shard lost for good: the same job with the coordinator, two shard
     servers and the 3 workers started directly (no launcher to restart
     anything); the shard holding chunks is killed and stays dead. The
@@ -88,16 +94,17 @@ def wait_step(p, at, timeout=90):
     p.wait_line(lambda l: global_step(l) >= at, timeout, f"step {at}", stream="log")
 
 
-def check_training(h, name, text, out, metrics, seed):
-    """One metrics row per epoch with exact counts, every global step logged
-    once in order (rank 0's log is in text), the fault-free parameters.
-    Returns (generations of the rows, relative difference)."""
+def check_training(h, name, text, out, metrics, seed, worlds=(3,)):
+    """One metrics row per epoch with exact counts and a world size in
+    `worlds`, every global step logged once in order (rank 0's log is in
+    text), the fault-free parameters. Returns (generations of the rows,
+    relative difference)."""
     with open(metrics) as f:
         rows = [json.loads(line) for line in f if line.strip()]
     assert [r["epoch"] for r in rows] == list(range(1, EPOCHS + 1)), rows
     assert [r["step"] for r in rows] == [STEPS_PER_EPOCH * e for e in range(1, EPOCHS + 1)], rows
     assert all(r["examples"] == STEPS_PER_EPOCH * 256 for r in rows), rows
-    assert all(r["world_size"] == 3 for r in rows), rows
+    assert all(r["world_size"] in worlds for r in rows), rows
     # rank 0 logs every step once (--log-every 1): a repeated or skipped
     # step shows up as a gap or a repetition in this sequence
     steps = [global_step(l) for l in text.splitlines() if global_step(l) >= 0]
@@ -202,6 +209,27 @@ def test_shard_dies_between_answers(h):
         assert len(gens) == 1, f"the job regrouped (generations {sorted(gens)}):\n" + text[-4000:]
 
 
+def direct_job(h, job, seed, backend, shard_ids, min_workers):
+    """A coordinator, these shard servers and 3 workers of `job` started
+    directly: no launcher restarts anything. Returns (coordinator, shards
+    by id, workers, dump path, metrics path)."""
+    coord = h.coordinator(extra=("--shard-timeout-ms", "1500"))  # shards beat every 200 ms
+    shards = {sid: h.shard(coord, sid) for sid in shard_ids}
+    out, metrics = os.path.join(h.dir, f"{job}.bin"), os.path.join(h.dir, f"{job}.json")
+    # a collective deadline far beyond the coordinator's shard timeout (5 s):
+    # only the regroup can end the waits stuck on a lost shard in time
+    env = dict(FAST, TETHER_COORDINATOR=coord.endpoint, TETHER_JOB=job,
+               TETHER_MIN_WORKERS=str(min_workers), TETHER_MAX_WORKERS="3",
+               TETHER_COLL_DEADLINE_MS="60000")
+    argv = [binary("tether-train"), "--data", DATA, "--backend", backend,
+            *train_args(seed, STEPS_PER_EPOCH, EPOCHS), "--dump-params", out,
+            "--metrics-json", metrics, "--pace-ms", str(PACE_MS)]
+    ws = [h.spawn(f"w{i}", argv, env=dict(env, TETHER_WORKER_ID=f"w{i}",
+                                           TETHER_ENDPOINT=f"tcp://127.0.0.1:{free_port()}"))
+          for i in range(3)]  # w0 is rank 0: it logs every step
+    return coord, shards, ws, out, metrics
+
+
 def test_shard_lost_for_good(h):
     """A shard server killed for good (no launcher to restart it): the
     coordinator sees its heartbeats stop, regroups the job with the same
@@ -210,19 +238,7 @@ def test_shard_lost_for_good(h):
     chunk on the surviving shard, and the run completes exactly."""
     seed = SEEDS[0] + 30
     rng = random.Random(seed)
-    coord = h.coordinator(extra=("--shard-timeout-ms", "1500"))  # shards beat every 200 ms
-    shards = {sid: h.shard(coord, sid) for sid in ("s0", "s1")}
-    out, metrics = os.path.join(h.dir, "lost.bin"), os.path.join(h.dir, "lost.json")
-    # a collective deadline far beyond the coordinator's shard timeout (5 s):
-    # only the regroup can end the steps stuck on the dead shard in time
-    env = dict(FAST, TETHER_COORDINATOR=coord.endpoint, TETHER_JOB="lost",
-               TETHER_MIN_WORKERS="3", TETHER_MAX_WORKERS="3", TETHER_COLL_DEADLINE_MS="60000")
-    argv = [binary("tether-train"), "--data", DATA, "--backend", "ps",
-            *train_args(seed, STEPS_PER_EPOCH, EPOCHS), "--dump-params", out,
-            "--metrics-json", metrics, "--pace-ms", str(PACE_MS)]
-    ws = [h.spawn(f"w{i}", argv, env=dict(env, TETHER_WORKER_ID=f"w{i}",
-                                           TETHER_ENDPOINT=f"tcp://127.0.0.1:{free_port()}"))
-          for i in range(3)]  # w0 is rank 0: it logs every step
+    coord, shards, ws, out, metrics = direct_job(h, "lost", seed, "ps", ("s0", "s1"), 3)
     at = rng.randrange(3, STEPS_PER_EPOCH * EPOCHS - 15)
     wait_step(ws[0], 2)
     victim = rng.choice(chunk_holders(h, coord.endpoint))
@@ -248,6 +264,46 @@ def test_shard_lost_for_good(h):
     survivor = "s1" if victim == "s0" else "s0"
     assert any(f"job lost: placement version {v}" in l for l in shards[survivor].lines("log")
                for v in range(2, 10)), "the survivor never got the new placement"
+
+
+def test_shard_hangs_then_worker_dies(h):
+    """A shard server that hangs (SIGSTOP: its port still takes TCP
+    connections, nothing answers) and then a worker killed (-9), in a ring
+    job started without a launcher. The survivors' next generation opens
+    its PS fallback on the hung shard; the coordinator then finds the
+    shard lost and forms another generation. The set-up stuck on the hung
+    shard must end with that generation, not at the collective deadline
+    (60 s here, as in production), which once cost two minutes and an
+    evicted worker. The survivors resume on the ring (the new generation
+    has no live shard) and finish the run exactly."""
+    seed = SEEDS[0] + 40
+    coord, shards, ws, out, metrics = direct_job(h, "hung", seed, "ring", ("s0",), 2)
+    shard = shards["s0"]
+    at = random.Random(seed).randrange(3, STEPS_PER_EPOCH * EPOCHS - 20)
+    wait_step(ws[0], at)
+    shard.signal(signal.SIGSTOP)
+    ws[2].kill9()
+    killed = time.monotonic()
+    try:
+        rcs = [w.wait(150) for w in ws[:2]]
+    finally:
+        shard.signal(signal.SIGCONT)
+    took = time.monotonic() - killed
+    texts = ["\n".join(w.lines() + w.lines("log")) for w in ws[:2]]
+    for w, rc, text in zip(ws, rcs, texts):
+        assert rc == 0, f"{w.name} exit {rc}:\n" + text[-4000:]
+    clog = "\n".join(coord.lines("log"))
+    assert "job hung: shard s0 lost" in clog, clog[-4000:]
+    cut = [l for t in texts for l in t.splitlines() if "ended while" in l and
+           ("waited for" in l or "placement" in l)]
+    waited = [l for t in texts for l in t.splitlines() if "unanswered after" in l]
+    gens, d = check_training(h, "hung", texts[0], out, metrics, seed, worlds=(2, 3))
+    print(f"  shard stopped and w2 killed at step >= {at}; {took:.1f} s to the end; "
+          f"{len(cut)} shard wait(s) ended by the next generation; generations {gens}; "
+          f"relative difference {d:.2e}")
+    assert not waited, "a wait on the hung shard ran to its deadline:\n" + waited[0]
+    assert cut, "no wait on the hung shard was ended by the generation:\n" + texts[0][-4000:]
+    assert gens[-1] >= 3, gens
 
 
 def test_coordinator_restart_after_shard_loss(h):
@@ -351,4 +407,4 @@ if __name__ == "__main__":
         raise SystemExit(77)
     run_tests([test_coordinator_restart_after_shard_loss, test_kill_shard_during_ps_steps,
                test_shard_dies_between_answers, test_kill_coordinator_mid_epoch,
-               test_shard_lost_for_good])
+               test_shard_lost_for_good, test_shard_hangs_then_worker_dies])
