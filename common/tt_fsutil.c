@@ -1,4 +1,4 @@
-/* tt_fsutil: tmp + fsync + rename + directory fsync. */
+/* tt_fsutil: tmp + fsync + rename + directory fsync, and whole-file reads. */
 #include "tt_fsutil.h"
 #include "tt_status.h"
 
@@ -41,16 +41,23 @@ static int fsync_dir_of(const char *path) {
     return rc;
 }
 
+/* Why a temporary name of its own per call (mkostemp), not one per
+ * process: two writers of one path in a process (the coordinator's
+ * background save and its shutdown save) once shared "<path>.tmp.<pid>",
+ * and one truncated, or wrote into, the file the other was renaming into
+ * place. Each now renames a whole file of its own; the last rename wins. */
 int tt_fs_write_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen) {
     char tmp[4200];
-    snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", path);
+    int fd = mkostemp(tmp, O_CLOEXEC);
     if (fd < 0) {
         FSET_ERR(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
         return TT_ESYS;
     }
     const char *step = NULL;
-    if (write_all(fd, data, len) != 0)
+    if (fchmod(fd, 0644) != 0) /* mkostemp makes it 0600 */
+        step = "chmod";
+    else if (write_all(fd, data, len) != 0)
         step = "write";
     else if (fsync(fd) != 0)
         step = "fsync";

@@ -2,7 +2,8 @@
  * tt_fs_write_atomic is either the old or the new content after any crash:
  * write to a temporary in the same directory, fsync it, rename over the
  * target, fsync the directory. Readers never see a torn file.
- * Thread safety: reentrant; blocking I/O (daemons call these off the loop
+ * Thread safety: reentrant, also for writers of one path (each renames a
+ * whole file of its own; the last rename wins); blocking I/O (daemons call these off the loop
  * or where a short stall is acceptable, e.g. the small coordinator state). */
 #ifndef TT_FSUTIL_H
 #define TT_FSUTIL_H

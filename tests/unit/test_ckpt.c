@@ -2,7 +2,8 @@
  * listing, retention, whole-checkpoint verification), in a temp directory:
  * streaming writes in uneven pieces, read-back, and every fault verify
  * must name: a flipped byte, a truncated part, a missing part, a damaged
- * header, writers that write too much or too little. */
+ * header, writers that write too much or too little; and tt_fsutil's
+ * atomic write with two writers of one path. */
 #include "tt_ckpt.h"
 #include "tt_ckpt_dir.h"
 #include "tt_crc32c.h"
@@ -12,6 +13,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -383,7 +385,61 @@ static void ckpt_retention_removes_uncommitted_leftovers(void) {
     rm_tree(root);
 }
 
+typedef struct {
+    const char *path;
+    char fill;
+    size_t len;
+    int failures;
+} atomic_writer_t;
+
+static void *write_atomic_often(void *arg) {
+    atomic_writer_t *a = arg;
+    char *buf = malloc(a->len);
+    memset(buf, a->fill, a->len);
+    for (int i = 0; i < 40; i++)
+        a->failures += tt_fs_write_atomic(a->path, buf, a->len, NULL, 0) != TT_OK;
+    free(buf);
+    return NULL;
+}
+
+/* Two writers of one path in one process (the coordinator's background
+ * save and its shutdown save): every write succeeds, the file is always
+ * one writer's whole content, and no temporary file stays behind. They
+ * once shared one temporary name, and one truncated what the other was
+ * about to rename into place. */
+static void fs_write_atomic_concurrent_writers(void) {
+    char root[64], path[128];
+    mk_tmp(root);
+    snprintf(path, sizeof(path), "%s/state", root);
+    atomic_writer_t w[2] = {{path, 'a', 192 << 10, 0}, {path, 'b', 64 << 10, 0}};
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        CU_ASSERT_EQUAL_FATAL(pthread_create(&t[i], NULL, write_atomic_often, &w[i]), 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    CU_ASSERT_EQUAL(w[0].failures + w[1].failures, 0);
+    uint8_t *file = NULL;
+    size_t len = 0;
+    CU_ASSERT_EQUAL_FATAL(tt_fs_read_all(path, 1 << 20, &file, &len, NULL, 0), TT_OK);
+    const atomic_writer_t *last = len == w[0].len ? &w[0] : &w[1];
+    CU_ASSERT_EQUAL(len, last->len);
+    size_t odd = 0;
+    for (size_t i = 0; i < len; i++)
+        odd += file[i] != (uint8_t)last->fill;
+    CU_ASSERT_EQUAL(odd, 0);
+    free(file);
+    size_t entries = 0;
+    DIR *d = opendir(root);
+    for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;)
+        entries += e->d_name[0] != '.';
+    if (d != NULL)
+        closedir(d);
+    CU_ASSERT_EQUAL(entries, 1);
+    rm_tree(root);
+}
+
 static const tt_cunit_test_t tests[] = {
+    {"fs_write_atomic_concurrent_writers", fs_write_atomic_concurrent_writers},
     {"ckpt_part_write_and_read_back", ckpt_part_write_and_read_back},
     {"ckpt_writer_rejects_wrong_sizes", ckpt_writer_rejects_wrong_sizes},
     {"ckpt_verify_names_each_fault", ckpt_verify_names_each_fault},
