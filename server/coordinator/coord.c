@@ -228,6 +228,12 @@ void coord_request_save(tt_coord_t *c) {
 int tt_coord_save_now(tt_coord_t *c) {
     if (c->state_path[0] == '\0')
         return TT_OK;
+    /* A background write of an older state would otherwise be renamed
+     * over this one when it finishes: save_done writes again after it. */
+    if (c->save_inflight) {
+        c->save_again = 1;
+        return TT_OK;
+    }
     uint8_t *buf = NULL;
     size_t len = 0;
     char err[256];

@@ -50,7 +50,9 @@ int tt_coord_create(tt_coord_t **out, uv_loop_t *loop, const tt_coord_opts_t *op
 
 const char *tt_coord_endpoint(const tt_coord_t *c);
 
-/* Persists the state synchronously (shutdown path). */
+/* Persists the state synchronously (shutdown path), or, while a
+ * background write is in flight, right after it (once the loop runs its
+ * completion), so that an older state is never renamed over a newer one. */
 int tt_coord_save_now(tt_coord_t *c);
 
 /* The HTTP endpoint's handler (a tt_http_handler_fn, ctx the
