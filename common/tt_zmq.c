@@ -31,6 +31,21 @@ int tt_zmq_routing_id(char *out, size_t n, const char *role, const char *id, uin
     return (w < 0 || (size_t)w >= n || (size_t)w > TT_WIRE_MAX_ID) ? TT_EINVAL : TT_OK;
 }
 
+const char *tt_zmq_peer_name(const void *peer, size_t len, char *out, size_t n) {
+    const unsigned char *b = peer;
+    size_t printable = len > 0;
+    for (size_t i = 0; i < len && printable; i++)
+        printable = b[i] >= 0x20 && b[i] < 0x7f;
+    if (printable) {
+        snprintf(out, n, "%.*s", (int)len, (const char *)b);
+        return out;
+    }
+    size_t at = (size_t)snprintf(out, n, len ? "0x" : "(no id)");
+    for (size_t i = 0; i < len && at + 2 < n; i++)
+        at += (size_t)snprintf(out + at, n - at, "%02x", b[i]);
+    return out;
+}
+
 static int set_int(void *s, int opt, int v) {
     return zmq_setsockopt(s, opt, &v, sizeof(v));
 }

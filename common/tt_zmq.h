@@ -37,6 +37,13 @@ void tt_zmq_opts_default(tt_zmq_opts_t *o);
 /* Format a stable DEALER routing id: "<role>-<id>.<incarnation>". */
 int tt_zmq_routing_id(char *out, size_t n, const char *role, const char *id, uint64_t incarnation);
 
+/* A ROUTER peer's routing id for a log line, into out (n bytes): as is
+ * when it is printable (ids set with tt_zmq_routing_id), else in hex
+ * ("0x0080000041"; ZeroMQ's generated ids begin with a zero byte, which
+ * "%.*s" printed as nothing). Returns out. */
+#define TT_ZMQ_PEER_NAME_MAX 516 /* "0x" and 255 bytes in hex, or the id itself */
+const char *tt_zmq_peer_name(const void *peer, size_t len, char *out, size_t n);
+
 /* A ROUTER bound to `endpoint` (e.g. "tcp://127.0.0.1:0" picks a free port)
  * with ROUTER_MANDATORY and ROUTER_HANDOVER. The endpoint actually bound is
  * written to `bound` when not NULL. *out owns the socket (tt_zmq_close). */

@@ -116,12 +116,14 @@ int coord_add_job(tt_coord_t *c, tt_rdzv_t **rdzv) {
 static void flush_outbox(tt_coord_t *c) {
     while (c->out_head != NULL && !c->save_inflight) {
         coord_out_t *o = c->out_head;
+        char who[TT_ZMQ_PEER_NAME_MAX];
         c->out_head = o->next;
         if (c->out_head == NULL)
             c->out_tail = NULL;
         if (zmq_send(c->router, o->peer, o->peer_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
             zmq_send(c->router, o->env, o->len, ZMQ_DONTWAIT) < 0)
-            TT_DEBUG("coord", "reply to %.*s dropped: %s", (int)o->peer_len, (const char *)o->peer,
+            TT_DEBUG("coord", "reply to %s dropped: %s",
+                     tt_zmq_peer_name(o->peer, o->peer_len, who, sizeof(who)),
                      zmq_strerror(zmq_errno()));
         free(o->env);
         free(o);

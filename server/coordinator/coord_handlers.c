@@ -373,8 +373,9 @@ void coord_on_router(void *sock, void *arg) {
     if (rc == TT_EAGAIN || rc == TT_ESYS)
         return;
     if (rc != TT_OK) {
-        TT_WARN("coord", "rejected message from %.*s: %s (%s)", (int)rx.peer_len,
-                (const char *)rx.peer, err, tt_status_name(rc));
+        char who[TT_ZMQ_PEER_NAME_MAX];
+        TT_WARN("coord", "rejected message from %s: %s (%s)",
+                tt_zmq_peer_name(rx.peer, rx.peer_len, who, sizeof(who)), err, tt_status_name(rc));
         coord_send_error(c, rx.peer, rx.peer_len, "", 0, rc, err);
         return;
     }

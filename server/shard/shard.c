@@ -25,9 +25,11 @@
 void shard_send(tt_shard_t *s, const uint8_t *peer, size_t peer_len, const tt_env_t *env,
                 const tt_zmq_payload_t *pl, size_t npl) {
     int rc = tt_zmq_send(s->router, peer, peer_len, env, pl, npl, 1);
+    char who[TT_ZMQ_PEER_NAME_MAX];
     if (rc != TT_OK)
-        TT_WARN("shard", "reply %s to %.*s dropped: %s", tt_wire_body_name(env->body_case),
-                (int)peer_len, (const char *)peer, tt_strerror(rc));
+        TT_WARN("shard", "reply %s (job %s, generation %" PRIu64 ") to %s dropped: %s",
+                tt_wire_body_name(env->body_case), env->job_id, env->generation,
+                tt_zmq_peer_name(peer, peer_len, who, sizeof(who)), tt_strerror(rc));
     tt_uvzmq_kick(s->router_w);
 }
 

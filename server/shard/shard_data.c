@@ -455,8 +455,9 @@ void shard_on_data(void *sock, void *arg) {
     if (rc == TT_EAGAIN || rc == TT_ESYS)
         return;
     if (rc != TT_OK) {
-        TT_WARN("shard", "rejected message from %.*s: %s (%s)", (int)rx.peer_len,
-                (const char *)rx.peer, err, tt_status_name(rc));
+        char who[TT_ZMQ_PEER_NAME_MAX];
+        TT_WARN("shard", "rejected message from %s: %s (%s)",
+                tt_zmq_peer_name(rx.peer, rx.peer_len, who, sizeof(who)), err, tt_status_name(rc));
         shard_send_error(s, rx.peer, rx.peer_len, "", 0, 0, rc, err);
         return;
     }

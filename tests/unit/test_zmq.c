@@ -2,7 +2,8 @@
  * socket factory that tells why a connecting socket has not reached its
  * peer: the event bookkeeping on its own, then a DEALER's real monitor
  * against the three peers an operator must tell apart on 127.0.0.1 —
- * nothing listening, a TCP listener that is no ZeroMQ peer, a ROUTER. */
+ * nothing listening, a TCP listener that is no ZeroMQ peer, a ROUTER;
+ * and how a log line names a ROUTER peer (tt_zmq_peer_name). */
 #include "tt_clock.h"
 #include "net_testlib.h"
 #include "tt_cunit.h"
@@ -76,7 +77,23 @@ static void reach_of_real_peers(void) {
     zmq_ctx_term(zctx);
 }
 
+/* A log line names a ROUTER peer: our ids as they are, ZeroMQ's generated
+ * ones (a zero byte, then four) in hex, a long one cut at a whole byte. */
+static void peer_names_for_logs(void) {
+    char out[TT_ZMQ_PEER_NAME_MAX], small[8];
+    const unsigned char gen[] = {0x00, 0x80, 0x00, 0x00, 0x41};
+    CU_ASSERT_STRING_EQUAL(tt_zmq_peer_name("worker-w1.7", 11, out, sizeof(out)), "worker-w1.7");
+    CU_ASSERT_STRING_EQUAL(tt_zmq_peer_name(gen, sizeof(gen), out, sizeof(out)), "0x0080000041");
+    CU_ASSERT_STRING_EQUAL(tt_zmq_peer_name("a\nb", 3, out, sizeof(out)), "0x610a62");
+    CU_ASSERT_STRING_EQUAL(tt_zmq_peer_name("", 0, out, sizeof(out)), "(no id)");
+    CU_ASSERT_STRING_EQUAL(tt_zmq_peer_name(gen, sizeof(gen), small, sizeof(small)), "0x0080");
+    unsigned char big[255];
+    memset(big, 0xff, sizeof(big));
+    CU_ASSERT_EQUAL(strlen(tt_zmq_peer_name(big, sizeof(big), out, sizeof(out))), 2 + 2 * 255);
+}
+
 static const tt_cunit_test_t tests[] = {
+    {"peer_names_for_logs", peer_names_for_logs},
     {"reach_counts_until_a_handshake", reach_counts_until_a_handshake},
     {"reach_of_real_peers", reach_of_real_peers},
     {NULL, NULL},
