@@ -59,13 +59,25 @@ int tt_nccl_cu_rc(nccl_inst_t *ni, cudaError_t e, const char *what) {
                            cudaGetErrorName(e));
 }
 
-/* Caller holds the comm lock (ncclGetLastError reads the communicator). */
+/* NCCL's last message, labelled as what it is. Why not as this
+ * communicator's: ncclGetLastError ignores its argument and returns one
+ * string for the whole process, the last any communicator wrote, so with
+ * two alive (a generation's and the next one's being built, or a drained
+ * one's) it may be the other's, or an older failure's. */
+static void last_message(nccl_inst_t *ni, char *out, size_t n) {
+    const char *last = ncclGetLastError(ni->comm);
+    out[0] = '\0';
+    if (last != NULL && last[0] != '\0')
+        snprintf(out, n, " (NCCL's last message in this process: %s)", last);
+}
+
+/* Caller holds the comm lock. */
 int tt_nccl_nc_rc(nccl_inst_t *ni, ncclResult_t r, const char *what) {
     if (r == ncclSuccess)
         return TT_OK;
-    const char *last = ni->comm != NULL ? ncclGetLastError(ni->comm) : NULL;
-    return tt_nccl_set_err(ni, TT_ENCCL, "%s: %s%s%s", what, ncclGetErrorString(r),
-                           last != NULL && last[0] ? ": " : "", last != NULL ? last : "");
+    char last[320];
+    last_message(ni, last, sizeof(last));
+    return tt_nccl_set_err(ni, TT_ENCCL, "%s: %s%s", what, ncclGetErrorString(r), last);
 }
 
 /* Takes the comm lock for reading; TT_ECLOSED (lock not held) once the
@@ -144,9 +156,10 @@ static int wd_async(void *ctx, char *why, size_t len) {
     ncclResult_t st = async_state(ni->comm);
     if (st == ncclSuccess || st == ncclInProgress)
         return TT_OK;
-    const char *last = ncclGetLastError(ni->comm);
-    snprintf(why, len, "NCCL asynchronous error: %s%s%s (a peer failed or left)",
-             ncclGetErrorString(st), last != NULL && last[0] ? ": " : "", last != NULL ? last : "");
+    char last[320];
+    last_message(ni, last, sizeof(last));
+    snprintf(why, len, "NCCL asynchronous error: %s (a peer failed or left)%s",
+             ncclGetErrorString(st), last);
     return TT_ENCCL;
 }
 

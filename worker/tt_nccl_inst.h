@@ -62,7 +62,8 @@ typedef struct nccl_inst {
 int tt_nccl_set_err(nccl_inst_t *ni, int rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int tt_nccl_cu_rc(nccl_inst_t *ni, cudaError_t e, const char *what);
-/* Caller holds the comm lock (ncclGetLastError reads the communicator). */
+/* Caller holds the comm lock. The sentence adds NCCL's last message,
+ * which is the process's, not necessarily this communicator's. */
 int tt_nccl_nc_rc(nccl_inst_t *ni, ncclResult_t r, const char *what);
 
 /* Read lock on the communicator; TT_ECLOSED (lock not held) once it was
