@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define FSET_ERR(err, errlen, ...)                                                                 \
@@ -41,23 +42,24 @@ static int fsync_dir_of(const char *path) {
     return rc;
 }
 
-/* Why a temporary name of its own per call (mkostemp), not one per
- * process: two writers of one path in a process (the coordinator's
- * background save and its shutdown save) once shared "<path>.tmp.<pid>",
- * and one truncated, or wrote into, the file the other was renaming into
- * place. Each now renames a whole file of its own; the last rename wins. */
+/* Why the temporary is named after the thread, not the process: two
+ * writers of one path in a process (the coordinator's background save
+ * and its shutdown save) once shared "<path>.tmp.<pid>", and one
+ * truncated, or wrote into, the file the other was renaming into place.
+ * A thread id is unique among live threads, so each writer now renames a
+ * whole file of its own and the last rename wins; a file left by a dead
+ * writer under a reused id is truncated. Not mkostemp: its 0600 would
+ * need a chmod that ignores the umask (0027 under our systemd units). */
 int tt_fs_write_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen) {
     char tmp[4200];
-    snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", path);
-    int fd = mkostemp(tmp, O_CLOEXEC);
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)syscall(SYS_gettid));
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
         FSET_ERR(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
         return TT_ESYS;
     }
     const char *step = NULL;
-    if (fchmod(fd, 0644) != 0) /* mkostemp makes it 0600 */
-        step = "chmod";
-    else if (write_all(fd, data, len) != 0)
+    if (write_all(fd, data, len) != 0)
         step = "write";
     else if (fsync(fd) != 0)
         step = "fsync";

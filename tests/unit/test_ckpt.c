@@ -404,9 +404,9 @@ static void *write_atomic_often(void *arg) {
 
 /* Two writers of one path in one process (the coordinator's background
  * save and its shutdown save): every write succeeds, the file is always
- * one writer's whole content, and no temporary file stays behind. They
- * once shared one temporary name, and one truncated what the other was
- * about to rename into place. */
+ * one writer's whole content, no temporary file stays behind, and the
+ * umask applies. They once shared one temporary name, and one truncated
+ * what the other was about to rename into place. */
 static void fs_write_atomic_concurrent_writers(void) {
     char root[64], path[128];
     mk_tmp(root);
@@ -435,6 +435,12 @@ static void fs_write_atomic_concurrent_writers(void) {
     if (d != NULL)
         closedir(d);
     CU_ASSERT_EQUAL(entries, 1);
+    /* The process's umask still applies (0027 under the systemd units). */
+    mode_t before = umask(027);
+    CU_ASSERT_EQUAL(tt_fs_write_atomic(path, "x", 1, NULL, 0), TT_OK);
+    umask(before);
+    struct stat st;
+    CU_ASSERT(stat(path, &st) == 0 && (st.st_mode & 0777) == 0640);
     rm_tree(root);
 }
 
