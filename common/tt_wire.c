@@ -254,15 +254,43 @@ static int check_ckpt_records(Tether__CheckpointRecord *const *v, size_t n,
     return TT_OK;
 }
 
+/* A failed attempt names its checkpoint; the worker id is empty in a
+ * report (the envelope names the sender) and set in a reply. */
+static int check_ckpt_failure(const Tether__CheckpointFailure *f, const char *what, char *err,
+                              size_t errlen) {
+    if (f->checkpoint_id == NULL || f->checkpoint_id[0] == '\0') {
+        WIRE_SET_ERR(err, errlen, "%s names no checkpoint", what);
+        return TT_EPROTO;
+    }
+    int rc =
+        tt_wire_check_str("failed checkpoint id", f->checkpoint_id, TT_WIRE_MAX_ID, err, errlen);
+    if (rc == TT_OK)
+        rc = tt_wire_check_str("checkpoint failure reason", f->reason, TT_WIRE_MAX_TEXT, err,
+                               errlen);
+    if (rc == TT_OK)
+        rc = tt_wire_check_str("failed checkpoint's worker", f->worker_id, TT_WIRE_MAX_ID, err,
+                               errlen);
+    return rc;
+}
+
+static int check_ckpt_reply(const Tether__CheckpointsReply *r, const tt_wire_limits_t *lim,
+                            char *err, size_t errlen) {
+    int rc =
+        check_ckpt_records(r->checkpoints, r->n_checkpoints, lim, "checkpoints reply", err, errlen);
+    if (rc == TT_OK && r->last_failure != NULL)
+        rc = check_ckpt_failure(r->last_failure, "checkpoints reply's last failure", err, errlen);
+    return rc;
+}
+
 /* A commit carries the manifest as its one frame; everything else none. */
 static int check_ckpt_body(const tt_env_t *e, const tt_wire_limits_t *lim, char *err,
                            size_t errlen) {
     if (e->body_case != TETHER__ENVELOPE__BODY_CHECKPOINT_COMMIT) {
         int rc = tt_wire_check_no_frames(e, tt_wire_body_name(e->body_case), err, errlen);
         if (rc == TT_OK && e->body_case == TETHER__ENVELOPE__BODY_CHECKPOINTS_REPLY)
-            rc = check_ckpt_records(e->checkpoints_reply->checkpoints,
-                                    e->checkpoints_reply->n_checkpoints, lim, "checkpoints reply",
-                                    err, errlen);
+            rc = check_ckpt_reply(e->checkpoints_reply, lim, err, errlen);
+        if (rc == TT_OK && e->body_case == TETHER__ENVELOPE__BODY_CHECKPOINT_FAILURE)
+            rc = check_ckpt_failure(e->checkpoint_failure, "checkpoint failure", err, errlen);
         return rc;
     }
     if (e->n_payload_sizes != 1 || e->payload_sizes[0] == 0 ||
@@ -378,6 +406,7 @@ static int check_body(const tt_env_t *e, const tt_wire_limits_t *lim, char *err,
     case TETHER__ENVELOPE__BODY_CHECKPOINT_COMMIT:
     case TETHER__ENVELOPE__BODY_CHECKPOINTS:
     case TETHER__ENVELOPE__BODY_CHECKPOINTS_REPLY:
+    case TETHER__ENVELOPE__BODY_CHECKPOINT_FAILURE:
         return check_ckpt_body(e, lim, err, errlen);
     default:
         WIRE_SET_ERR(err, errlen, "envelope has no body or an unknown body kind %d",

@@ -497,14 +497,16 @@ static const ctl_cmd_t ctl_cmds[] = {
      "once; --wait: until it is gone",
      cmd_drain, 0},
     {"checkpoint", 1, "checkpoint JOB",
-     "ask JOB for a checkpoint at its next step boundary; --wait: until one is committed",
+     "ask JOB for a checkpoint at its next step boundary; --wait: until one is committed (exit "
+     "1 at once if an attempt fails, with the reason)",
      tt_ctl_cmd_checkpoint, 0},
     {"checkpoint", 2, "checkpoint verify DIR",
      "offline: re-read every part DIR's manifest lists, check sizes and CRCs",
      tt_ctl_cmd_checkpoint_verify, 1},
     /* Offline for a DIR; for a JOB it connects itself (tt_ctl_cmd_checkpoints). */
     {"checkpoints", 1, "checkpoints JOB|DIR",
-     "JOB: committed checkpoints (id, step, bytes, created, duration, dir); "
+     "JOB: committed checkpoints (id, step, bytes, created, duration, dir) and the newest "
+     "failed attempt; "
      "DIR (with a '/'): offline, from the manifests under that root",
      tt_ctl_cmd_checkpoints, 1},
     {"keygen", 1, "keygen FILE",

@@ -1,8 +1,9 @@
 /* tether_ckpt: the exported tether_checkpoint_* functions - what a trainer
  * needs from the coordinator to take coordinated checkpoints: the job's
  * request counters (kept by the client from heartbeat replies), the commit
- * (the coordinator writes the manifest) and the list of committed
- * checkpoints (resume after a full restart). Commit and list open a DEALER
+ * (the coordinator writes the manifest), the report of a part that could
+ * not be written, and the list of committed checkpoints (resume after a
+ * full restart). Commit and list open a DEALER
  * of their own (tt_zreq), because they run on a trainer's writer thread
  * while the client's thread owns the client's socket. It owns no
  * checkpoint format (common/tt_manifest*) and no schedule (the coordinator
@@ -84,6 +85,30 @@ TETHER_API int tether_checkpoint_commit(tether_t *t, const char *root, uint64_t 
             return rc;
         tt_clock_sleep_ms(200);
     }
+}
+
+TETHER_API int tether_checkpoint_failed(tether_t *t, const char *checkpoint_id, uint64_t step,
+                                        uint64_t request, uint64_t generation, const char *reason,
+                                        uint32_t timeout_ms, char *err, size_t errlen) {
+    if (t == NULL || checkpoint_id == NULL || checkpoint_id[0] == '\0' || reason == NULL)
+        return TT_EINVAL;
+    const tt_client_opts_t *o = tt_client_opts(t->client);
+    Tether__CheckpointFailure f = TETHER__CHECKPOINT_FAILURE__INIT;
+    char why[TT_WIRE_MAX_TEXT + 1];
+    snprintf(why, sizeof(why), "%s", reason); /* the wire's limit, not a refusal */
+    f.checkpoint_id = (char *)checkpoint_id;
+    f.step = step;
+    f.request = request;
+    f.reason = why;
+    tt_env_t env;
+    tt_wire_env_init(&env, o->job_id, o->worker_id, generation, 1);
+    env.body_case = TETHER__ENVELOPE__BODY_CHECKPOINT_FAILURE;
+    env.checkpoint_failure = &f;
+    tt_env_t *reply = NULL;
+    int rc =
+        call_once(t, &env, NULL, 0, TETHER__ENVELOPE__BODY_ACK, timeout_ms, &reply, err, errlen);
+    tt_wire_free(&reply);
+    return rc;
 }
 
 static void copy_record(const Tether__CheckpointRecord *r, tether_checkpoint_t *out) {

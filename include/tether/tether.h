@@ -330,6 +330,20 @@ TETHER_API int tether_checkpoint_commit(tether_t *t, const char *root, uint64_t 
                                         uint64_t generation, const void *manifest, size_t len,
                                         uint32_t timeout_ms, char *err, size_t errlen);
 
+/* Tells the coordinator that this worker could not write its part of
+ * checkpoint `checkpoint_id` (taken at `step`, in `generation`), so the
+ * attempt was aborted; `reason` is the sentence an operator needs ("part
+ * ... write failed: No space left on device"), `request` the request the
+ * attempt served (0: the step schedule, or not known to this rank). The
+ * coordinator logs it, counts it, shows it in `tetherctl checkpoints JOB`
+ * and /metrics, and `tetherctl checkpoint JOB --wait` ends with it. One
+ * try, bounded by `timeout_ms`: a report lost with an unreachable
+ * coordinator costs only the report. Safe from any thread. TETHER_OK,
+ * TETHER_ETIMEDOUT, or the coordinator's refusal (`err`). */
+TETHER_API int tether_checkpoint_failed(tether_t *t, const char *checkpoint_id, uint64_t step,
+                                        uint64_t request, uint64_t generation, const char *reason,
+                                        uint32_t timeout_ms, char *err, size_t errlen);
+
 typedef struct tether_checkpoint {
     char id[TETHER_ID_MAX];
     char dir[TETHER_PATH_MAX];

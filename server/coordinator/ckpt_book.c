@@ -110,8 +110,26 @@ int tt_ckpt_book_commit(tt_ckpt_book_t *b, const tt_ckpt_rec_t *rec, uint64_t re
     if (request > b->served)
         b->served = request;
     b->base_ms = now_ms;
+    b->failures_since_commit = 0;
     trim(b, clamp_keep(keep));
     return TT_OK;
+}
+
+int tt_ckpt_book_failed(tt_ckpt_book_t *b, const tt_ckpt_fail_t *f) {
+    if (f->id[0] == '\0' || memchr(f->id, '\0', sizeof(f->id)) == NULL)
+        return TT_EINVAL;
+    tt_ckpt_fail_t *last = &b->last_fail;
+    if (b->failures > 0 && strcmp(last->id, f->id) == 0) {
+        if (f->request > last->request)
+            last->request = f->request;
+        return 0;
+    }
+    *last = *f;
+    last->worker[sizeof(last->worker) - 1] = '\0';
+    last->reason[sizeof(last->reason) - 1] = '\0';
+    b->failures++;
+    b->failures_since_commit++;
+    return 1;
 }
 
 void tt_ckpt_book_export(const tt_ckpt_book_t *b, tt_ckpt_book_saved_t *out) {

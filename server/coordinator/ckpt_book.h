@@ -2,7 +2,8 @@
  * value (no I/O; every time is passed in by the caller). It owns the
  * request numbering (timer and on-demand requests share one counter), the
  * newest request a committed checkpoint served, the timer schedule's base,
- * and the committed checkpoints (oldest first, the newest `keep` of them).
+ * the committed checkpoints (oldest first, the newest `keep` of them) and
+ * the count and newest of the attempts that failed.
  * It does not touch files (coord_ckpt.c stores manifests and applies
  * retention) and knows nothing of the wire (coord_state.c and coord_ckpt.c
  * convert). Thread safety: none; the coordinator's loop thread owns it. */
@@ -28,6 +29,20 @@ typedef struct tt_ckpt_rec {
     uint64_t committed_unix_ms;
 } tt_ckpt_rec_t;
 
+#define TT_CKPT_BOOK_WORKER_MAX 128u  /* worker id, including the NUL */
+#define TT_CKPT_BOOK_REASON_MAX 1025u /* a failure's sentence, including the NUL */
+
+/* A checkpoint attempt that failed: a worker could not write its part, or
+ * the coordinator refused the commit. */
+typedef struct tt_ckpt_fail {
+    char id[TT_CKPT_BOOK_ID_MAX];
+    char worker[TT_CKPT_BOOK_WORKER_MAX];
+    char reason[TT_CKPT_BOOK_REASON_MAX];
+    uint64_t step;
+    uint64_t request; /* the request it served (0: none known) */
+    uint64_t unix_ms;
+} tt_ckpt_fail_t;
+
 /* Transparent so it can live inside the coordinator's job entry; change it
  * only through the functions below. */
 typedef struct tt_ckpt_book {
@@ -36,6 +51,11 @@ typedef struct tt_ckpt_book {
     uint64_t base_ms;   /* timer: last fire, commit or init */
     size_t n, cap;
     tt_ckpt_rec_t *recs; /* owned, oldest first */
+    /* Failed attempts: not persisted (a restarted coordinator counts
+     * afresh, as a Prometheus counter does). */
+    uint64_t failures;              /* attempts, each counted once */
+    uint64_t failures_since_commit; /* since the newest commit */
+    tt_ckpt_fail_t last_fail;       /* valid when failures > 0 */
 } tt_ckpt_book_t;
 
 /* An empty book whose timer counts from now_ms. Allocates nothing. */
@@ -66,6 +86,14 @@ uint64_t tt_ckpt_book_deadline(const tt_ckpt_book_t *b, uint64_t now_ms, uint32_
  * unterminated id or dir; TT_ENOMEM (nothing changes). */
 int tt_ckpt_book_commit(tt_ckpt_book_t *b, const tt_ckpt_rec_t *rec, uint64_t request,
                         uint32_t keep, uint64_t now_ms);
+
+/* Records a failed attempt. Every writer whose part failed reports, so a
+ * report naming the attempt already recorded last counts nothing again: it
+ * keeps the first reason and worker and takes the larger request (only rank
+ * 0 knows which request the attempt served). Returns 1 for a new attempt
+ * (counted), 0 for another report of the newest one, TT_EINVAL for an
+ * empty or unterminated id. A commit resets failures_since_commit. */
+int tt_ckpt_book_failed(tt_ckpt_book_t *b, const tt_ckpt_fail_t *f);
 
 /* The record with that id, or NULL. Borrowed until the next change. */
 const tt_ckpt_rec_t *tt_ckpt_book_find(const tt_ckpt_book_t *b, const char *id);

@@ -1,7 +1,8 @@
 /* coord_ckpt: the coordinator's side of coordinated checkpoints
  * (docs/checkpoints.md). It answers CheckpointRequest (tetherctl asks for
- * one), CheckpointCommit (rank 0 reports every part durable) and
- * CheckpointsRequest (the committed list), fires each running job's timer
+ * one), CheckpointCommit (rank 0 reports every part durable),
+ * CheckpointFailure (a worker could not write its part) and
+ * CheckpointsRequest (the committed list and the newest failure), fires each running job's timer
  * schedule, pushes new requests to the members, and commits: checks the
  * parts, stores the manifest (the commit point), moves `latest` and applies
  * retention on the libuv pool, then records the checkpoint in the job's
@@ -36,6 +37,7 @@ typedef struct ckpt_commit {
     uint8_t peer[TT_ZMQ_MAX_PEER];
     size_t peer_len;
     uint64_t request_id; /* of the envelope, for the reply */
+    char sender[TT_RDZV_ID_MAX];
     int rc;
     char err[768];
 } ckpt_commit_t;
@@ -66,6 +68,16 @@ int coord_ckpt_rec_from_pb(const Tether__CheckpointRecord *p, tt_ckpt_rec_t *r) 
     r->duration_ms = p->duration_ms;
     r->committed_unix_ms = p->committed_unix_ms;
     return TT_OK;
+}
+
+void coord_ckpt_fail_to_pb(const tt_ckpt_fail_t *f, Tether__CheckpointFailure *p) {
+    tether__checkpoint_failure__init(p);
+    p->checkpoint_id = (char *)f->id;
+    p->step = f->step;
+    p->request = f->request;
+    p->reason = (char *)f->reason;
+    p->worker_id = (char *)f->worker;
+    p->unix_ms = f->unix_ms;
 }
 
 /* ---- CheckpointRequest ---- */
@@ -168,6 +180,13 @@ void coord_on_checkpoints(const coord_req_t *q) {
         r.requested = b->requested;
         r.served = b->served;
         r.settings = &set;
+        r.failures = b->failures;
+        r.failures_since_commit = b->failures_since_commit;
+        Tether__CheckpointFailure last;
+        if (b->failures > 0) {
+            coord_ckpt_fail_to_pb(&b->last_fail, &last);
+            r.last_failure = &last;
+        }
         tt_env_t env;
         coord_init_reply(q, &env, 0);
         env.body_case = TETHER__ENVELOPE__BODY_CHECKPOINTS_REPLY;
@@ -176,6 +195,44 @@ void coord_on_checkpoints(const coord_req_t *q) {
     }
     free(recs);
     free(ptrs);
+}
+
+/* ---- CheckpointFailure ---- */
+
+/* Any member, of this generation or an older one (its disk failed all the
+ * same), may report; a stranger to the job may not. */
+static int failure_sender_ok(const coord_req_t *q, coord_job_t *job) {
+    int rc = tt_rdzv_may_commit(job->rdzv, q->env->sender_id, q->env->generation);
+    if (rc == TT_OK || rc == TT_ESTALE)
+        return 1;
+    char msg[320];
+    snprintf(msg, sizeof(msg), "checkpoint failure report from %s: not a member of job '%s'",
+             q->env->sender_id, q->env->job_id);
+    coord_reply_error(q, TT_EFENCED, msg);
+    return 0;
+}
+
+void coord_on_checkpoint_failure(const coord_req_t *q) {
+    coord_job_t *job = job_taking_checkpoints(q, 1);
+    if (job == NULL || !failure_sender_ok(q, job))
+        return;
+    const Tether__CheckpointFailure *p = q->env->checkpoint_failure;
+    tt_ckpt_fail_t f = {.step = p->step, .request = p->request, .unix_ms = tt_clock_wall_ms()};
+    snprintf(f.id, sizeof(f.id), "%s", p->checkpoint_id);
+    snprintf(f.worker, sizeof(f.worker), "%s", q->env->sender_id);
+    snprintf(f.reason, sizeof(f.reason), "%s", p->reason ? p->reason : "");
+    const tt_ckpt_book_t *b = &job->ckpt;
+    if (tt_ckpt_book_failed(&job->ckpt, &f) == 1) {
+        const tt_ckpt_rec_t *newest = tt_ckpt_book_newest(b);
+        char since[96] = "no checkpoint committed yet";
+        if (newest != NULL)
+            snprintf(since, sizeof(since), "the newest committed is %s", newest->id);
+        TT_WARN("coord",
+                "job %s: checkpoint %s (step %" PRIu64 ") failed on %s: %s (%" PRIu64
+                " failed attempt(s) in a row; %s)",
+                q->env->job_id, f.id, f.step, f.worker, f.reason, b->failures_since_commit, since);
+    }
+    coord_reply_ack(q);
 }
 
 /* ---- CheckpointCommit: on the pool ---- */
@@ -257,6 +314,16 @@ static void record_commit(tt_coord_t *c, coord_job_t *job, const ckpt_commit_t *
     coord_request_save(c);
 }
 
+/* A commit refused after its parts were written is a failed attempt as
+ * much as a part that could not be written. */
+static void record_refusal(coord_job_t *job, const ckpt_commit_t *k) {
+    tt_ckpt_fail_t f = {.step = k->m.step, .request = k->request, .unix_ms = tt_clock_wall_ms()};
+    snprintf(f.id, sizeof(f.id), "%s", k->m.id);
+    snprintf(f.worker, sizeof(f.worker), "%s", k->sender);
+    snprintf(f.reason, sizeof(f.reason), "commit refused: %s", k->err);
+    tt_ckpt_book_failed(&job->ckpt, &f);
+}
+
 static void commit_done(uv_work_t *w, int status) {
     ckpt_commit_t *k = w->data;
     tt_coord_t *c = k->c;
@@ -278,6 +345,8 @@ static void commit_done(uv_work_t *w, int status) {
         coord_send_ack(c, k->peer, k->peer_len, k->job_id, k->request_id, 1);
     } else {
         TT_WARN("coord", "job %s: commit of checkpoint %s refused: %s", k->job_id, k->m.id, k->err);
+        if (job != NULL)
+            record_refusal(job, k);
         coord_send_error(c, k->peer, k->peer_len, k->job_id, k->request_id, k->rc, k->err);
     }
     commit_free(k);
@@ -321,6 +390,7 @@ static int commit_prepare(const coord_req_t *q, uint32_t keep, ckpt_commit_t *k,
     k->peer_len = q->rx->peer_len;
     memcpy(k->peer, q->rx->peer, q->rx->peer_len);
     k->request_id = q->env->request_id;
+    snprintf(k->sender, sizeof(k->sender), "%s", q->env->sender_id);
     return TT_OK;
 }
 

@@ -358,6 +358,8 @@ static handler_fn handler_for(int body) {
         return coord_on_checkpoint_request;
     case TETHER__ENVELOPE__BODY_CHECKPOINT_COMMIT:
         return coord_on_checkpoint_commit;
+    case TETHER__ENVELOPE__BODY_CHECKPOINT_FAILURE:
+        return coord_on_checkpoint_failure;
     case TETHER__ENVELOPE__BODY_CHECKPOINTS:
         return coord_on_checkpoints;
     default:

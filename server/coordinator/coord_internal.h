@@ -232,6 +232,7 @@ void coord_dump_close(tt_coord_t *c);
 /* coord_ckpt.c: coordinated checkpoints (docs/checkpoints.md). */
 void coord_on_checkpoint_request(const coord_req_t *q);
 void coord_on_checkpoint_commit(const coord_req_t *q);
+void coord_on_checkpoint_failure(const coord_req_t *q);
 void coord_on_checkpoints(const coord_req_t *q);
 /* Fires the timer schedule of every RUNNING job that is due (timer). */
 void coord_ckpt_tick(tt_coord_t *c, uint64_t now);
@@ -240,6 +241,7 @@ uint64_t coord_ckpt_deadline(const tt_coord_t *c, uint64_t now);
 /* Record <-> wire. to_pb borrows r's strings; from_pb: TT_ECORRUPT when a
  * string does not fit. */
 void coord_ckpt_rec_to_pb(const tt_ckpt_rec_t *r, Tether__CheckpointRecord *p);
+void coord_ckpt_fail_to_pb(const tt_ckpt_fail_t *f, Tether__CheckpointFailure *p);
 int coord_ckpt_rec_from_pb(const Tether__CheckpointRecord *p, tt_ckpt_rec_t *r);
 
 /* coord_monitor.c */

@@ -66,6 +66,11 @@ static const char *const job_gauges[][2] = {
     {"tether_job_last_checkpoint_step", "step of the newest one (-1: none)"},
     {"tether_job_last_checkpoint_bytes", "its size"},
     {"tether_job_last_checkpoint_timestamp_seconds", "when it was committed (Unix time)"},
+    {"tether_job_checkpoint_failures_since_commit",
+     "checkpoint attempts that failed since the newest commit (a part not written, a commit "
+     "refused; counted afresh when the coordinator restarts)"},
+    {"tether_job_last_checkpoint_failure_timestamp_seconds",
+     "when the newest failed attempt was reported (Unix time; 0: none)"},
     {"tether_job_comm_id_waiting",
      "members waiting for the running generation's collective id (rank 0 has not offered it)"},
     {"tether_job_comm_id_wait_seconds", "how long they have been asking for it"},
@@ -89,6 +94,8 @@ static void job_values(const coord_job_t *j, uint64_t now, double *v) {
                                k != NULL ? (double)k->step : -1.0,
                                k != NULL ? (double)k->bytes : 0.0,
                                k != NULL ? (double)k->committed_unix_ms / 1e3 : 0.0,
+                               (double)j->ckpt.failures_since_commit,
+                               j->ckpt.failures > 0 ? (double)j->ckpt.last_fail.unix_ms / 1e3 : 0.0,
                                (double)cw.n,
                                (double)cw.wait_ms / 1e3};
     memcpy(v, vals, sizeof(vals));

@@ -2,7 +2,8 @@
  * timer schedule's rules (not running, outstanding request, every_ms 0,
  * base moved by fire and commit, not by an on-demand request), the
  * deadline the daemon arms, idempotent commits, served never going back or
- * past requested, keep trimming, export/import. Time is the injected clock
+ * past requested, keep trimming, export/import, failed attempts counted
+ * once per checkpoint whoever reports them. Time is the injected clock
  * of every call. */
 #include "ckpt_book.h"
 #include "tt_cunit.h"
@@ -200,7 +201,50 @@ static void ckpt_book_export_import_round_trip(void) {
     tt_ckpt_book_free(&b);
 }
 
+static tt_ckpt_fail_t fail(const char *id, const char *worker, uint64_t request,
+                           const char *reason) {
+    tt_ckpt_fail_t f = {.step = 40, .request = request, .unix_ms = 1700000001000ull};
+    snprintf(f.id, sizeof(f.id), "%s", id);
+    snprintf(f.worker, sizeof(f.worker), "%s", worker);
+    snprintf(f.reason, sizeof(f.reason), "%s", reason);
+    return f;
+}
+
+static void ckpt_book_counts_each_failed_attempt_once(void) {
+    tt_ckpt_book_t b;
+    tt_ckpt_book_init(&b, 0);
+    tt_ckpt_fail_t f = fail("step-40", "w1", 0, "No space left on device");
+    CU_ASSERT_EQUAL(tt_ckpt_book_failed(&b, &f), 1);
+    /* rank 0 reports the same attempt with the request it served: counted
+     * once, the first reason stays, the request is the one rank 0 knew */
+    f = fail("step-40", "w0", 3, "Input/output error");
+    CU_ASSERT_EQUAL(tt_ckpt_book_failed(&b, &f), 0);
+    CU_ASSERT_EQUAL(b.failures, 1);
+    CU_ASSERT_EQUAL(b.failures_since_commit, 1);
+    CU_ASSERT_STRING_EQUAL(b.last_fail.worker, "w1");
+    CU_ASSERT_STRING_EQUAL(b.last_fail.reason, "No space left on device");
+    CU_ASSERT_EQUAL(b.last_fail.request, 3);
+    f = fail("step-40", "w2", 1, "x");
+    CU_ASSERT_EQUAL(tt_ckpt_book_failed(&b, &f), 0);
+    CU_ASSERT_EQUAL(b.last_fail.request, 3);
+    f = fail("step-56", "w0", 3, "Not a directory");
+    CU_ASSERT_EQUAL(tt_ckpt_book_failed(&b, &f), 1);
+    CU_ASSERT_EQUAL(b.failures, 2);
+    CU_ASSERT_STRING_EQUAL(b.last_fail.id, "step-56");
+    /* a commit ends the streak, not the history */
+    tt_ckpt_rec_t r = rec("step-72", 72);
+    CU_ASSERT_EQUAL(tt_ckpt_book_commit(&b, &r, 3, 3, 10), TT_OK);
+    CU_ASSERT_EQUAL(b.failures_since_commit, 0);
+    CU_ASSERT_EQUAL(b.failures, 2);
+    CU_ASSERT_STRING_EQUAL(b.last_fail.id, "step-56");
+    f = fail("", "w0", 0, "x");
+    CU_ASSERT_EQUAL(tt_ckpt_book_failed(&b, &f), TT_EINVAL);
+    CU_ASSERT_EQUAL(b.failures, 2);
+    tt_ckpt_book_free(&b);
+}
+
 static const tt_cunit_test_t tests[] = {
+    {"ckpt_book_counts_each_failed_attempt_once", ckpt_book_counts_each_failed_attempt_once},
     {"ckpt_book_numbers_requests", ckpt_book_numbers_requests},
     {"ckpt_book_timer_needs_every_running_and_nothing_outstanding",
      ckpt_book_timer_needs_every_running_and_nothing_outstanding},

@@ -391,8 +391,74 @@ static void coord_ckpt_commit_refuses_missing_or_short_parts(void) {
     CU_ASSERT_EQUAL(commit(&f, &w, "ck", 0, junk, sizeof(junk), msg, sizeof(msg)), TT_ECORRUPT);
     tt_zmq_rx_t rx;
     CU_ASSERT_EQUAL_FATAL(list(&f, &ctl, "ck", &rx), 0);
-    CU_ASSERT_EQUAL(rx.env->checkpoints_reply->n_checkpoints, 0);
+    const Tether__CheckpointsReply *r = rx.env->checkpoints_reply;
+    CU_ASSERT_EQUAL(r->n_checkpoints, 0);
+    /* Refused after the pool looked at the parts: failed attempts, step-6
+     * counted once for its two refusals; bytes that are no manifest name
+     * no attempt. */
+    CU_ASSERT_EQUAL(r->failures, 2);
+    CU_ASSERT_EQUAL(r->failures_since_commit, 2);
+    if (r->last_failure != NULL) {
+        CU_ASSERT_STRING_EQUAL(r->last_failure->checkpoint_id, "step-6");
+        CU_ASSERT_STRING_EQUAL(r->last_failure->worker_id, "w0");
+        CU_ASSERT_PTR_NOT_NULL(strstr(r->last_failure->reason, "commit refused: "));
+    } else {
+        CU_FAIL("no last failure");
+    }
     tt_zmq_rx_close(&rx);
+    teardown(&f, &w, &ctl);
+}
+
+/* CheckpointFailure from `w`: the error code (0: Ack). */
+static int report_failure(fx_t *f, cli_t *w, const char *job, const char *id, uint64_t request,
+                          const char *reason) {
+    Tether__CheckpointFailure cf = TETHER__CHECKPOINT_FAILURE__INIT;
+    cf.checkpoint_id = (char *)id;
+    cf.step = 40;
+    cf.request = request;
+    cf.reason = (char *)reason;
+    tt_env_t env;
+    tt_wire_env_init(&env, job, w->sender, 1, 0);
+    env.body_case = TETHER__ENVELOPE__BODY_CHECKPOINT_FAILURE;
+    env.checkpoint_failure = &cf;
+    return cli_call_ack(f, w, &env);
+}
+
+static void coord_ckpt_failure_reports_are_counted_then_cleared_by_a_commit(void) {
+    fx_t f;
+    cli_t w, ctl, stranger;
+    char msg[512];
+    size_t len;
+    uint64_t bytes;
+    setup(&f, &w, &ctl, "ck", 2);
+    cli_open(&f, &stranger, "worker", "w9");
+    CU_ASSERT_EQUAL(report_failure(&f, &w, "ck", "step-40", 0, "rank 1: No space left on device"),
+                    0);
+    CU_ASSERT_EQUAL(report_failure(&f, &w, "ck", "step-40", 2, "rank 0: No space left"), 0);
+    CU_ASSERT_EQUAL(report_failure(&f, &stranger, "ck", "step-41", 2, "x"), TT_EFENCED);
+    CU_ASSERT_EQUAL(report_failure(&f, &w, "nojob", "step-41", 2, "x"), TT_EJOB);
+    tt_zmq_rx_t rx;
+    CU_ASSERT_EQUAL_FATAL(list(&f, &ctl, "ck", &rx), 0);
+    const Tether__CheckpointsReply *r = rx.env->checkpoints_reply;
+    CU_ASSERT_EQUAL(r->failures, 1);
+    if (r->last_failure != NULL) {
+        CU_ASSERT_STRING_EQUAL(r->last_failure->checkpoint_id, "step-40");
+        CU_ASSERT_STRING_EQUAL(r->last_failure->reason, "rank 1: No space left on device");
+        CU_ASSERT_EQUAL(r->last_failure->request, 2);
+        CU_ASSERT_EQUAL(r->last_failure->step, 40);
+        CU_ASSERT(r->last_failure->unix_ms > 0);
+    } else {
+        CU_FAIL("no last failure");
+    }
+    tt_zmq_rx_close(&rx);
+    uint8_t *mf = write_checkpoint(&f, "step-48", 48, &len, &bytes);
+    CU_ASSERT_EQUAL(commit(&f, &w, "ck", 0, mf, len, msg, sizeof(msg)), 0);
+    free(mf);
+    CU_ASSERT_EQUAL_FATAL(list(&f, &ctl, "ck", &rx), 0);
+    CU_ASSERT_EQUAL(rx.env->checkpoints_reply->failures, 1);
+    CU_ASSERT_EQUAL(rx.env->checkpoints_reply->failures_since_commit, 0);
+    tt_zmq_rx_close(&rx);
+    tt_zmq_close(&stranger.sock);
     teardown(&f, &w, &ctl);
 }
 
@@ -612,6 +678,8 @@ static const tt_cunit_test_t tests[] = {
      coord_ckpt_commit_stores_records_and_survives_restart},
     {"coord_ckpt_commit_refuses_missing_or_short_parts",
      coord_ckpt_commit_refuses_missing_or_short_parts},
+    {"coord_ckpt_failure_reports_are_counted_then_cleared_by_a_commit",
+     coord_ckpt_failure_reports_are_counted_then_cleared_by_a_commit},
     {"coord_ckpt_second_commit_waits_for_the_first", coord_ckpt_second_commit_waits_for_the_first},
     {"coord_ckpt_timer_requests_every_ms_while_running",
      coord_ckpt_timer_requests_every_ms_while_running},

@@ -349,6 +349,32 @@ static int decode_checkpoints_reply(Tether__CheckpointRecord *rec, char *err, si
     return rc;
 }
 
+static int decode_failure(const char *id, const char *reason) {
+    Tether__CheckpointFailure cf = TETHER__CHECKPOINT_FAILURE__INIT;
+    cf.checkpoint_id = (char *)id;
+    cf.reason = (char *)reason;
+    tt_env_t env;
+    tt_wire_env_init(&env, "job", "w0", 1, 3);
+    env.body_case = TETHER__ENVELOPE__BODY_CHECKPOINT_FAILURE;
+    env.checkpoint_failure = &cf;
+    tt_env_t *e = NULL;
+    char err[256] = "";
+    int rc = round_trip(&env, NULL, 0, &e, err, sizeof(err));
+    if (rc == TT_OK)
+        CU_ASSERT_STRING_EQUAL(e->checkpoint_failure->checkpoint_id, id);
+    tt_wire_free(&e);
+    return rc;
+}
+
+static void wire_checkpoint_failure_names_its_checkpoint(void) {
+    char longtext[1100];
+    memset(longtext, 'r', sizeof(longtext) - 1);
+    longtext[sizeof(longtext) - 1] = '\0';
+    CU_ASSERT_EQUAL(decode_failure("step-40", "No space left on device"), TT_OK);
+    CU_ASSERT_EQUAL(decode_failure("", "x"), TT_EPROTO);
+    CU_ASSERT_EQUAL(decode_failure("step-40", longtext), TT_EPROTO);
+}
+
 static void wire_checkpoints_reply_rejects_malformed_records(void) {
     char err[256] = "", longdir[1100];
     memset(longdir, 'd', sizeof(longdir) - 1);
@@ -596,6 +622,7 @@ static const tt_cunit_test_t tests[] = {
      wire_checkpoint_commit_needs_one_frame_and_absolute_root},
     {"wire_checkpoints_reply_rejects_malformed_records",
      wire_checkpoints_reply_rejects_malformed_records},
+    {"wire_checkpoint_failure_names_its_checkpoint", wire_checkpoint_failure_names_its_checkpoint},
     {"wire_comm_id_is_bounded", wire_comm_id_is_bounded},
     {"wire_comm_id_reply_names_rank0", wire_comm_id_reply_names_rank0},
     {"wire_status_names_rank0_within_bounds", wire_status_names_rank0_within_bounds},

@@ -1,7 +1,8 @@
 /* ctl_ckpt: tetherctl's checkpoint commands. Through the coordinator:
  * `checkpoint JOB [--wait]` (ask for one at the job's next step boundary,
- * and optionally poll until a committed checkpoint served the request) and
- * `checkpoints JOB` (what the coordinator committed and recorded). Offline,
+ * and optionally poll until a committed checkpoint served the request or
+ * an attempt serving it failed) and `checkpoints JOB` (what the
+ * coordinator committed and recorded, and the newest failed attempt). Offline,
  * on local files: `checkpoint verify DIR` and `checkpoints DIR` (a root's
  * committed checkpoints, read from their manifests). Presentation only:
  * the coordinator and the manifests own every answer. */
@@ -135,14 +136,32 @@ static void record_json(const Tether__CheckpointRecord *r, int newest) {
            newest ? "true" : "false");
 }
 
+static void failure_json(const Tether__CheckpointFailure *f) {
+    char at[32];
+    utc_time(f->unix_ms, at, sizeof(at));
+    printf("{\"id\":");
+    tt_ctl_json_str(stdout, f->checkpoint_id);
+    printf(",\"step\":%" PRIu64 ",\"request\":%" PRIu64 ",\"worker\":", f->step, f->request);
+    tt_ctl_json_str(stdout, f->worker_id ? f->worker_id : "");
+    printf(",\"reason\":");
+    tt_ctl_json_str(stdout, f->reason ? f->reason : "");
+    printf(",\"unix_ms\":%" PRIu64 ",\"at\":\"%s\"}", f->unix_ms, at);
+}
+
 static void checkpoints_json(const char *job, const Tether__CheckpointsReply *r) {
     const Tether__JobSettings *s = r->settings;
     printf("{\"job\":");
     tt_ctl_json_str(stdout, job);
     printf(",\"requested\":%" PRIu64 ",\"served\":%" PRIu64
-           ",\"keep\":%u,\"every_steps\":%u,\"every_ms\":%u,\"checkpoints\":[",
+           ",\"keep\":%u,\"every_steps\":%u,\"every_ms\":%u,\"failures\":%" PRIu64
+           ",\"failures_since_commit\":%" PRIu64,
            r->requested, r->served, s ? s->checkpoint_keep : 0, s ? s->checkpoint_every_steps : 0,
-           s ? s->checkpoint_every_ms : 0);
+           s ? s->checkpoint_every_ms : 0, r->failures, r->failures_since_commit);
+    if (r->last_failure != NULL) {
+        printf(",\"last_failure\":");
+        failure_json(r->last_failure);
+    }
+    printf(",\"checkpoints\":[");
     for (size_t i = 0; i < r->n_checkpoints; i++) {
         printf("%s", i ? "," : "");
         record_json(r->checkpoints[i], i + 1 == r->n_checkpoints);
@@ -184,6 +203,16 @@ static void checkpoints_table(const char *job, const Tether__CheckpointsReply *r
         tt_ctl_tbl_row(&t, row);
     }
     tt_ctl_tbl_print(&t, stdout);
+    const Tether__CheckpointFailure *f = r->last_failure;
+    if (f != NULL) {
+        char at[32];
+        utc_time(f->unix_ms, at, sizeof(at));
+        printf("failed attempts: %" PRIu64 " since the newest commit, %" PRIu64
+               " since the coordinator started; the newest: %s (step %" PRIu64
+               ") at %s on %s: %s\n",
+               r->failures_since_commit, r->failures, f->checkpoint_id, f->step, at,
+               f->worker_id ? f->worker_id : "?", f->reason ? f->reason : "");
+    }
 }
 
 static void show_checkpoints(const tt_ctl_t *ctl, const char *job, const tt_env_t *reply) {
@@ -240,6 +269,30 @@ static void show_served(const tt_ctl_t *ctl, const char *job, uint64_t n,
     }
 }
 
+/* An attempt that served request n (or a later one) failed: the wait is
+ * over, with the reason, rather than at --timeout-ms. The job takes the
+ * request up again after a pause (docs/checkpoints.md). 1 when so. */
+static int show_failed(const tt_ctl_t *ctl, const char *job, uint64_t n,
+                       const Tether__CheckpointsReply *r) {
+    const Tether__CheckpointFailure *f = r->last_failure;
+    if (f == NULL || f->request < n)
+        return 0;
+    if (ctl->cfg.json) {
+        printf("{\"job\":");
+        tt_ctl_json_str(stdout, job);
+        printf(",\"request\":%" PRIu64 ",\"failed\":", n);
+        failure_json(f);
+        printf("}\n");
+    }
+    fprintf(stderr,
+            "tetherctl: checkpoint request %" PRIu64 " of job '%s' failed: %s (step %" PRIu64
+            ") on %s: %s; the previous checkpoint stays valid and the job tries again after a "
+            "pause (see 'tetherctl checkpoints %s')\n",
+            n, job, f->checkpoint_id, f->step, f->worker_id ? f->worker_id : "?",
+            f->reason ? f->reason : "", job);
+    return 1;
+}
+
 /* Polls the committed list every 200 ms until a checkpoint served request
  * n, all within --timeout-ms (each poll gets what is left of it). */
 static int wait_served(tt_ctl_t *ctl, const char *job, uint64_t n) {
@@ -258,9 +311,12 @@ static int wait_served(tt_ctl_t *ctl, const char *job, uint64_t n) {
         uint64_t served = rx.env->checkpoints_reply->served;
         if (served >= n)
             show_served(ctl, job, n, rx.env->checkpoints_reply);
+        int failed = served < n && show_failed(ctl, job, n, rx.env->checkpoints_reply);
         tt_zmq_rx_close(&rx);
         if (served >= n)
             return TT_CTL_EXIT_OK;
+        if (failed)
+            return TT_CTL_EXIT_FAIL;
         if (tt_ctl_remaining_ms(deadline) <= 200) {
             fprintf(stderr,
                     "tetherctl: checkpoint request %" PRIu64
