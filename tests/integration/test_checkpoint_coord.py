@@ -19,13 +19,18 @@ in its durable state.
     commit thread holds the commit (a test knob), evicted, the survivor
     commits newer checkpoints; after SIGCONT the old commit reaches the
     coordinator and is refused (its generation is over), so `latest` and
-    the record keep the newer checkpoints.
+    the record keep the newer checkpoints;
+  * a checkpoint root that cannot be written: the failure reaches the
+    coordinator (tetherctl checkpoint --wait ends with it, checkpoints and
+    /metrics show it), rank 0 pauses before retrying, and a request made
+    after the repair commits at once.
 """
 import json
 import os
 import re
 import signal
 import time
+import urllib.request
 
 from tt_harness import (binary, committed, free_port, read_params,
                         rel_diff, run_tests, verify_checkpoint, wait_for)
@@ -241,9 +246,74 @@ def test_restart_when_no_checkpoint_verifies(h):
     assert line and "none of the" in line[0], text[-2000:]
 
 
+def not_written(ps):
+    """Parts that failed, as their writers logged them."""
+    pat = re.compile(r"checkpoint step-\d+ not written: ")
+    return sum(1 for p in ps for l in p.lines("log") if pat.search(l))
+
+
+def test_failed_part_is_reported_and_paced(h):
+    """A checkpoint root that stops being writable (here: a file where the
+    directory was; a full disk behaves alike): `tetherctl checkpoint
+    --wait` ends at once with the writer's reason instead of at its
+    timeout, `tetherctl checkpoints` and /metrics show the failure, rank 0
+    pauses before it retries the open request (no attempt within the 5 s
+    pause), and once the root is back a new request commits at once."""
+    http = f"127.0.0.1:{free_port()}"
+    coord = h.coordinator(extra=["--http", http])
+    root = os.path.join(h.dir, "ckpt")
+    ps = workers(h, coord, "disk", ["--max-steps", "100000", "--epochs", "1000",
+                                    "--pace-ms", "10", "--checkpoint-dir", root])
+    wait_for(lambda: last_step(h, coord, "disk") >= 10, 60, "training reaches step 10")
+    h.ctl(coord.endpoint, "checkpoint", "disk", "--wait", timeout_ms=30000)
+    os.rename(root, root + ".away")
+    with open(root, "w") as f:
+        f.write("not a directory\n")
+    t0 = time.monotonic()
+    rc, out, err = h.ctl(coord.endpoint, "checkpoint", "disk", "--wait", check=False,
+                         timeout_ms=30000)
+    took = time.monotonic() - t0
+    print(f"  --wait ended after {took:.2f} s, exit {rc}: {err.strip()[:160]}")
+    assert rc == 1 and took < 15, (rc, took, err)
+    assert "request 2 of job 'disk' failed" in err and "Not a directory" in err, err
+    lst = listed(h, coord, "disk")
+    f = lst["last_failure"]
+    assert lst["failures_since_commit"] >= 1 and f["request"] == 2, lst
+    assert f["worker"] in ("w0", "w1") and "Not a directory" in f["reason"], f
+    rc, text, _ = h.ctl(coord.endpoint, "checkpoints", "disk")
+    assert "failed attempts: " in text and f["id"] in text, text
+    status, body = http_get(http, "/metrics")
+    line = [l for l in body.splitlines()
+            if l.startswith('tether_job_checkpoint_failures_since_commit{job="disk"}')]
+    assert status == 200 and line and float(line[0].split()[-1]) >= 1, line
+    # The open request waits out rank 0's pause instead of being retried
+    # every 16 steps (160 ms here).
+    ps[0].wait_line(lambda l: "taken up again in 5 s" in l, 10, "the pause", stream="log")
+    n = not_written(ps)
+    time.sleep(3)
+    print(f"  attempts that failed: {n}, 3 s later: {not_written(ps)}")
+    assert not_written(ps) == n, (n, not_written(ps))
+    # The operator frees the root and asks again: taken at once.
+    os.unlink(root)
+    os.rename(root + ".away", root)
+    t0 = time.monotonic()
+    h.ctl(coord.endpoint, "checkpoint", "disk", "--wait", timeout_ms=30000)
+    print(f"  a new request after the repair committed in {time.monotonic() - t0:.2f} s")
+    lst = listed(h, coord, "disk")
+    assert len(lst["checkpoints"]) == 2 and lst["failures_since_commit"] == 0, lst
+    for p in ps:
+        p.kill9()
+
+
+def http_get(addr, path):
+    with urllib.request.urlopen(f"http://{addr}{path}", timeout=5) as r:
+        return r.status, r.read().decode()
+
+
 if __name__ == "__main__":
     if not os.path.exists(os.path.join(DATA, "train-images-idx3-ubyte.gz")):
         print(f"SKIP: no Fashion-MNIST under {DATA}")
         raise SystemExit(77)
     run_tests([test_on_demand, test_coordinator_timer, test_full_restart,
-               test_fenced_rank0_commit_refused, test_restart_when_no_checkpoint_verifies])
+               test_fenced_rank0_commit_refused, test_restart_when_no_checkpoint_verifies,
+               test_failed_part_is_reported_and_paced])

@@ -55,7 +55,7 @@ static void ckpt_sched_defers_while_one_is_in_flight(void) {
 static void ckpt_sched_aborts_on_failure_or_new_generation(void) {
     tt_ckpt_sched_t s = make(5, 0, 0);
     CU_ASSERT_EQUAL(tick(&s, 5, 0, 0), TT_CKPT_ACT_START);
-    CU_ASSERT_EQUAL(tick(&s, 6, 1, 1), TT_CKPT_ACT_ABORT);
+    CU_ASSERT_EQUAL(tick(&s, 6, 1, 1), TT_CKPT_ACT_ABORT | TT_CKPT_ACT_FAILED);
     CU_ASSERT_EQUAL(s.phase, TT_CKPT_PHASE_IDLE);
     CU_ASSERT_EQUAL(tick(&s, 10, 0, 0), TT_CKPT_ACT_START);
     tt_ckpt_tick_t t = {.step = 11, .generation = 2, .writers = 2, .done = 2};
@@ -124,7 +124,34 @@ static void ckpt_sched_new_generation_aborts_locally_and_drops_deferred(void) {
     CU_ASSERT_EQUAL(s.inflight_gen, 2);
 }
 
+static void ckpt_retry_backs_off_and_lets_new_requests_through(void) {
+    tt_ckpt_retry_t r = {0};
+    CU_ASSERT_FALSE(tt_ckpt_retry_holds(&r, 1, 0));
+    CU_ASSERT_EQUAL(tt_ckpt_retry_failed(&r, 2, 1000), TT_CKPT_RETRY_FIRST_MS);
+    CU_ASSERT_TRUE(tt_ckpt_retry_holds(&r, 2, 1000));
+    CU_ASSERT_TRUE(tt_ckpt_retry_holds(&r, 2, 1000 + TT_CKPT_RETRY_FIRST_MS - 1));
+    CU_ASSERT_FALSE(tt_ckpt_retry_holds(&r, 2, 1000 + TT_CKPT_RETRY_FIRST_MS));
+    /* an operator's new request is taken at once */
+    CU_ASSERT_FALSE(tt_ckpt_retry_holds(&r, 3, 1001));
+    /* failures in a row double the pause, up to the cap */
+    uint64_t now = 10000, d = 0;
+    for (int i = 0; i < 12; i++)
+        d = tt_ckpt_retry_failed(&r, 2, now);
+    CU_ASSERT_EQUAL(d, TT_CKPT_RETRY_MAX_MS);
+    CU_ASSERT_EQUAL(tt_ckpt_retry_failed(&r, 2, now), TT_CKPT_RETRY_MAX_MS);
+    CU_ASSERT_TRUE(tt_ckpt_retry_holds(&r, 2, now + TT_CKPT_RETRY_MAX_MS - 1));
+    /* served requests older than the failure do not end the streak */
+    tt_ckpt_retry_served(&r, 1);
+    CU_ASSERT_TRUE(tt_ckpt_retry_holds(&r, 2, now));
+    /* serving what failed does, and the next failure starts small again */
+    tt_ckpt_retry_served(&r, 2);
+    CU_ASSERT_FALSE(tt_ckpt_retry_holds(&r, 2, now));
+    CU_ASSERT_EQUAL(tt_ckpt_retry_failed(&r, 4, now), TT_CKPT_RETRY_FIRST_MS);
+}
+
 static const tt_cunit_test_t tests[] = {
+    {"ckpt_retry_backs_off_and_lets_new_requests_through",
+     ckpt_retry_backs_off_and_lets_new_requests_through},
     {"ckpt_sched_every_steps_starts_on_multiples", ckpt_sched_every_steps_starts_on_multiples},
     {"ckpt_sched_commits_only_when_every_writer_reported",
      ckpt_sched_commits_only_when_every_writer_reported},

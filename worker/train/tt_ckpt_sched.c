@@ -33,7 +33,8 @@ int tt_ckpt_sched_resolve(tt_ckpt_sched_t *s, const tt_ckpt_tick_t *t) {
     if (t->failed > 0 || t->generation != s->inflight_gen) {
         s->phase = TT_CKPT_PHASE_IDLE;
         s->aborted++;
-        return TT_CKPT_ACT_ABORT;
+        return t->generation != s->inflight_gen ? TT_CKPT_ACT_ABORT
+                                                : TT_CKPT_ACT_ABORT | TT_CKPT_ACT_FAILED;
     }
     if (t->writers > 0 && t->done >= t->writers) {
         s->phase = TT_CKPT_PHASE_IDLE;
@@ -76,4 +77,21 @@ int tt_ckpt_sched_boundary(tt_ckpt_sched_t *s, const tt_ckpt_tick_t *tick, uint6
     s->last_ms = now_ms;
     s->started++;
     return act | TT_CKPT_ACT_START;
+}
+
+uint64_t tt_ckpt_retry_failed(tt_ckpt_retry_t *r, uint64_t requested, uint64_t now_ms) {
+    uint64_t d = r->delay_ms == 0 ? TT_CKPT_RETRY_FIRST_MS : 2 * r->delay_ms;
+    r->delay_ms = d < TT_CKPT_RETRY_MAX_MS ? d : TT_CKPT_RETRY_MAX_MS;
+    r->until_ms = now_ms + r->delay_ms;
+    r->requested = requested;
+    return r->delay_ms;
+}
+
+int tt_ckpt_retry_holds(const tt_ckpt_retry_t *r, uint64_t requested, uint64_t now_ms) {
+    return r->delay_ms != 0 && now_ms < r->until_ms && requested <= r->requested;
+}
+
+void tt_ckpt_retry_served(tt_ckpt_retry_t *r, uint64_t served) {
+    if (r->delay_ms != 0 && served >= r->requested)
+        *r = (tt_ckpt_retry_t){0};
 }

@@ -28,6 +28,7 @@ enum {
     TT_CKPT_ACT_COMMIT = 1, /* every writer reported: commit the one in flight */
     TT_CKPT_ACT_ABORT = 2,  /* a writer failed or the generation changed */
     TT_CKPT_ACT_START = 4,  /* snapshot now and start writing checkpoint `step` */
+    TT_CKPT_ACT_FAILED = 8, /* with ABORT: a writer failed (not a generation change) */
 };
 
 /* The agreed inputs of one step boundary. */
@@ -84,5 +85,33 @@ int tt_ckpt_sched_resolve(tt_ckpt_sched_t *s, const tt_ckpt_tick_t *tick);
  * of the in-flight checkpoint comes first, so COMMIT|START or ABORT|START
  * in one boundary is possible. */
 int tt_ckpt_sched_boundary(tt_ckpt_sched_t *s, const tt_ckpt_tick_t *tick, uint64_t now_ms);
+
+/* Rank 0's pause before it takes the coordinator's open requests up again
+ * after an attempt failed (a part not written, a commit refused). Without
+ * it an open request is retried at every poll (TT_TC_POLL_STEPS steps):
+ * on a full disk that is a checkpoint's worth of writes, a directory and
+ * an error line per rank every few seconds, for as long as the disk stays
+ * full. The pause doubles with each failure in a row, from
+ * TT_CKPT_RETRY_FIRST_MS up to TT_CKPT_RETRY_MAX_MS; a request made after
+ * the failure (an operator who freed space and asks again) is not held
+ * back, and a served request ends the streak. A step schedule
+ * (every_steps) is not affected: its next multiple is its retry. */
+#define TT_CKPT_RETRY_FIRST_MS 5000u
+#define TT_CKPT_RETRY_MAX_MS   300000u
+
+typedef struct {
+    uint64_t until_ms;  /* held back before this (rank 0's clock) */
+    uint64_t delay_ms;  /* the pause of the newest failure; 0: no streak */
+    uint64_t requested; /* requests made when it failed */
+} tt_ckpt_retry_t;
+
+/* An attempt failed at `now_ms` with `requested` requests made. Returns
+ * the pause chosen. */
+uint64_t tt_ckpt_retry_failed(tt_ckpt_retry_t *r, uint64_t requested, uint64_t now_ms);
+/* 1 while the requests must wait: before until_ms, with no request newer
+ * than the failure. */
+int tt_ckpt_retry_holds(const tt_ckpt_retry_t *r, uint64_t requested, uint64_t now_ms);
+/* `served` requests were served: a streak covered by them ends. */
+void tt_ckpt_retry_served(tt_ckpt_retry_t *r, uint64_t served);
 
 #endif

@@ -308,6 +308,24 @@ static void snapshot(tt_tc_job_t *j, uint32_t nstates) {
     pthread_mutex_unlock(&j->mu);
 }
 
+/* This rank's part failed, so the checkpoint will abort. The coordinator
+ * hears why, so that an operator sees it without reading worker logs.
+ * Before the status is published: the step loop may reuse the job after.
+ * The directory stays (another rank may still be writing into it); the
+ * next commit's retention removes it (tt_ckpt_retain). */
+static void failed_part(tt_tc_job_t *j) {
+    TT_ERROR("ckpt", "rank %d: checkpoint %s not written: %s", j->rank, j->id, j->msg);
+    if (j->tether == NULL)
+        return;
+    char err[256] = "", reason[640];
+    snprintf(reason, sizeof(reason), "rank %d: %s", j->rank, j->msg);
+    int rc = tether_checkpoint_failed(j->tether, j->id, j->step, j->request, j->generation, reason,
+                                      TT_TC_REPORT_TIMEOUT_MS, err, sizeof(err));
+    if (rc != TT_OK)
+        TT_WARN("ckpt", "checkpoint %s: the failure was not reported to the coordinator: %s", j->id,
+                err[0] ? err : tt_strerror(rc));
+}
+
 static void *job_main(void *arg) {
     tt_tc_job_t *j = arg;
     if (j->copy_in_thread)
@@ -329,7 +347,7 @@ static void *job_main(void *arg) {
     }
     j->write_ns = tt_clock_mono_ns() - t0;
     if (rc < 0)
-        TT_ERROR("ckpt", "rank %d: checkpoint %s not written: %s", j->rank, j->id, j->msg);
+        failed_part(j);
     atomic_store_explicit(&j->status, rc < 0 ? -1 : 1, memory_order_release);
     return NULL;
 }
@@ -445,6 +463,9 @@ static int start(tt_train_ckpt_t *c, uint64_t step, int rank, int world) {
     snprintf(j->id, sizeof(j->id), "step-%09llu", (unsigned long long)step);
     snprintf(j->dir, sizeof(j->dir), "%s/%s", c->root, j->id);
     j->shards_failed = 0;
+    j->tether = c->tether;
+    j->request = c->req_serving;
+    j->generation = c->sched.inflight_gen;
     if (c->on_shards && rank == 0)
         shards_begin(c, j);
     atomic_store_explicit(&j->status, 0, memory_order_relaxed);
@@ -614,14 +635,14 @@ static int control_reduce(tt_train_ckpt_t *c, int rank, int world, int time_due,
     return TT_OK;
 }
 
-static int apply(tt_train_ckpt_t *c, int act, int rank, int world, int wanted) {
+static int apply(tt_train_ckpt_t *c, int act, int rank, int world, int wanted, uint64_t now_ms) {
+    int failed = (act & TT_CKPT_ACT_FAILED) != 0;
     if ((act & TT_CKPT_ACT_ABORT) != 0 && c->tether != NULL)
-        tt_tc_coord_aborted(c);
+        tt_tc_coord_aborted(c, failed && rank == 0, now_ms);
     if ((act & TT_CKPT_ACT_ABORT) != 0)
-        TT_WARN("ckpt",
-                "checkpoint %s aborted (a writer failed or the membership changed); the "
-                "previous one stays valid",
-                c->job.id);
+        TT_WARN("ckpt", "checkpoint %s aborted (%s); the previous one stays valid", c->job.id,
+                failed ? "a part was not written: its writer logged why"
+                       : "the membership changed");
     int rc = TT_OK;
     if ((act & TT_CKPT_ACT_COMMIT) != 0) {
         c->st.last_bytes = c->job.shard.size + c->job.trainer.size;
@@ -634,8 +655,10 @@ static int apply(tt_train_ckpt_t *c, int act, int rank, int world, int wanted) {
             rc = commit(c, c->ctl);
     }
     /* After the commit took its request: one boundary may commit the
-     * previous checkpoint and start the next. */
-    if ((act & TT_CKPT_ACT_START) != 0 && c->tether != NULL && rank == 0)
+     * previous checkpoint and start the next. Every rank notes the request
+     * (the members hear of it at once), so a failed part is reported with
+     * it whichever rank failed. */
+    if ((act & TT_CKPT_ACT_START) != 0 && c->tether != NULL)
         tt_tc_coord_started(c, wanted);
     if (rc == TT_OK && (act & TT_CKPT_ACT_START) != 0)
         rc = start(c, c->sched.inflight, rank, world);
@@ -704,7 +727,7 @@ int tt_train_ckpt_boundary(tt_train_ckpt_t *c, uint64_t now_ms) {
     int rc = c->coll.membership(c->coll.ctx, &rank, &world, &tick.generation);
     int act = rc == TT_OK ? tt_ckpt_sched_generation(&c->sched, tick.generation) : 0;
     /* Rank 0's wish: the coordinator's request, or its own timer. */
-    int wish = c->tether != NULL ? rank == 0 && tt_tc_coord_wanted(c)
+    int wish = c->tether != NULL ? rank == 0 && tt_tc_coord_wanted(c, now_ms)
                                  : tt_ckpt_sched_time_due(&c->sched, now_ms);
     /* Who runs the schedule: every rank, or rank 0 alone (on the shards),
      * which then looks at the coordinator's requests at every boundary. */
@@ -715,7 +738,7 @@ int tt_train_ckpt_boundary(tt_train_ckpt_t *c, uint64_t now_ms) {
     if (rc == TT_OK && runs)
         act |= tt_ckpt_sched_boundary(&c->sched, &tick, now_ms);
     if (rc == TT_OK)
-        rc = apply(c, act, rank, world, tick.time_due);
+        rc = apply(c, act, rank, world, tick.time_due, now_ms);
     uint64_t dt = tt_clock_mono_ns() - t0;
     c->st.boundaries++;
     c->st.stall_ns_total += dt;
@@ -745,7 +768,7 @@ static int finish_inflight(tt_train_ckpt_t *c, int rank, int world, const tt_ckp
     if (rc == TT_OK && act == 0)
         rc = TT_EINTERNAL;
     if (rc == TT_OK)
-        rc = apply(c, act, rank, world, 0);
+        rc = apply(c, act, rank, world, 0, tt_clock_mono_ms());
     join_thread(c);
     return rc;
 }
@@ -768,7 +791,7 @@ int tt_train_ckpt_finish(tt_train_ckpt_t *c) {
             rc = finish_inflight(c, rank, world, &tick);
         if (rc == TT_OK && c->sched.pending && tick.step != c->sched.last_step)
             rc = apply(c, tt_ckpt_sched_boundary(&c->sched, &tick, tt_clock_mono_ms()), rank, world,
-                       0);
+                       0, tt_clock_mono_ms());
         else
             break;
     }

@@ -25,13 +25,27 @@
 #define TC_LIST_TIMEOUT_MS   5000u
 #define TC_LIST_MAX          64u
 
-int tt_tc_coord_wanted(tt_train_ckpt_t *c) {
-    if (atomic_exchange_explicit(&c->commit_failed, 0, memory_order_acq_rel))
-        c->req_taken = 0; /* its request is still open: take it up again */
+/* Rank 0 pauses before it takes the open requests up again (tt_ckpt_retry):
+ * says so once per failure, so an operator reading the log knows why a
+ * request waits. */
+static void back_off(tt_train_ckpt_t *c, uint64_t requested, uint64_t now_ms, const char *what) {
+    uint64_t d = tt_ckpt_retry_failed(&c->retry, requested, now_ms);
+    TT_WARN("ckpt",
+            "%s: the coordinator's open checkpoint request(s) are taken up again in %llu s, or "
+            "at once on a new request",
+            what, (unsigned long long)(d / 1000));
+}
+
+int tt_tc_coord_wanted(tt_train_ckpt_t *c, uint64_t now_ms) {
     uint64_t requested = 0, served = 0;
     tether_checkpoint_requests(c->tether, &requested, &served);
+    if (atomic_exchange_explicit(&c->commit_failed, 0, memory_order_acq_rel)) {
+        c->req_taken = 0; /* its request is still open: take it up again */
+        back_off(c, requested, now_ms, "the commit failed");
+    }
+    tt_ckpt_retry_served(&c->retry, served);
     uint64_t done = served > c->req_taken ? served : c->req_taken;
-    return requested > done;
+    return requested > done && !tt_ckpt_retry_holds(&c->retry, requested, now_ms);
 }
 
 void tt_tc_coord_started(tt_train_ckpt_t *c, int wanted) {
@@ -42,7 +56,11 @@ void tt_tc_coord_started(tt_train_ckpt_t *c, int wanted) {
         c->req_taken = requested;
 }
 
-void tt_tc_coord_aborted(tt_train_ckpt_t *c) {
+void tt_tc_coord_aborted(tt_train_ckpt_t *c, int writer_failed, uint64_t now_ms) {
+    uint64_t requested = 0;
+    tether_checkpoint_requests(c->tether, &requested, NULL);
+    if (writer_failed && c->req_serving != 0)
+        back_off(c, requested, now_ms, "a part of the checkpoint was not written");
     c->req_taken = 0;
     c->req_serving = 0;
 }

@@ -34,7 +34,10 @@ typedef struct {
     uint8_t tstate[TT_TRAIN_CKPT_STATE_BYTES];
     uint64_t stall_at_step; /* test knob: hang inside the part writer */
     tt_ckpt_part_info_t shard, trainer;
-    int shards_failed; /* rank 0, update on the shards: their parts failed */
+    int shards_failed;     /* rank 0, update on the shards: their parts failed */
+    struct tether *tether; /* with a coordinator: a failure is reported to it */
+    uint64_t request;      /* the request it serves (rank 0; 0: none known) */
+    uint64_t generation;
     uint64_t write_ns;
     char msg[512];
     atomic_int status; /* 0 running, 1 done, -1 failed */
@@ -94,6 +97,7 @@ struct tt_train_ckpt {
      * taken up, and the one the checkpoint in flight serves. */
     struct tether *tether;
     uint64_t req_taken, req_serving;
+    tt_ckpt_retry_t retry;    /* rank 0: the pause after a failed attempt */
     uint64_t commit_request;  /* req_serving of the checkpoint being committed */
     uint64_t commit_gen;      /* the generation it was taken in */
     atomic_int commit_failed; /* set by the commit thread */
@@ -127,12 +131,19 @@ int tt_tc_fail(tt_train_ckpt_t *c, int rc, const char *fmt, ...)
  * steps of rank 0 hearing of it). */
 #define TT_TC_POLL_STEPS 16
 
-/* Rank 0's wish: the coordinator asked for a checkpoint not yet taken up. */
-int tt_tc_coord_wanted(tt_train_ckpt_t *c);
-/* Rank 0 at a start: remember which request it serves (`wanted`: rank 0
- * wished for it); after an abort: forget, so the request is taken again. */
+/* A failed part's report to the coordinator (on the writer thread): one
+ * try, short, since an unreachable coordinator only costs the report. */
+#define TT_TC_REPORT_TIMEOUT_MS 2000u
+
+/* Rank 0's wish: the coordinator asked for a checkpoint not yet taken up,
+ * and no pause after a failure holds it back (tt_ckpt_retry). */
+int tt_tc_coord_wanted(tt_train_ckpt_t *c, uint64_t now_ms);
+/* At a start: remember which request it serves (`wanted`: rank 0 wished
+ * for it; every rank, so a failure report names it); after an abort:
+ * forget, so the request is taken again, after a pause when a writer
+ * failed (`writer_failed`, rank 0 only; not when the membership changed). */
 void tt_tc_coord_started(tt_train_ckpt_t *c, int wanted);
-void tt_tc_coord_aborted(tt_train_ckpt_t *c);
+void tt_tc_coord_aborted(tt_train_ckpt_t *c, int writer_failed, uint64_t now_ms);
 /* The commit through the coordinator (on the commit thread). 0 or a
  * status, `err` set. */
 int tt_tc_coord_commit(tt_train_ckpt_t *c, char *err, size_t errlen);
