@@ -120,6 +120,9 @@ static int check_join_reply(const Tether__JoinReply *r, const tt_wire_limits_t *
     return rc;
 }
 
+static int check_ckpt_failure(const Tether__CheckpointFailure *f, const char *what, char *err,
+                              size_t errlen);
+
 static int check_status_reply(const Tether__StatusReply *s, const tt_wire_limits_t *lim, char *err,
                               size_t errlen) {
     if (s->n_jobs > lim->max_members) {
@@ -134,6 +137,8 @@ static int check_status_reply(const Tether__StatusReply *s, const tt_wire_limits
             rc = tt_wire_check_str("job failure", j->failure, TT_WIRE_MAX_TEXT, err, errlen);
         if (rc == TT_OK)
             rc = tt_wire_check_str("rank 0 id", j->comm_id_from, TT_WIRE_MAX_ID, err, errlen);
+        if (rc == TT_OK && j->checkpoint_failure != NULL)
+            rc = check_ckpt_failure(j->checkpoint_failure, "job's checkpoint failure", err, errlen);
         if (rc != TT_OK) {
             WIRE_SET_ERR(err, errlen, "status reply job %zu is malformed", i);
             return TT_EPROTO;

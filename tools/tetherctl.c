@@ -81,6 +81,11 @@ static void status_json(const tt_ctl_t *ctl, const Tether__StatusReply *r) {
         printf(",\"comm_id_waiting\":%u,\"comm_id_wait_ms\":%" PRIu64 ",\"comm_id_from\":",
                j->comm_id_waiting, j->comm_id_wait_ms);
         tt_ctl_json_str(stdout, j->comm_id_from);
+        printf(",\"checkpoint_failures\":%" PRIu64, j->checkpoint_failures);
+        if (j->checkpoint_failure != NULL) {
+            printf(",\"checkpoint_failure\":");
+            tt_ctl_ckpt_failure_json(j->checkpoint_failure);
+        }
         const Tether__JobSettings *s = j->settings;
         if (s != NULL)
             printf(",\"settings\":{\"min_workers\":%u,\"max_workers\":%u,\"last_call_ms\":%u,"
@@ -138,6 +143,12 @@ static void status_table(const Tether__StatusReply *r) {
                    "'s collective id from rank 0 (%s), which has not offered it\n",
                    j->job_id, j->comm_id_waiting, (double)j->comm_id_wait_ms / 1e3, j->generation,
                    j->comm_id_from && j->comm_id_from[0] ? j->comm_id_from : "?");
+        const Tether__CheckpointFailure *f = j->checkpoint_failure;
+        if (j->checkpoint_failures > 0 && f != NULL)
+            printf("job %s: %" PRIu64 " checkpoint attempt(s) failed since the newest commit; "
+                   "the newest, %s on %s: %s (see 'tetherctl checkpoints %s')\n",
+                   j->job_id, j->checkpoint_failures, f->checkpoint_id,
+                   f->worker_id ? f->worker_id : "?", f->reason ? f->reason : "", j->job_id);
     }
     size_t alive = 0;
     for (size_t i = 0; i < r->n_shards; i++)

@@ -224,7 +224,7 @@ void coord_on_checkpoint_failure(const coord_req_t *q) {
     const tt_ckpt_book_t *b = &job->ckpt;
     if (tt_ckpt_book_failed(&job->ckpt, &f) == 1) {
         const tt_ckpt_rec_t *newest = tt_ckpt_book_newest(b);
-        char since[96] = "no checkpoint committed yet";
+        char since[TT_CKPT_BOOK_ID_MAX + 32] = "no checkpoint committed yet";
         if (newest != NULL)
             snprintf(since, sizeof(since), "the newest committed is %s", newest->id);
         TT_WARN("coord",

@@ -6,9 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* js borrows strings from the job and from cw (filled here). */
+/* js borrows strings from the job and from cw and fail (filled here). */
 static void job_status(const coord_job_t *job, uint64_t now, Tether__JobStatus *js,
-                       Tether__JobSettings *set, coord_commid_waiting_t *cw) {
+                       Tether__JobSettings *set, coord_commid_waiting_t *cw,
+                       Tether__CheckpointFailure *fail) {
     const tt_rdzv_t *r = job->rdzv;
     coord_settings_to_pb(tt_rdzv_settings(r), set);
     tether__job_status__init(js);
@@ -29,6 +30,11 @@ static void job_status(const coord_job_t *job, uint64_t now, Tether__JobStatus *
     js->comm_id_waiting = cw->n;
     js->comm_id_wait_ms = cw->wait_ms;
     js->comm_id_from = cw->from;
+    js->checkpoint_failures = job->ckpt.failures_since_commit;
+    if (job->ckpt.failures_since_commit > 0) {
+        coord_ckpt_fail_to_pb(&job->ckpt.last_fail, fail);
+        js->checkpoint_failure = fail;
+    }
 }
 
 void coord_on_status(const coord_req_t *q) {
@@ -37,11 +43,12 @@ void coord_on_status(const coord_req_t *q) {
     Tether__JobStatus **ptrs = calloc(n + 1, sizeof(*ptrs));
     Tether__JobSettings *set = calloc(n + 1, sizeof(*set));
     coord_commid_waiting_t *cw = calloc(n + 1, sizeof(*cw));
-    if (js == NULL || ptrs == NULL || set == NULL || cw == NULL) {
+    Tether__CheckpointFailure *fail = calloc(n + 1, sizeof(*fail));
+    if (js == NULL || ptrs == NULL || set == NULL || cw == NULL || fail == NULL) {
         coord_reply_error(q, TT_ENOMEM, "out of memory");
     } else {
         for (size_t i = 0; i < n; i++) {
-            job_status(&q->c->jobs[i], q->now, &js[i], &set[i], &cw[i]);
+            job_status(&q->c->jobs[i], q->now, &js[i], &set[i], &cw[i], &fail[i]);
             ptrs[i] = &js[i];
         }
         Tether__StatusReply r = TETHER__STATUS_REPLY__INIT;
@@ -62,6 +69,7 @@ void coord_on_status(const coord_req_t *q) {
     free(ptrs);
     free(set);
     free(cw);
+    free(fail);
 }
 
 static void fill_members(const tt_rdzv_member_info_t *info, size_t n, Tether__MemberStatus *ms,

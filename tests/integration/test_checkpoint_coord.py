@@ -256,7 +256,7 @@ def test_failed_part_is_reported_and_paced(h):
     """A checkpoint root that stops being writable (here: a file where the
     directory was; a full disk behaves alike): `tetherctl checkpoint
     --wait` ends at once with the writer's reason instead of at its
-    timeout, `tetherctl checkpoints` and /metrics show the failure, rank 0
+    timeout, `tetherctl checkpoints`, `status` and /metrics show it, rank 0
     pauses before it retries the open request (no attempt within the 5 s
     pause), and once the root is back a new request commits at once."""
     http = f"127.0.0.1:{free_port()}"
@@ -282,6 +282,8 @@ def test_failed_part_is_reported_and_paced(h):
     assert f["worker"] in ("w0", "w1") and "Not a directory" in f["reason"], f
     rc, text, _ = h.ctl(coord.endpoint, "checkpoints", "disk")
     assert "failed attempts: " in text and f["id"] in text, text
+    rc, text, _ = h.ctl(coord.endpoint, "status")
+    assert "checkpoint attempt(s) failed since the newest commit" in text, text
     status, body = http_get(http, "/metrics")
     line = [l for l in body.splitlines()
             if l.startswith('tether_job_checkpoint_failures_since_commit{job="disk"}')]
@@ -301,6 +303,8 @@ def test_failed_part_is_reported_and_paced(h):
     print(f"  a new request after the repair committed in {time.monotonic() - t0:.2f} s")
     lst = listed(h, coord, "disk")
     assert len(lst["checkpoints"]) == 2 and lst["failures_since_commit"] == 0, lst
+    job = [j for j in h.ctl_json(coord.endpoint, "status")["jobs"] if j["job_id"] == "disk"][0]
+    assert job["checkpoint_failures"] == 0 and "checkpoint_failure" not in job, job
     for p in ps:
         p.kill9()
 

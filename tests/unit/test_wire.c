@@ -465,19 +465,25 @@ static void wire_comm_id_reply_names_rank0(void) {
 }
 
 /* A StatusReply whose job names rank 0 as `from` (the member others wait
- * for, JobStatus.comm_id_from): an id-sized name round-trips, a longer
- * one is refused like any over-long id. */
+ * for, JobStatus.comm_id_from) and its newest failed checkpoint: an
+ * id-sized name round-trips, a longer one is refused like any over-long
+ * id, and so is a failure that names no checkpoint. */
 static void wire_status_names_rank0_within_bounds(void) {
     char from[TT_WIRE_MAX_ID + 2];
-    for (int k = 0; k < 2; k++) {
-        size_t len = k == 0 ? TT_WIRE_MAX_ID : TT_WIRE_MAX_ID + 1;
+    for (int k = 0; k < 3; k++) {
+        size_t len = k == 1 ? TT_WIRE_MAX_ID + 1 : TT_WIRE_MAX_ID;
         memset(from, 'w', len);
         from[len] = '\0';
+        Tether__CheckpointFailure cf = TETHER__CHECKPOINT_FAILURE__INIT;
+        cf.checkpoint_id = k == 2 ? "" : "step-40";
+        cf.reason = "No space left on device";
         Tether__JobStatus js = TETHER__JOB_STATUS__INIT;
         js.job_id = "job";
         js.comm_id_waiting = 3;
         js.comm_id_wait_ms = 12000;
         js.comm_id_from = from;
+        js.checkpoint_failures = 2;
+        js.checkpoint_failure = &cf;
         Tether__JobStatus *jobs[1] = {&js};
         Tether__StatusReply r = TETHER__STATUS_REPLY__INIT;
         r.n_jobs = 1;
@@ -495,6 +501,8 @@ static void wire_status_names_rank0_within_bounds(void) {
             CU_ASSERT_EQUAL(got->comm_id_waiting, 3);
             CU_ASSERT_EQUAL(got->comm_id_wait_ms, 12000);
             CU_ASSERT_STRING_EQUAL(got->comm_id_from, from);
+            CU_ASSERT_EQUAL(got->checkpoint_failures, 2);
+            CU_ASSERT_STRING_EQUAL(got->checkpoint_failure->checkpoint_id, "step-40");
         } else {
             CU_ASSERT_EQUAL(rc, TT_EPROTO);
             CU_ASSERT_PTR_NOT_NULL(strstr(err, "status reply job 0 is malformed"));

@@ -136,7 +136,7 @@ static void record_json(const Tether__CheckpointRecord *r, int newest) {
            newest ? "true" : "false");
 }
 
-static void failure_json(const Tether__CheckpointFailure *f) {
+void tt_ctl_ckpt_failure_json(const Tether__CheckpointFailure *f) {
     char at[32];
     utc_time(f->unix_ms, at, sizeof(at));
     printf("{\"id\":");
@@ -159,7 +159,7 @@ static void checkpoints_json(const char *job, const Tether__CheckpointsReply *r)
            s ? s->checkpoint_every_ms : 0, r->failures, r->failures_since_commit);
     if (r->last_failure != NULL) {
         printf(",\"last_failure\":");
-        failure_json(r->last_failure);
+        tt_ctl_ckpt_failure_json(r->last_failure);
     }
     printf(",\"checkpoints\":[");
     for (size_t i = 0; i < r->n_checkpoints; i++) {
@@ -281,7 +281,7 @@ static int show_failed(const tt_ctl_t *ctl, const char *job, uint64_t n,
         printf("{\"job\":");
         tt_ctl_json_str(stdout, job);
         printf(",\"request\":%" PRIu64 ",\"failed\":", n);
-        failure_json(f);
+        tt_ctl_ckpt_failure_json(f);
         printf("}\n");
     }
     fprintf(stderr,

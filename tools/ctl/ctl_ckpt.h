@@ -14,4 +14,8 @@ int tt_ctl_cmd_checkpoint_verify(tt_ctl_t *ctl, char **args);
  * is listed offline; otherwise it connects and asks the coordinator. */
 int tt_ctl_cmd_checkpoints(tt_ctl_t *ctl, char **args);
 
+/* A failed checkpoint attempt as a JSON object (no newline): `status` and
+ * `checkpoints` print the same fields. */
+void tt_ctl_ckpt_failure_json(const Tether__CheckpointFailure *f);
+
 #endif
