@@ -34,6 +34,7 @@
 #include <arpa/inet.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +60,10 @@ typedef struct world {
     char wrong[64];
     const char *told[MAXW];
     int notify[2]; /* child -> parent: "ready to be stopped/killed" */
+    /* Desync scenarios: each rank says it is done (done[1]) and keeps its
+     * ring until the parent closes hold[1], i.e. until every rank is done. */
+    int lingers;
+    int done[2], hold[2];
 } world_t;
 
 typedef int (*scenario_fn)(tt_ring_t *r, int rank, const world_t *wd);
@@ -447,15 +452,47 @@ static int scen_regroup(tt_ring_t *r, int rank, const world_t *wd) {
     return bad;
 }
 
+/* Why desync scenarios linger: the rank that finds the desync first
+ * passes its ABORT to the right, and it reaches its left neighbour only
+ * after going round the ring. If that rank's process ended at once, its
+ * left neighbour would see it disconnect first and, past
+ * TT_RING_GONE_GRACE_MS (meant for an ABORT the neighbour queued itself),
+ * report "rank 1 disconnected" instead of the desync the test checks for:
+ * seen once under ThreadSanitizer with three ranks. */
+static void linger(const world_t *wd) {
+    char c = 'd';
+    if (write(wd->done[1], &c, 1) != 1)
+        return;
+    while (read(wd->hold[0], &c, 1) > 0)
+        ;
+}
+
 static int child(int rank, const world_t *wd, scenario_fn fn) {
+    if (wd->lingers)
+        close(wd->hold[1]); /* the parent's copy is the last: EOF when it closes */
     tt_ring_t *r = make_ring(rank, wd, fn == scen_stale && rank == 0 ? 8 : 7);
     if (r == NULL)
         return 1;
     if (fn == scen_regroup)
         return fn(r, rank, wd); /* destroys r itself */
     int bad = fn(r, rank, wd);
+    if (wd->lingers)
+        linger(wd);
     tt_ring_destroy(&r);
     return bad;
+}
+
+/* The parent's half: every rank done, or `ms` passed (a rank that died
+ * before saying so), then the ranks may end. */
+static void release_when_done(world_t *wd, int ms) {
+    char c;
+    uint64_t end = tt_clock_mono_ms() + (uint64_t)ms;
+    for (int n = 0; n < wd->w && tt_clock_mono_ms() < end;) {
+        struct pollfd p = {.fd = wd->done[0], .events = POLLIN};
+        if (poll(&p, 1, 100) == 1 && read(wd->done[0], &c, 1) == 1)
+            n++;
+    }
+    close(wd->hold[1]);
 }
 
 /* Runs one world; victim_sig (SIGSTOP/SIGKILL) is sent to the last rank
@@ -469,7 +506,8 @@ static int run_world(int w, int deadline_ms, scenario_fn fn, int victim_sig, con
     pid_t pids[MAXW];
     int bad = 0, status;
     uint64_t t0 = tt_clock_mono_ms();
-    if (pick_ports(&wd) != 0 || pipe(wd.notify) != 0)
+    wd.lingers = fn == scen_desync || fn == scen_side_desync;
+    if (pick_ports(&wd) != 0 || pipe(wd.notify) != 0 || pipe(wd.done) != 0 || pipe(wd.hold) != 0)
         return w;
     if (fn == scen_unreached) {
         /* Port 1: refused, and never some process's port by chance. A free
@@ -486,6 +524,10 @@ static int run_world(int w, int deadline_ms, scenario_fn fn, int victim_sig, con
         if (pids[i] == 0)
             exit(child(i, &wd, fn)); /* exit, not _exit: LeakSanitizer runs at exit */
     }
+    if (wd.lingers)
+        release_when_done(&wd, deadline_ms);
+    else
+        close(wd.hold[1]);
     if (victim_sig != 0) {
         char c;
         if (read(wd.notify[0], &c, 1) == 1)
@@ -502,6 +544,9 @@ static int run_world(int w, int deadline_ms, scenario_fn fn, int victim_sig, con
     }
     close(wd.notify[0]);
     close(wd.notify[1]);
+    close(wd.done[0]);
+    close(wd.done[1]);
+    close(wd.hold[0]);
     printf("%-8s W=%d: %s (%llu ms)\n", name, w, bad ? "FAILED" : "ok",
            (unsigned long long)(tt_clock_mono_ms() - t0));
     fflush(stdout);
