@@ -101,6 +101,10 @@ run gpu_two_workers python3 -u "$top/tests/gpu/gpu_two_workers.py"
 # (its NCCL init may take up to 60 s to give up where it goes wrong).
 TETHER_CHECK_TIMEOUT=${TETHER_CHECK_TIMEOUT:-240} \
     run gpu_nccl_fallback python3 -u "$top/tests/gpu/gpu_nccl_fallback.py"
+# NCCL with two and three ranks on this one GPU (each its own host for
+# NCCL): training, a kill and a drain, both shrinking the communicator.
+TETHER_CHECK_TIMEOUT=${TETHER_CHECK_TIMEOUT:-240} \
+    run gpu_nccl_ranks python3 -u "$top/tests/gpu/gpu_nccl_ranks.py"
 run unit_nccl_watchdog "$build/tests/unit/test_nccl_watchdog"
 run bench_gpu_train "$build/bench/bench_gpu_train" --steps "$steps"
 run bench_gpu_torch python3 "$top/bench/bench_gpu_train.py" --steps "$steps"
@@ -132,6 +136,9 @@ echo
 echo "== device steps (docs/gpu.md: layers reduced during backward)"
 grep -hE 'part\(s\)' "$build"/device-check-gpu_trainer_cuda.log \
     "$build"/device-check-gpu_two_workers.log 2>/dev/null
+echo
+echo "== NCCL with two and three ranks on one GPU (docs/gpu.md: shrink)"
+grep -hE '^  ' "$build"/device-check-gpu_nccl_ranks.log 2>/dev/null
 echo
 echo "| check                  | st   |      s | note"
 echo "|------------------------|------|--------|-----"
