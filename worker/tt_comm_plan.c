@@ -245,8 +245,8 @@ int tt_comm_audit_due(uint32_t every, int64_t step) {
 }
 
 /* Only the coordinator knows that a regroup only removed members (a
- * drain, a death) and admitted nobody: every survivor is then told the
- * same relation and shrinks together. A rank that decided on its own
+ * drain at a step boundary) and admitted nobody: every survivor is then
+ * told the same relation and shrinks together. A rank that decided on its own
  * could shrink while another builds afresh, and both would wait out the
  * init deadline. */
 int tt_comm_plan_keeps_parent(uint64_t inst_gen, int nccl_row, uint64_t shrink_of) {
@@ -255,9 +255,8 @@ int tt_comm_plan_keeps_parent(uint64_t inst_gen, int nccl_row, uint64_t shrink_o
 
 /* Why not abort a kept parent on an NCCL without revoke: ncclCommAbort
  * frees the communicator, and every survivor would then build afresh
- * while the announcement says shrink. Its collectives, if any (a death),
- * end at the watchdog's deadline, and the shrink after that falls back
- * (docs/gpu.md). */
+ * while the announcement says shrink. A drain leaves nothing in flight
+ * to cut short (docs/gpu.md). */
 int tt_comm_plan_cuts_short(int keeps, int revokes) {
     return !keeps || revokes;
 }

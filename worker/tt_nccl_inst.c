@@ -174,11 +174,13 @@ static void wd_report(void *ctx, uint64_t seq, int status, const char *why) {
 #if TT_NCCL_HAS_REVOKE
 /* Why revoke before abort: both stop the kernels a dead peer left
  * spinning, but a revoked communicator stays valid as the parent of
- * ncclCommShrink, so the survivors of a failure can derive the next
- * generation's communicator from it instead of bootstrapping a new one
- * (docs/gpu.md). It is non-blocking here and must quiesce within `ms`;
- * anything else (an error, a revoke that does not settle) falls back to
- * ncclCommAbort. Caller holds the comm lock for writing. */
+ * ncclCommShrink. A drain's survivors shrink it; a death's do not (the
+ * coordinator announces no shrink: NCCL 2.28 refuses one when the proxy
+ * saw the peer fail, and revoke keeps that error; docs/gpu.md), so there
+ * the revoke only ends the work. It is non-blocking here and must
+ * quiesce within `ms`; anything else (an error, a revoke that does not
+ * settle) falls back to ncclCommAbort. Caller holds the comm lock for
+ * writing. */
 static int revoke_within(nccl_inst_t *ni, int ms) {
     uint64_t end = tt_clock_mono_ms() + (uint64_t)ms;
     ncclResult_t r = ncclCommRevoke(ni->comm, NCCL_REVOKE_DEFAULT);

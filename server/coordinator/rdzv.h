@@ -150,14 +150,15 @@ typedef enum {
      * the first step the generation runs. `shrink_of` != 0: this
      * generation is generation `shrink_of` minus the members that held
      * its ranks `shrink_exclude` (n_shrink_exclude of them, ascending):
-     * formed by dropping drained members (at a step boundary, or at once
-     * with `now`) or evicted ones and admitting nobody, so the survivors
-     * keep their order (new rank = old rank minus the excluded ranks
-     * below it). NCCL members may then shrink the old communicator
-     * (Generation.shrink_of, NCCL_SHRINK_ABORT ending what was in flight)
-     * instead of building a new one. Every other formation (the first,
-     * tt_rdzv_regroup_now, one that admits a joiner, more than
-     * TT_RDZV_SHRINK_MAX leaving) has shrink_of 0 and no excluded ranks. */
+     * formed at a step boundary every member waited at, by dropping
+     * drained members and admitting nobody, so nothing was in flight and
+     * the survivors keep their order (new rank = old rank minus the
+     * excluded ranks below it). NCCL members may then shrink the old
+     * communicator (Generation.shrink_of) instead of building a new one.
+     * Every other formation (the first, after a death or a drain with
+     * `now`: rdzv_group.c says why, tt_rdzv_regroup_now, one that admits
+     * a joiner, more than TT_RDZV_SHRINK_MAX drained) has shrink_of 0 and
+     * no excluded ranks. */
     TT_RDZV_EV_GENERATION_FORMED = 1,
     /* A member was declared dead and fenced. `worker_id`, `incarnation`,
      * `message` = reason, `generation` = the generation it was evicted from.

@@ -215,14 +215,13 @@ typedef struct {
     uint32_t ranks[TT_RDZV_SHRINK_MAX]; /* old ranks, ascending */
 } shrink_t;
 
-/* The old ranks of the members about to leave, ascending (the list is
- * not compacted yet, in rank order): the evicted ones with `dead`, the
- * drained ones with `drained`; none beyond what Generation can carry. */
-static void note_shrink(const tt_rdzv_t *r, int dead, int drained, shrink_t *sh) {
+/* The old ranks of the members about to be drained, ascending (the list
+ * is in rank order); none beyond what Generation can carry. */
+static void note_shrink(const tt_rdzv_t *r, shrink_t *sh) {
     uint32_t n = 0;
     for (uint32_t i = 0; i < r->members.n; i++) {
         const tt_rdzv_node_t *m = r->members.v[i];
-        if (m->evicted ? !dead : !(m->draining && drained))
+        if (!m->draining || m->evicted)
             continue;
         if (n == TT_RDZV_SHRINK_MAX)
             return; /* sh->of stays 0 */
@@ -349,25 +348,22 @@ static void demote_survivors(tt_rdzv_t *r, uint64_t now_ms) {
     r->below_min_since = now_ms;
 }
 
-/* Why a death's generation is a shrink too: NCCL stops what the dead
- * rank left in flight (ncclCommShrink with NCCL_SHRINK_ABORT, after the
- * survivors' watchdogs revoked their communicators), so survivors that
- * keep their order can derive the new communicator from the old one
- * instead of waiting seconds for a fresh one. A survivor that holds no
- * communicator fit to shrink builds afresh, and the generation then fails
- * into a plain regroup (docs/gpu.md). Joiners admitted with it drop the
- * relation (form_generation). */
+/* Why a death's generation is no shrink (nor a drain --now's, which
+ * evicts): NCCL (2.27-2.28) cannot shrink a communicator whose proxy
+ * thread saw the peer go mid-collective. ncclCommShrink checks the parent
+ * with ncclCommEnsureReady, which returns the proxy's recorded error, and
+ * ncclCommRevoke leaves that error in place. Whether a survivor's proxy
+ * saw it is a race, so survivors would split between shrinking and
+ * building afresh, and both halves would wait out the init deadline
+ * (docs/gpu.md). Every survivor builds afresh instead, during the PS
+ * steps where there are shard servers. */
 static void regroup_after_death(tt_rdzv_t *r, uint64_t now_ms) {
-    shrink_t sh = {0};
     update_committed(r);
-    int drop =
-        r->n_draining > 0 && r->members.n - r->n_evicted - r->n_draining >= r->settings.min_workers;
-    note_shrink(r, 1, drop, &sh); /* before compact_members: old ranks */
     compact_members(r);
-    if (drop)
+    if (r->n_draining > 0 && r->members.n - r->n_draining >= r->settings.min_workers)
         drop_drained(r); /* they were leaving anyway: not into this generation */
     if (r->members.n >= r->settings.min_workers) {
-        form_generation(r, free_slots(r), -1, now_ms, &sh);
+        form_generation(r, free_slots(r), -1, now_ms, NULL); /* steps were in flight */
         return;
     }
     uint32_t need = r->pending.n + r->members.n;
@@ -438,16 +434,17 @@ void tt_rdzv_note_step(tt_rdzv_t *r, tt_rdzv_node_t *n, int64_t step, int runnin
         set_regroup_step(r, step);
 }
 
-/* Every member waits at S: the drained leave, waiters come in. The
- * generation is a shrink when nobody is admitted: the survivors keep
- * their order (ranked by worker id), so an NCCL communicator can be
- * shrunk rather than built again. */
+/* Every member waits at S: the drained leave, waiters come in. Why only
+ * here is a generation a shrink: no step is in flight (so no survivor's
+ * communicator saw a peer fail, see regroup_after_death) and, when nobody
+ * is admitted, the survivors keep their order (ranked by worker id), so an
+ * NCCL communicator can be shrunk rather than built again. */
 static void form_at_boundary(tt_rdzv_t *r, uint64_t now_ms) {
     shrink_t sh = {0};
     update_committed(r);
     int64_t resume = r->regroup_step + 1;
     if (r->n_draining > 0) {
-        note_shrink(r, 0, 1, &sh);
+        note_shrink(r, &sh);
         drop_drained(r);
     }
     form_generation(r, free_slots(r), resume, now_ms, &sh);

@@ -201,18 +201,14 @@ def run_with_kill(h, name, seed, restarts, shards=2, spe=STEPS_PER_EPOCH, epochs
 
 
 def test_kill_random_worker(h):
-    """Also: the survivors' generation is announced as the old one minus
-    the dead worker's rank (ranks follow worker ids, so worker N held rank
-    N), which NCCL members shrink their communicator by."""
+    """Also: the survivors' generation is not announced as a shrink of the
+    old one (NCCL members build a fresh communicator after a death; a
+    survivor's may have seen the peer fail, which NCCL cannot shrink)."""
     for seed in SEEDS:
         rows, text = run_with_kill(h, f"kill-{seed}", seed, restarts=0, daemon_info=True)
         assert rows[-1]["world_size"] == 3, rows[-1]
-        victim = random.Random(seed).randrange(4)  # as run_with_kill picks it
-        shrink = re.search(rf"formed, world 3, .*shrinks generation (\d+) by rank\(s\) {victim}\b",
-                           text)
-        assert shrink is not None, [l for l in text.splitlines() if "formed" in l]
-        print(f"  announced: generation {int(shrink.group(1)) + 1} shrinks generation "
-              f"{shrink.group(1)} by rank {victim}")
+        formed = [ln for ln in text.splitlines() if "formed, world 3" in ln]
+        assert formed and not any("shrinks generation" in ln for ln in formed), formed
 
 
 def test_kill_worker_during_ps_steps(h):
