@@ -63,13 +63,19 @@ def skip_reason():
             program_skips(os.path.join(BUILD, "tests", "gpu", "nccl_ps_check")))
 
 
+_ref = []
+
+
 def reference(h):
-    """The one-process CUDA run of the same steps."""
-    out = os.path.join(h.dir, "ref.bin")
-    p = h.spawn("ref", [binary("tether-train"), "--backend", "local", "--device", "cuda",
-                        "--data", DATA, *train_args(SEED), "--dump-params", out])
-    assert p.wait(120) == 0, "the one-process CUDA run failed"
-    return read_params(out)
+    """The one-process CUDA run of the same steps (made once: every test
+    trains the same steps, and a short device session counts seconds)."""
+    if not _ref:
+        out = os.path.join(h.dir, "ref.bin")
+        p = h.spawn("ref", [binary("tether-train"), "--backend", "local", "--device", "cuda",
+                            "--data", DATA, *train_args(SEED), "--dump-params", out])
+        assert p.wait(120) == 0, "the one-process CUDA run failed"
+        _ref.append(read_params(out))
+    return _ref[0]
 
 
 def launch(h, name, workers, shards, backend="nccl", launcher=(), train=()):
