@@ -1,7 +1,8 @@
 /* tt_train_ckpt: the step-boundary hook, snapshot, background part writer
  * and rank-0 commit of trainer-side checkpoints (see the header and
- * docs/checkpoints.md). Resume lives in tt_train_ckpt_load.c, the
- * coordinator's part (requests, commit, record) in tt_train_ckpt_coord.c.
+ * docs/checkpoints.md). Resume lives in tt_train_ckpt_load.c, rank 0's
+ * manifest and commit in tt_train_ckpt_commit.c, the coordinator's part
+ * (requests, commit, record) in tt_train_ckpt_coord.c.
  *
  * Why a control all-reduce even though the coordinator makes the requests:
  * the ranks hear of a request at different times, but they run in lockstep
@@ -202,21 +203,11 @@ int tt_train_ckpt_create(tt_train_ckpt_t **out, const tt_train_ckpt_opts_t *opts
     return TT_OK;
 }
 
-static void join_thread(tt_train_ckpt_t *c) {
-    if (!c->thr_live)
-        return;
-    tt_tc_thread_wait(c);
-    if (c->in_commit) {
-        tt_manifest_free(&c->commit);
-        c->in_commit = 0;
-    }
-}
-
 void tt_train_ckpt_destroy(tt_train_ckpt_t **cp) {
     if (cp == NULL || *cp == NULL)
         return;
     tt_train_ckpt_t *c = *cp;
-    join_thread(c);
+    tt_tc_join(c);
     tt_tc_thread_stop(c);
     tt_manifest_free(&c->commit);
     tether_shard_parts_free(c->ps_parts, c->nps_parts);
@@ -433,7 +424,7 @@ static void refresh_planes(tt_train_ckpt_t *c) {
  * a memcpy of this rank's slice of each plane (and the trainer state).
  * With the update on the shards the shards write the planes instead. */
 static int start(tt_train_ckpt_t *c, uint64_t step, int rank, int world) {
-    join_thread(c);
+    tt_tc_join(c);
     tt_tc_job_t *j = &c->job;
     j->lo = c->on_shards ? 0 : (uint64_t)c->n * (uint64_t)rank / (uint64_t)world;
     j->hi = c->on_shards ? 0 : (uint64_t)c->n * (uint64_t)(rank + 1) / (uint64_t)world;
@@ -475,126 +466,6 @@ static int start(tt_train_ckpt_t *c, uint64_t step, int rank, int world) {
     if (tt_tc_thread_run(c, job_main, j, !(j->copy_in_thread && len > 0)) != TT_OK)
         return tt_tc_fail(c, TT_ESYS, "checkpoint at step %llu: cannot start the writer thread",
                           (unsigned long long)step);
-    return TT_OK;
-}
-
-static int add_shard_part(tt_manifest_t *m, const char *file, uint64_t off, uint64_t len,
-                          uint32_t planes, double size, double crc) {
-    tt_mf_part_t *p = &m->parts[m->nparts++];
-    snprintf(p->file, sizeof(p->file), "%s", file);
-    p->kind = TT_CKPT_KIND_SHARD;
-    p->size = (uint64_t)size;
-    p->crc32c = (uint32_t)crc;
-    p->planes = planes;
-    p->nranges = 1;
-    p->ranges = malloc(sizeof(*p->ranges));
-    if (p->ranges == NULL)
-        return TT_ENOMEM;
-    p->ranges[0] = (tt_ckpt_range_t){off, len};
-    return TT_OK;
-}
-
-/* The parts the shard servers wrote (update on the shards), as rank 0 got
- * them from tether_checkpoint_shards_result. */
-static int add_ps_parts(const tt_train_ckpt_t *c, tt_manifest_t *m) {
-    for (size_t k = 0; k < c->nps_parts; k++) {
-        const tether_shard_part_t *s = &c->ps_parts[k];
-        tt_mf_part_t *p = &m->parts[m->nparts++];
-        snprintf(p->file, sizeof(p->file), "%s", s->file);
-        p->kind = TT_CKPT_KIND_SHARD;
-        p->size = s->size;
-        p->crc32c = s->crc32c;
-        p->planes = s->planes;
-        p->nranges = (uint32_t)s->nranges;
-        p->ranges = calloc(s->nranges + 1, sizeof(*p->ranges));
-        if (p->ranges == NULL)
-            return TT_ENOMEM;
-        for (size_t r = 0; r < s->nranges; r++)
-            p->ranges[r] = (tt_ckpt_range_t){s->ranges[2 * r], s->ranges[2 * r + 1]};
-    }
-    return TT_OK;
-}
-
-/* The parts' reports arrive through the control reduce: slot 3+2r holds
- * rank r's shard part (size, CRC), slot 3+2W the trainer part. */
-static int build_manifest(tt_train_ckpt_t *c, const double *v, int world, tt_manifest_t *m) {
-    const tt_tc_job_t *j = &c->job;
-    memset(m, 0, sizeof(*m));
-    m->version = TT_MANIFEST_VERSION;
-    snprintf(m->id, sizeof(m->id), "%s", j->id);
-    snprintf(m->job_id, sizeof(m->job_id), "%s", c->job_id);
-    m->step = j->step;
-    m->epoch = j->epoch;
-    m->created_unix_ms = j->start_unix_ms;
-    m->duration_ms = tt_clock_wall_ms() - j->start_unix_ms;
-    m->parts = calloc((size_t)world + c->nps_parts + 1, sizeof(*m->parts));
-    if (m->parts == NULL)
-        return TT_ENOMEM;
-    int rc = c->on_shards ? add_ps_parts(c, m) : TT_OK;
-    for (int r = 0; r < world && rc == TT_OK && !c->on_shards; r++) {
-        uint64_t lo = (uint64_t)c->n * (uint64_t)r / (uint64_t)world;
-        uint64_t hi = (uint64_t)c->n * (uint64_t)(r + 1) / (uint64_t)world;
-        char file[TT_CKPT_NAME_MAX];
-        snprintf(file, sizeof(file), "shard-%d.bin", r);
-        if (hi > lo)
-            rc = add_shard_part(m, file, lo * sizeof(float), (hi - lo) * sizeof(float), c->nstates,
-                                v[3 + 2 * r], v[4 + 2 * r]);
-    }
-    tt_mf_part_t *tp = &m->parts[m->nparts++];
-    snprintf(tp->file, sizeof(tp->file), "trainer.bin");
-    tp->kind = TT_CKPT_KIND_TRAINER;
-    tp->size = (uint64_t)v[3 + 2 * world];
-    tp->crc32c = (uint32_t)v[4 + 2 * world];
-    if (rc == TT_OK)
-        rc = tt_tc_tensors(c, m);
-    char err[512] = "";
-    if (rc == TT_OK &&
-        (rc = tt_manifest_fill_extents(m, c->states, c->nstates, err, sizeof(err))) < 0)
-        TT_ERROR("ckpt", "checkpoint %s: cannot build the manifest: %s", j->id, err);
-    return rc;
-}
-
-/* Rank 0's commit, off the step loop: the manifest rename is the commit
- * point; `latest` and retention follow (docs/checkpoint-format.md). */
-static void *commit_main(void *arg) {
-    tt_train_ckpt_t *c = arg;
-    char err[512] = "";
-    size_t removed = 0;
-    int rc;
-    if (c->tether != NULL) {
-        rc = tt_tc_coord_commit(c, err, sizeof(err));
-    } else {
-        rc = tt_manifest_store(c->job.dir, &c->commit, err, sizeof(err));
-        if (rc == TT_OK)
-            rc = tt_ckpt_latest_write(c->root, c->commit.id, err, sizeof(err));
-        if (rc == TT_OK)
-            rc = tt_ckpt_retain(c->root, c->keep, &removed, err, sizeof(err));
-    }
-    if (rc < 0)
-        TT_ERROR("ckpt", "commit of checkpoint %s failed: %s", c->commit.id, err);
-    else
-        TT_INFO("ckpt", "committed checkpoint %s (step %llu, %llu ms, %zu old removed)",
-                c->commit.id, (unsigned long long)c->commit.step,
-                (unsigned long long)(tt_clock_wall_ms() - c->commit.created_unix_ms), removed);
-    return NULL;
-}
-
-static int commit(tt_train_ckpt_t *c, const double *v) {
-    join_thread(c);
-    int rc = build_manifest(c, v, c->world_at_start, &c->commit);
-    if (rc < 0) {
-        tt_manifest_free(&c->commit);
-        TT_ERROR("ckpt", "checkpoint %s not committed: %s", c->job.id, tt_strerror(rc));
-        return TT_OK; /* the previous checkpoint stays valid; training goes on */
-    }
-    c->commit_request = c->req_serving; /* the commit thread's own copies */
-    c->commit_gen = c->sched.inflight_gen;
-    c->in_commit = 1;
-    if (tt_tc_thread_run(c, commit_main, c, 1) != TT_OK) {
-        c->in_commit = 0;
-        tt_manifest_free(&c->commit);
-        return tt_tc_fail(c, TT_ESYS, "cannot start the commit thread");
-    }
     return TT_OK;
 }
 
@@ -652,7 +523,7 @@ static int apply(tt_train_ckpt_t *c, int act, int rank, int world, int wanted, u
         if (c->job.copy_ns > c->st.snapshot_ns_max)
             c->st.snapshot_ns_max = c->job.copy_ns;
         if (rank == 0)
-            rc = commit(c, c->ctl);
+            rc = tt_tc_commit(c, c->ctl);
     }
     /* After the commit took its request: one boundary may commit the
      * previous checkpoint and start the next. Every rank notes the request
@@ -760,7 +631,7 @@ int tt_train_ckpt_boundary(tt_train_ckpt_t *c, uint64_t now_ms) {
  * checkpoint in flight (every rank has joined its writer, so all report). */
 static int finish_inflight(tt_train_ckpt_t *c, int rank, int world, const tt_ckpt_tick_t *t0) {
     tt_ckpt_tick_t tick = *t0;
-    join_thread(c);
+    tt_tc_join(c);
     c->joined_for_finish = 1; /* rank 0 waits for the shards' parts too */
     int rc = control_reduce(c, rank, world, 0, &tick);
     c->joined_for_finish = 0;
@@ -769,7 +640,7 @@ static int finish_inflight(tt_train_ckpt_t *c, int rank, int world, const tt_ckp
         rc = TT_EINTERNAL;
     if (rc == TT_OK)
         rc = apply(c, act, rank, world, 0, tt_clock_mono_ms());
-    join_thread(c);
+    tt_tc_join(c);
     return rc;
 }
 
@@ -797,7 +668,7 @@ int tt_train_ckpt_finish(tt_train_ckpt_t *c) {
     }
     if (rc == TT_OK && c->sched.phase == TT_CKPT_PHASE_WRITING)
         rc = finish_inflight(c, rank, world, &tick);
-    join_thread(c);
+    tt_tc_join(c);
     if (rc < 0) {
         c->failed = 1;
         return tt_tc_fail(c, rc, "final checkpoint of step %llu: %s", (unsigned long long)tick.step,

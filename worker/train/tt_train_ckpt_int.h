@@ -1,7 +1,8 @@
 /* tt_train_ckpt_int: the object shared by tt_train_ckpt.c (boundary hook,
- * snapshot, writer thread, commit), tt_train_ckpt_load.c (resume),
- * tt_train_ckpt_coord.c, tt_train_ckpt_gate.c and tt_train_ckpt_thread.c.
- * Not an API: nothing outside these files includes it. */
+ * snapshot, writer thread), tt_train_ckpt_commit.c (rank 0's manifest and
+ * commit), tt_train_ckpt_load.c (resume), tt_train_ckpt_coord.c,
+ * tt_train_ckpt_gate.c and tt_train_ckpt_thread.c. Not an API: nothing
+ * outside these files includes it. */
 #ifndef TT_TRAIN_CKPT_INT_H
 #define TT_TRAIN_CKPT_INT_H
 
@@ -119,6 +120,14 @@ void tt_tc_thread_stop(tt_train_ckpt_t *c);
 /* With a gate attached: waits until the writer thread has copied the
  * snapshot of the checkpoint in flight (its wait counts as stall). */
 void tt_tc_wait_snapshot(tt_train_ckpt_t *c);
+
+/* tt_train_ckpt_commit.c, from the step loop: waits for the checkpoint
+ * thread's job and frees the manifest of a commit it ran; builds rank 0's
+ * manifest from the control reduce's sums `v` and hands the commit to the
+ * thread (TT_OK also when the manifest cannot be built: the previous
+ * checkpoint stays valid). */
+void tt_tc_join(tt_train_ckpt_t *c);
+int tt_tc_commit(tt_train_ckpt_t *c, const double *v);
 
 /* Sets the object's first error and logs it; returns rc. */
 int tt_tc_fail(tt_train_ckpt_t *c, int rc, const char *fmt, ...)
