@@ -102,7 +102,7 @@ run gpu_two_workers python3 -u "$top/tests/gpu/gpu_two_workers.py"
 TETHER_CHECK_TIMEOUT=${TETHER_CHECK_TIMEOUT:-240} \
     run gpu_nccl_fallback python3 -u "$top/tests/gpu/gpu_nccl_fallback.py"
 # NCCL with two and three ranks on this one GPU (each its own host for
-# NCCL): training, a kill and a drain, both shrinking the communicator.
+# NCCL): training, a kill (a new communicator) and a drain (a shrink).
 TETHER_CHECK_TIMEOUT=${TETHER_CHECK_TIMEOUT:-240} \
     run gpu_nccl_ranks python3 -u "$top/tests/gpu/gpu_nccl_ranks.py"
 run unit_nccl_watchdog "$build/tests/unit/test_nccl_watchdog"
