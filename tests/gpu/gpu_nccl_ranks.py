@@ -31,7 +31,6 @@ Exits 77 (skipped) without a GPU, a build with CUDA and NCCL, or the
 Fashion-MNIST data, and says why.
 """
 import datetime
-import json
 import os
 import re
 import signal
@@ -41,11 +40,11 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
 from tt_harness import (BUILD, binary, free_port, program_skips, read_params,  # noqa: E402
                         rel_diff, run_tests)
-from test_failover import DATA, FAST, global_step, train_args, worker_pid  # noqa: E402
+from test_failover import (DATA, FAST, epochs_counted, global_step, launch_argv,  # noqa: E402
+                           train_args, worker_pid)
 
 SEED = 3
 TOL = 1e-4
-EPOCHS, STEPS_PER_EPOCH = 2, 20  # train_args' defaults: 40 steps of 256 examples
 # FAST's 5 s collective deadline is for host rings; kernels that share the
 # GPU by time slices, behind sockets, get more.
 ENV = {**FAST, "TETHER_COLL_DEADLINE_MS": "20000", "TETHER_LOG": "info",
@@ -82,10 +81,10 @@ def launch(h, name, workers, shards, backend="nccl", launcher=(), train=()):
     """tether-launch of `workers` CUDA ranks, each its own host for NCCL;
     returns the launcher and the files of the parameters and metrics."""
     out, metrics = (os.path.join(h.dir, name + ext) for ext in (".bin", ".json"))
-    argv = [binary("tether-launch"), "--workers", str(workers), "--shards", str(shards),
-            "--daemon-log-level", "info", *launcher, "--", *OWN_HOST, binary("tether-train"),
-            "--data", DATA, "--device", "cuda", "--backend", backend, *train_args(SEED),
-            "--dump-params", out, "--metrics-json", metrics, *train]
+    argv = launch_argv(workers, shards, backend, SEED, out,
+                       launcher=["--daemon-log-level", "info", *launcher],
+                       train=["--device", "cuda", "--metrics-json", metrics, *train],
+                       program=(*OWN_HOST, binary("tether-train")))
     return h.spawn(name, argv, env=ENV), out, metrics
 
 
@@ -101,10 +100,7 @@ def per_worker(text, pattern):
 
 
 def check_epochs(metrics, world):
-    with open(metrics) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-    assert [r["epoch"] for r in rows] == list(range(1, EPOCHS + 1)), rows
-    assert all(r["examples"] == STEPS_PER_EPOCH * 256 for r in rows), rows
+    rows = epochs_counted(metrics)
     assert rows[-1]["world_size"] == world, rows[-1]
 
 

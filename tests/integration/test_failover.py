@@ -89,12 +89,13 @@ def reference(h, seed, spe, epochs):
 
 
 def launch_argv(workers, shards, backend, seed, out, launcher=(), train=(), spe=STEPS_PER_EPOCH,
-                epochs=EPOCHS):
+                epochs=EPOCHS, program=("tether-train",)):
     """tether-launch of `workers` tether-train ranks and `shards` shard
     servers with these tests' training settings, the parameters dumped to
-    `out`; `launcher` and `train` are the two programs' further flags."""
+    `out`; `launcher` and `train` are the two programs' further flags,
+    `program` the worker's command up to those flags."""
     return [binary("tether-launch"), "--workers", str(workers), "--shards", str(shards),
-            *launcher, "--", "tether-train", "--data", DATA, "--backend", backend,
+            *launcher, "--", *program, "--data", DATA, "--backend", backend,
             *train_args(seed, spe, epochs), "--dump-params", out, *train]
 
 
@@ -113,6 +114,16 @@ def fault_free(h, seed, workers, backend, shards, extra, spe, epochs):
                                   epochs=epochs), env=FAST)
     assert p.wait(180) == 0, f"fault-free run of seed {seed} on {workers} workers failed"
     return read_params(out)
+
+
+def epochs_counted(metrics, spe=STEPS_PER_EPOCH, epochs=EPOCHS):
+    """The metrics JSON rows of a run, checked: one per epoch, each having
+    consumed exactly the dataset (spe batches of 256)."""
+    with open(metrics) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    assert [r["epoch"] for r in rows] == list(range(1, epochs + 1)), rows
+    assert all(r["examples"] == spe * 256 for r in rows), rows
+    return rows
 
 
 STEP_RE = re.compile(r"(?:\[worker \d+\] )?epoch (\d+)/\d+ \[[#.]*\] (\d+)/(\d+)")
@@ -192,12 +203,7 @@ def run_with_kill(h, name, seed, restarts, shards=2, spe=STEPS_PER_EPOCH, epochs
               f"{dw:.2e}")
         d = min(d, dw)
     assert d < 1e-5, f"seed {seed}: parameters differ by {d:.2e} (limit 1e-5)"
-    with open(metrics) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-    assert [r["epoch"] for r in rows] == list(range(1, epochs + 1)), rows
-    for r in rows:
-        assert r["examples"] == spe * 256, r
-    return rows, text
+    return epochs_counted(metrics, spe, epochs), text
 
 
 def test_kill_random_worker(h):
@@ -514,10 +520,7 @@ def test_drain_at_a_step_boundary(h):
     d = rel_diff(read_params(out), reference(h, seed, spe, epochs))
     print(f"  relative difference to the fault-free run: {d:.2e}")
     assert d < 1e-5, d
-    with open(metrics) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-    assert [r["epoch"] for r in rows] == list(range(1, epochs + 1)), rows
-    assert all(r["examples"] == spe * 256 for r in rows), rows
+    rows = epochs_counted(metrics, spe, epochs)
     assert rows[-1]["world_size"] == 2, rows[-1]
 
 

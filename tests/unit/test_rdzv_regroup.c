@@ -593,6 +593,17 @@ static void rdzv_death_and_drain_now_are_not_shrinks(void) {
     CU_ASSERT_EQUAL(rank_of(f, "d"), 2);
     evlog_free(&log);
     tt_rdzv_destroy(&r);
+
+    /* A joiner admitted with a death gets a rank; still no shrink. */
+    r = running(2, 4, ids, 3);
+    CU_ASSERT_EQUAL(join(r, "d", 1000), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_leave(r, "b", 1, 1100), TT_OK);
+    drain(r, &log);
+    f = formed(&log, 2, 3, 0);
+    CU_ASSERT(rank_of(f, "d") >= 0);
+    no_shrink(f);
+    evlog_free(&log);
+    tt_rdzv_destroy(&r);
 }
 
 static void rdzv_first_generation_is_not_shrink(void) {
