@@ -144,6 +144,25 @@ def chunk_holders(h, ep):
     raise AssertionError("no shard reported holding chunks")
 
 
+PLACED_RE = re.compile(r"^\[shard (\d+)\] .*: placement version \d+, (\d+) chunks")
+
+
+def placed_shards(p, timeout=30):
+    """Ids of the shards that logged taking chunks of the job. The shards'
+    own lines (through the launcher) say it as the job is set up, where the
+    coordinator's table waits for a heartbeat: an unpaced job of 40 steps
+    can be over before that (half a second)."""
+    def held(line):
+        m = PLACED_RE.search(line)
+        return int(m.group(1)) if m and int(m.group(2)) > 0 else None
+    p.wait_line(lambda l: held(l) is not None, timeout, "a shard taking chunks", stream="log")
+    return sorted({held(l) for l in p.lines("log")} - {None})
+
+
+def current_step(p):
+    return max([global_step(l) for l in p.lines("log")] + [0])
+
+
 def test_kill_shard_during_ps_steps(h):
     for k, seed in enumerate(SEEDS):
         rng = random.Random(seed)
@@ -152,7 +171,11 @@ def test_kill_shard_during_ps_steps(h):
         name = f"shard-{seed}"
         p, out, metrics = launch(h, name, seed, "ps", shards=2, pace_ms=pace)
         wait_step(p, 2)
-        victim = int(rng.choice(chunk_holders(h, coordinator_endpoint(p)))[1:])
+        victim = rng.choice(placed_shards(p))
+        # a step the job has passed would make the kill land after the fact
+        at = max(at, current_step(p) + 2)
+        assert at < STEPS_PER_EPOCH * EPOCHS - 2, \
+            f"{name}: the job reached step {at - 2} before its chunk holder was known"
         wait_step(p, at)
         time.sleep(rng.uniform(0, max(pace, 20) / 1000))  # anywhere inside the step
         pid = daemon_pid(p, f"shard {victim}")
