@@ -40,8 +40,9 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
 from tt_harness import (BUILD, binary, free_port, program_skips, read_params,  # noqa: E402
                         rel_diff, run_tests)
-from test_failover import (DATA, FAST, epochs_counted, global_step, launch_argv,  # noqa: E402
-                           train_args, worker_pid)
+from test_failover import (DATA, EPOCHS, FAST, STEPS_PER_EPOCH, epochs_counted,  # noqa: E402
+                           global_step, launch_argv, worker_pid)
+from test_failover import reference as failover_reference  # noqa: E402
 
 SEED = 3
 TOL = 1e-4
@@ -62,19 +63,10 @@ def skip_reason():
             program_skips(os.path.join(BUILD, "tests", "gpu", "nccl_ps_check")))
 
 
-_ref = []
-
-
 def reference(h):
-    """The one-process CUDA run of the same steps (made once: every test
+    """The one-process CUDA run of the same steps (trained once: every test
     trains the same steps, and a short device session counts seconds)."""
-    if not _ref:
-        out = os.path.join(h.dir, "ref.bin")
-        p = h.spawn("ref", [binary("tether-train"), "--backend", "local", "--device", "cuda",
-                            "--data", DATA, *train_args(SEED), "--dump-params", out])
-        assert p.wait(120) == 0, "the one-process CUDA run failed"
-        _ref.append(read_params(out))
-    return _ref[0]
+    return failover_reference(h, SEED, STEPS_PER_EPOCH, EPOCHS, extra=("--device", "cuda"))
 
 
 def launch(h, name, workers, shards, backend="nccl", launcher=(), train=()):

@@ -94,6 +94,11 @@ def wait_step(p, at, timeout=90):
     p.wait_line(lambda l: global_step(l) >= at, timeout, f"step {at}", stream="log")
 
 
+def current_step(p):
+    """The last global step p has logged (0 before the first)."""
+    return max([global_step(l) for l in p.lines("log")] + [0])
+
+
 def check_training(h, name, text, out, metrics, seed, worlds=(3,)):
     """One metrics row per epoch with exact counts and a world size in
     `worlds`, every global step logged once in order (rank 0's log is in
@@ -157,10 +162,6 @@ def placed_shards(p, timeout=30):
         return int(m.group(1)) if m and int(m.group(2)) > 0 else None
     p.wait_line(lambda l: held(l) is not None, timeout, "a shard taking chunks", stream="log")
     return sorted({held(l) for l in p.lines("log")} - {None})
-
-
-def current_step(p):
-    return max([global_step(l) for l in p.lines("log")] + [0])
 
 
 def test_kill_shard_during_ps_steps(h):
@@ -358,7 +359,7 @@ def test_coordinator_restart_after_shard_loss(h):
                                "placement version 2 on the surviving shard", stream="log")
     coord.kill9()
     coord = h.coordinator(port=coord.port, name="coord2", extra=coord_flags)
-    at = max(global_step(l) for l in ws[0].lines("log")) + 3
+    at = current_step(ws[0]) + 3
     wait_step(ws[0], at)
     ws[2].kill9()
     rcs = [w.wait(120) for w in ws[:2]]
@@ -398,7 +399,7 @@ def run_coordinator_kill(h, seed, backend):
     pid = daemon_pid(p, "coordinator")
     os.kill(pid, signal.SIGKILL)
     killed = time.monotonic()
-    done = max(global_step(l) for l in p.lines("log"))  # steps logged before the kill
+    done = current_step(p)  # steps logged before the kill
     # every member is heard from by the new instance: its heartbeats carry
     # a completed step after the kill (the saved record can only hold an
     # earlier one)

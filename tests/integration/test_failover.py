@@ -75,15 +75,16 @@ def train_args(seed, spe=STEPS_PER_EPOCH, epochs=EPOCHS):
 _refs = {}
 
 
-def reference(h, seed, spe, epochs):
-    """Parameters of a fault-free single-process run."""
-    key = (seed, spe, epochs)
+def reference(h, seed, spe, epochs, extra=()):
+    """Parameters of a fault-free single-process run (`extra`: further
+    tether-train flags, such as the device)."""
+    key = (seed, spe, epochs, tuple(extra))
     if key not in _refs:
-        out = os.path.join(h.dir, f"ref-{seed}-{spe}x{epochs}.bin")
-        p = h.spawn(f"ref-{seed}-{spe}x{epochs}", [binary("tether-train"), "--backend", "local",
-                                                "--data", DATA, *train_args(seed, spe, epochs),
-                                                "--dump-params", out])
-        assert p.wait(120) == 0, f"reference run for seed {seed} failed"
+        name = f"ref-{seed}-{spe}x{epochs}" + "".join("-" + a.lstrip("-") for a in extra)
+        out = os.path.join(h.dir, name + ".bin")
+        p = h.spawn(name, [binary("tether-train"), "--backend", "local", "--data", DATA,
+                           *train_args(seed, spe, epochs), "--dump-params", out, *extra])
+        assert p.wait(120) == 0, f"reference run {name} failed"
         _refs[key] = read_params(out)
     return _refs[key]
 
