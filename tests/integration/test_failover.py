@@ -117,13 +117,22 @@ def fault_free(h, seed, workers, backend, shards, extra, spe, epochs):
     return read_params(out)
 
 
-def epochs_counted(metrics, spe=STEPS_PER_EPOCH, epochs=EPOCHS):
+def epochs_counted(metrics, spe=STEPS_PER_EPOCH, epochs=EPOCHS, pace_ms=0):
     """The metrics JSON rows of a run, checked: one per epoch, each having
-    consumed exactly the dataset (spe batches of 256)."""
+    consumed exactly the dataset (spe batches of 256). With paced steps no
+    epoch's rate may beat one batch per pace by much (the epoch a failover
+    interrupted once reported all its examples over the time since the
+    regroup): by spe / (spe - 2) at most, since a process's first step is
+    not paced (--pace-ms counts from the step before) and neither is a step
+    a rank behind receives in the agreement instead of computing it."""
     with open(metrics) as f:
         rows = [json.loads(line) for line in f if line.strip()]
     assert [r["epoch"] for r in rows] == list(range(1, epochs + 1)), rows
     assert all(r["examples"] == spe * 256 for r in rows), rows
+    if pace_ms > 0 and spe > 2:
+        top = 256 * 1000.0 / pace_ms * spe / (spe - 2)
+        assert all(0 < r["examples_per_s"] <= top and r["wall_s"] > 0 for r in rows), (
+            f"an epoch trained faster than {spe - 2} paced steps of {pace_ms} ms allow: {rows}")
     return rows
 
 
@@ -204,7 +213,7 @@ def run_with_kill(h, name, seed, restarts, shards=2, spe=STEPS_PER_EPOCH, epochs
               f"{dw:.2e}")
         d = min(d, dw)
     assert d < 1e-5, f"seed {seed}: parameters differ by {d:.2e} (limit 1e-5)"
-    return epochs_counted(metrics, spe, epochs), text
+    return epochs_counted(metrics, spe, epochs, pace_ms), text
 
 
 def test_kill_random_worker(h):

@@ -116,7 +116,7 @@ def test_end_to_end_launch(h):
     assert len(rows) == 1, rows
     r = rows[0]
     for key in ("epoch", "step", "train_loss", "test_loss", "test_accuracy", "examples_per_s",
-                "compute_s", "comm_exposed_s", "world_size", "generation"):
+                "wall_s", "compute_s", "comm_exposed_s", "world_size", "generation"):
         assert key in r, (key, r)
     assert r["world_size"] == 2 and abs(r["test_accuracy"] - acc) < 1e-3, r
 

@@ -1,7 +1,9 @@
 /* Unit tests of tt_trainer on a small synthetic data set (never the real
  * one): per-rank gradient sums of an uneven 3-way split add up to the
  * single-rank sum with the right counts; micro-batching does not change an
- * update; a learnable task is learned; the epoch ends with TT_ECLOSED. */
+ * update; a learnable task is learned; the epoch ends with TT_ECLOSED; an
+ * epoch's rate counts what this process trained, on one clock across a
+ * failed step. */
 #include "train_testlib.h"
 #include "tt_cunit.h"
 #include "tt_status.h"
@@ -212,6 +214,104 @@ static void trainer_learns_and_closes_epoch(void) {
     tt_trainer_destroy(&t);
 }
 
+/* What the step callback saw: the last report's figures. */
+typedef struct {
+    int n;
+    double elapsed, rate_examples; /* elapsed_s, examples_per_s * elapsed_s */
+    uint64_t examples, step;
+} seen_t;
+
+static void on_report(void *ctx, const tt_step_report_t *r) {
+    seen_t *s = ctx;
+    CU_ASSERT(r->elapsed_s >= s->elapsed); /* one clock, never restarted */
+    s->n++;
+    s->elapsed = r->elapsed_s;
+    s->rate_examples = r->examples_per_s * r->elapsed_s;
+    s->examples = r->examples;
+    s->step = r->step;
+}
+
+/* A run resumed mid-epoch (a checkpoint, a joiner) reports the rate of
+ * what it trained, not of the restored part: it once divided the whole
+ * epoch's examples by the time since the resume. */
+static void trainer_rate_counts_what_this_process_trained(void) {
+    tt_idx_set_t set = make_set();
+    tt_train_coll_t c;
+    tt_train_coll_local(&c);
+    tt_trainer_opts_t o = base_opts(20, 0);
+    o.max_steps = 4;
+    tt_trainer_t *a = NULL, *b = NULL;
+    CU_ASSERT_FATAL(tt_trainer_create(&a, &o, &set, &set, &c, NULL, 0) == 0);
+    tt_epoch_stats_t st;
+    CU_ASSERT_FATAL(tt_trainer_run_epoch(a, NULL, NULL, &st) == 0);
+    CU_ASSERT_DOUBLE_EQUAL(st.examples, 80, 0);
+    CU_ASSERT_DOUBLE_EQUAL(st.examples_per_s * st.wall_s, 80, 1e-6);
+    tt_trainer_state_t s;
+    tt_trainer_get_state(a, &s);
+    o.max_steps = 0;
+    CU_ASSERT_FATAL(tt_trainer_create(&b, &o, &set, &set, &c, NULL, 0) == 0);
+    CU_ASSERT_FATAL(tt_trainer_set_state(b, &s) == 0);
+    seen_t seen = {0};
+    CU_ASSERT_FATAL(tt_trainer_run_epoch(b, on_report, &seen, &st) == 0);
+    CU_ASSERT_EQUAL(seen.n, 6);
+    CU_ASSERT_EQUAL(seen.examples, 200);
+    CU_ASSERT_DOUBLE_EQUAL(seen.rate_examples, 120, 1e-6);
+    CU_ASSERT_DOUBLE_EQUAL(st.examples, 200, 0);
+    CU_ASSERT_DOUBLE_EQUAL(st.examples_per_s * st.wall_s, 120, 1e-6);
+    CU_ASSERT(st.wall_s >= seen.elapsed);
+    /* The next epoch starts its own clock and counts all of it. */
+    CU_ASSERT_FATAL(tt_trainer_run_epoch(b, NULL, NULL, &st) == 0);
+    CU_ASSERT_DOUBLE_EQUAL(st.examples_per_s * st.wall_s, 200, 1e-6);
+    tt_trainer_destroy(&a);
+    tt_trainer_destroy(&b);
+}
+
+/* The local collective, failing the step whose finish() is call `fail_at`
+ * (a membership change, as a dead peer makes it). */
+typedef struct {
+    int calls, fail_at;
+} flaky_t;
+
+static int flaky_finish(void *ctx, float *g, size_t n, double local, double *global) {
+    flaky_t *f = ctx;
+    (void)g, (void)n;
+    if (++f->calls == f->fail_at)
+        return TT_EMEMBERSHIP;
+    *global = local;
+    return TT_OK;
+}
+
+/* A failover returns from tt_trainer_run_epoch mid-epoch and calls it
+ * again: the epoch's clock runs on through the regroup (its time is the
+ * epoch's), and the rate covers the whole epoch. It once restarted, so
+ * the epoch looked as long as its part after the regroup. */
+static void trainer_clock_runs_through_a_failed_step(void) {
+    tt_idx_set_t set = make_set();
+    flaky_t f = {.fail_at = 4};
+    tt_train_coll_t c;
+    tt_train_coll_local(&c);
+    c.ctx = &f;
+    c.finish = flaky_finish;
+    tt_trainer_opts_t o = base_opts(20, 0);
+    tt_trainer_t *t = NULL;
+    CU_ASSERT_FATAL(tt_trainer_create(&t, &o, &set, &set, &c, NULL, 0) == 0);
+    seen_t seen = {0};
+    tt_epoch_stats_t st;
+    CU_ASSERT_EQUAL(tt_trainer_run_epoch(t, on_report, &seen, &st), TT_EMEMBERSHIP);
+    CU_ASSERT_EQUAL(seen.n, 3);
+    tt_trainer_state_t s; /* the agreement hands the state back */
+    tt_trainer_get_state(t, &s);
+    CU_ASSERT_FATAL(tt_trainer_set_state(t, &s) == 0);
+    double before = seen.elapsed;
+    CU_ASSERT_FATAL(tt_trainer_run_epoch(t, on_report, &seen, &st) == 0);
+    CU_ASSERT_EQUAL(seen.n, 10);
+    CU_ASSERT(seen.elapsed >= before);
+    CU_ASSERT(st.wall_s >= seen.elapsed);
+    CU_ASSERT_DOUBLE_EQUAL(st.examples, 200, 0);
+    CU_ASSERT_DOUBLE_EQUAL(st.examples_per_s * st.wall_s, 200, 1e-6);
+    tt_trainer_destroy(&t);
+}
+
 static void trainer_rejects_mismatched_layers(void) {
     tt_idx_set_t set = make_set();
     tt_train_coll_t c;
@@ -230,6 +330,9 @@ static const tt_cunit_test_t tests[] = {
     {"trainer_micro_batching_keeps_update", trainer_micro_batching_keeps_update},
     {"trainer_update_on_shards_matches_local", trainer_update_on_shards_matches_local},
     {"trainer_learns_and_closes_epoch", trainer_learns_and_closes_epoch},
+    {"trainer_rate_counts_what_this_process_trained",
+     trainer_rate_counts_what_this_process_trained},
+    {"trainer_clock_runs_through_a_failed_step", trainer_clock_runs_through_a_failed_step},
     {"trainer_rejects_mismatched_layers", trainer_rejects_mismatched_layers},
     {NULL, NULL},
 };

@@ -77,11 +77,11 @@ int tt_progress_json(char *buf, size_t len, const tt_epoch_stats_t *s) {
     return snprintf(buf, len,
                     "{\"epoch\":%llu,\"step\":%llu,\"train_loss\":%.6f,"
                     "\"test_loss\":%.6f,\"test_accuracy\":%.6f,"
-                    "\"examples_per_s\":%.1f,\"compute_s\":%.6f,"
+                    "\"examples_per_s\":%.1f,\"wall_s\":%.6f,\"compute_s\":%.6f,"
                     "\"comm_exposed_s\":%.6f,\"world_size\":%d,"
                     "\"generation\":%llu,\"examples\":%.0f}",
                     (unsigned long long)s->epoch, (unsigned long long)s->step, s->train_loss,
-                    s->test_loss, s->test_accuracy, s->examples_per_s, s->compute_s,
+                    s->test_loss, s->test_accuracy, s->examples_per_s, s->wall_s, s->compute_s,
                     s->comm_exposed_s, s->world_size, (unsigned long long)s->generation,
                     s->examples);
 }

@@ -33,6 +33,14 @@ struct tt_trainer {
     /* per-epoch accumulators; `examples` is the accounting of global
      * examples consumed, checked against the dataset at the epoch's end */
     double loss_sum, count, compute_s, comm_s, examples;
+    /* This process's clock on the epoch, kept across tt_trainer_run_epoch
+     * calls: a failover returns from one mid-epoch and calls it again, and
+     * a resumed or joining process starts mid-epoch. Rates count what was
+     * trained since `clock_ns` (global examples), not the restored part,
+     * and time spent regrouping stays in the epoch's wall time. */
+    int clocked;
+    uint64_t clock_ns, clock_step;
+    double clock_examples;
 };
 
 static int local_membership(void *ctx, int *rank, int *world, uint64_t *gen) {
@@ -345,8 +353,7 @@ int tt_trainer_evaluate(tt_trainer_t *t, double *loss, double *accuracy) {
     return TT_OK;
 }
 
-static void trainer_report(tt_trainer_t *t, double loss, uint64_t t0, tt_trainer_step_fn cb,
-                           void *cbctx) {
+static void trainer_report(tt_trainer_t *t, double loss, tt_trainer_step_fn cb, void *cbctx) {
     tt_step_report_t r = {.epoch = t->epoch,
                           .epochs = t->o.epochs,
                           .step = t->step_in_epoch,
@@ -356,11 +363,12 @@ static void trainer_report(tt_trainer_t *t, double loss, uint64_t t0, tt_trainer
                           .examples = (uint64_t)t->examples,
                           .epoch_size = t->n_train};
     r.lr = tt_lr_at(&t->o.sched, t->global_step ? t->global_step - 1 : 0);
-    r.elapsed_s = (double)(tt_clock_mono_ns() - t0) * 1e-9;
-    r.examples_per_s = r.elapsed_s > 0 ? t->examples / r.elapsed_s : 0.0;
+    r.elapsed_s = (double)(tt_clock_mono_ns() - t->clock_ns) * 1e-9;
+    r.examples_per_s = r.elapsed_s > 0 ? (t->examples - t->clock_examples) / r.elapsed_s : 0.0;
     double busy = t->compute_s + t->comm_s;
     r.comm_share = busy > 0 ? t->comm_s / busy : 0.0;
-    r.eta_s = r.elapsed_s / (double)r.step * (double)(r.steps - r.step);
+    uint64_t done = r.step > t->clock_step ? r.step - t->clock_step : 0;
+    r.eta_s = done > 0 ? r.elapsed_s / (double)done * (double)(r.steps - r.step) : 0.0;
     cb(cbctx, &r);
 }
 
@@ -377,7 +385,7 @@ static int trainer_epoch_end(tt_trainer_t *t, double wall_s, tt_epoch_stats_t *s
     st->step = t->global_step;
     st->train_loss = v[1] > 0 ? v[0] / v[1] : 0.0;
     st->wall_s = wall_s;
-    st->examples_per_s = wall_s > 0 ? t->examples / wall_s : 0.0;
+    st->examples_per_s = wall_s > 0 ? (t->examples - t->clock_examples) / wall_s : 0.0;
     st->compute_s = t->compute_s;
     st->comm_exposed_s = t->comm_s;
     uint64_t e0 = tt_clock_mono_ns();
@@ -406,11 +414,21 @@ static int epoch_accounting(const tt_trainer_t *t) {
     return TT_ECORRUPT;
 }
 
+/* Starts this process's clock on the epoch unless it runs already. */
+static void epoch_clock(tt_trainer_t *t) {
+    if (t->clocked)
+        return;
+    t->clocked = 1;
+    t->clock_ns = tt_clock_mono_ns();
+    t->clock_step = t->step_in_epoch;
+    t->clock_examples = t->examples;
+    t->compute_s = t->comm_s = 0.0;
+}
+
 int tt_trainer_run_epoch(tt_trainer_t *t, tt_trainer_step_fn cb, void *cbctx,
                          tt_epoch_stats_t *stats) {
     epoch_begin(t);
-    t->compute_s = t->comm_s = 0.0;
-    uint64_t t0 = tt_clock_mono_ns();
+    epoch_clock(t);
     uint64_t steps = tt_sampler_steps(t->sampler);
     while (t->step_in_epoch < steps && (t->o.max_steps == 0 || t->global_step < t->o.max_steps)) {
         double loss = 0.0;
@@ -418,9 +436,9 @@ int tt_trainer_run_epoch(tt_trainer_t *t, tt_trainer_step_fn cb, void *cbctx,
         if (rc < 0)
             return rc;
         if (cb != NULL)
-            trainer_report(t, loss, t0, cb, cbctx);
+            trainer_report(t, loss, cb, cbctx);
     }
-    double wall = (double)(tt_clock_mono_ns() - t0) * 1e-9;
+    double wall = (double)(tt_clock_mono_ns() - t->clock_ns) * 1e-9;
     memset(stats, 0, sizeof(*stats));
     int complete = t->step_in_epoch == steps;
     int rc = complete ? epoch_accounting(t) : TT_OK;
@@ -429,6 +447,7 @@ int tt_trainer_run_epoch(tt_trainer_t *t, tt_trainer_step_fn cb, void *cbctx,
     stats->examples = t->examples;
     if (rc == TT_OK && complete) {
         t->in_epoch = 0;
+        t->clocked = 0;
         t->epoch++;
     }
     return rc;
@@ -450,6 +469,10 @@ int tt_trainer_set_state(tt_trainer_t *t, const tt_trainer_state_t *s) {
     if (s->epoch > t->o.epochs || s->step_in_epoch > steps ||
         s->global_step != s->epoch * steps + s->step_in_epoch)
         return TT_EINVAL;
+    /* Another epoch (or none begun) restarts the clock; within the same
+     * one it runs on, and the examples restored count as trained in it. */
+    if (s->epoch != t->epoch || !s->in_epoch)
+        t->clocked = 0;
     t->epoch = s->epoch;
     t->step_in_epoch = s->step_in_epoch;
     t->global_step = s->global_step;

@@ -90,8 +90,8 @@ typedef struct {
     uint64_t global_step;   /* steps done since the start */
     double loss;            /* this rank's mean loss of the step */
     double lr;
-    double elapsed_s;      /* since the epoch started */
-    double examples_per_s; /* global examples / elapsed, this epoch */
+    double elapsed_s;      /* since this process started the epoch (or joined it) */
+    double examples_per_s; /* global examples trained in elapsed / elapsed */
     double comm_share;     /* share of step time waiting in finish() */
     double eta_s;          /* rest of the epoch at the current rate */
     uint64_t examples;     /* global examples consumed this epoch so far */
@@ -103,10 +103,13 @@ typedef struct {
     uint64_t step;     /* global steps done */
     double train_loss; /* mean over the epoch's examples, all ranks */
     double test_loss, test_accuracy;
-    double examples_per_s; /* global training examples / epoch wall time */
+    double examples_per_s; /* global examples trained in wall_s / wall_s: a
+                            * resumed epoch's restored part is not counted */
     double compute_s;      /* forward, backward, gather, update */
     double comm_exposed_s; /* time blocked in finish() */
-    double wall_s;         /* training part of the epoch */
+    double wall_s;         /* training part of the epoch in this process, from its
+                            * start (or this process's first step in it) to
+                            * its end, a failover's regroup included */
     double eval_s;
     int world_size;
     uint64_t generation;
