@@ -93,6 +93,9 @@ def test_resume_equivalence(h):
                                  "--resume", "auto", "--dump-params", out,
                                  "--checkpoint-every-steps", "10", "--checkpoint-keep", "2"])
     assert "over 40 steps" in log_text(p), "resumed run did not end at step 40"
+    said = [l for l in p.lines("out") if "resumed from checkpoint" in l]
+    assert said == ["[worker 0] resumed from checkpoint step-000000020 (--resume auto): "
+                    "global step 20, epoch 1 at step 20"], said
     d = rel_diff(read_params(out), ref)
     print(f"  resume equivalence after 20+20 steps: relative difference {d:.2e}")
     assert d < 1e-6, f"resumed parameters differ by {d:.2e} (limit 1e-6)"
@@ -409,6 +412,8 @@ def test_flipped_byte(h):
     out = os.path.join(h.dir, "latest-valid.bin")
     p = launch(h, "latest-valid", 2, ["--max-steps", "24", "--checkpoint-dir", root,
                                       "--resume", "latest-valid", "--dump-params", out])
+    said = [l for l in p.lines("out") if "resumed from checkpoint" in l]
+    assert len(said) == 1 and "step-000000006 (--resume latest-valid)" in said[0], said
     d = rel_diff(read_params(out), ref)
     print(f"  --resume latest-valid (step 6) after a flipped byte: relative difference {d:.2e}")
     assert d < 1e-6, f"parameters differ by {d:.2e}"

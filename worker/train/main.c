@@ -13,6 +13,7 @@
 #include "tt_clock.h"
 #include "tt_cuda.h"
 #include "tt_log.h"
+#include "tt_manifest.h"
 #include "tt_mlp_cuda.h"
 #include "tt_progress.h"
 #include "tt_status.h"
@@ -593,10 +594,23 @@ static int ckpt_setup(const cli_t *c, const tt_trainer_opts_t *o, tt_train_ckpt_
                                .tether = tt != NULL ? tt_train_tether_handle(tt) : NULL};
     if (tt != NULL)
         tt_train_tether_on_shards(tt, &co.shard_planes);
-    char err[1024] = "";
+    char err[1024] = "", id[TT_MF_ID_MAX] = "";
     int rc = tt_train_ckpt_create(ck, &co, t, &gate->inner, err, sizeof(err));
     if (rc == TT_OK)
-        rc = tt_train_ckpt_resume(*ck, c->resume, NULL, err, sizeof(err));
+        rc = tt_train_ckpt_resume(*ck, c->resume, id, err, sizeof(err));
+    /* Asked for, the resume is no warning (--resume job's is), but which
+     * checkpoint `auto` or `latest-valid` found is what the operator
+     * wants to read first. */
+    if (rc == TT_OK && id[0] != '\0' && strcmp(c->resume, "job") != 0 &&
+        (tt == NULL || tt_train_tether_rank(tt) == 0)) {
+        tt_trainer_state_t s;
+        tt_trainer_get_state(t, &s);
+        printf("resumed from checkpoint %s (--resume %s): global step %llu, epoch %llu at step "
+               "%llu\n",
+               id, c->resume, (unsigned long long)s.global_step, (unsigned long long)s.epoch + 1,
+               (unsigned long long)s.step_in_epoch);
+        fflush(stdout);
+    }
     if (rc >= 0)
         tt_train_ckpt_gate_attach(gate, *ck);
     if (rc < 0)
