@@ -109,6 +109,16 @@ def test_resume_equivalence(h):
     assert [(c["id"], c["step"], c["latest"]) for c in listed] == \
         [("step-000000030", 30, False), ("step-000000040", 40, True)], listed
     assert all(c["bytes"] > 0 and c["duration_ms"] >= 0 for c in listed), listed
+    r = subprocess.run([binary("tetherctl"), "checkpoints", root + "/"], capture_output=True,
+                       text=True, timeout=30)
+    lines = r.stdout.splitlines()
+    assert r.returncode == 0 and "2 committed checkpoints; latest names step-000000040" in lines[0]
+    assert lines[1].split()[:5] == ["ID", "STEP", "BYTES", "CREATED", "(UTC)"], lines
+    assert lines[3].split()[0] == "step-000000040" and lines[3].rstrip().endswith("*"), lines
+    # A mistyped root is an error, not an empty list.
+    r = subprocess.run([binary("tetherctl"), "checkpoints", root + "-typo/"], capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 1 and "No such file or directory" in r.stderr, (r.returncode, r.stderr)
 
 
 def test_reshard(h):

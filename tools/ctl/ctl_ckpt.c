@@ -11,7 +11,9 @@
 #include "tt_clock.h"
 #include "tt_status.h"
 
+#include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -71,36 +73,66 @@ int tt_ctl_cmd_checkpoint_verify(tt_ctl_t *ctl, char **args) {
 
 /* ---- checkpoints DIR (offline): committed checkpoints under a root ---- */
 
-static void checkpoints_print(tt_ctl_t *ctl, const tt_ckpt_entry_t *v, size_t n,
-                              const char *latest) {
-    if (ctl->cfg.json)
-        printf("[");
-    else
-        printf("%-20s %10s %12s %15s %11s %s\n", "id", "step", "bytes", "created_unix_ms",
-               "duration_ms", "latest");
+static void utc_time(uint64_t unix_ms, char *out, size_t cap) {
+    time_t t = (time_t)(unix_ms / 1000);
+    struct tm tm;
+    if (unix_ms == 0 || gmtime_r(&t, &tm) == NULL || strftime(out, cap, "%FT%TZ", &tm) == 0)
+        snprintf(out, cap, "-");
+}
+
+static void checkpoints_dir_json(const tt_ckpt_entry_t *v, size_t n, const char *latest) {
+    printf("[");
     for (size_t i = 0; i < n; i++) {
-        int is_latest = strcmp(v[i].id, latest) == 0;
-        if (!ctl->cfg.json) {
-            printf("%-20s %10" PRIu64 " %12" PRIu64 " %15" PRIu64 " %11" PRIu64 " %s\n", v[i].id,
-                   v[i].step, v[i].bytes, v[i].created_unix_ms, v[i].duration_ms,
-                   is_latest ? "*" : "");
-            continue;
-        }
         printf("%s{\"id\":", i ? "," : "");
         tt_ctl_json_str(stdout, v[i].id);
         printf(",\"step\":%" PRIu64 ",\"epoch\":%" PRIu64 ",\"bytes\":%" PRIu64
                ",\"created_unix_ms\":%" PRIu64 ",\"duration_ms\":%" PRIu64 ",\"latest\":%s}",
                v[i].step, v[i].epoch, v[i].bytes, v[i].created_unix_ms, v[i].duration_ms,
-               is_latest ? "true" : "false");
+               strcmp(v[i].id, latest) == 0 ? "true" : "false");
     }
-    if (ctl->cfg.json)
-        printf("]\n");
+    printf("]\n");
 }
 
+/* The same columns as `checkpoints JOB`, where the files know them. */
+static void checkpoints_dir_table(const char *root, const tt_ckpt_entry_t *v, size_t n,
+                                  const char *latest) {
+    printf("%s: %zu committed checkpoint%s; latest names %s\n", root, n, n == 1 ? "" : "s",
+           latest[0] != '\0' ? latest : "none");
+    if (n == 0)
+        return;
+    tt_ctl_tbl_t t = {.ncols = 6};
+    const char *hdr[] = {"ID", "STEP", "BYTES", "CREATED (UTC)", "DURATION_MS", "LATEST"};
+    tt_ctl_tbl_row(&t, hdr);
+    for (size_t i = 0; i < n; i++) {
+        char step[24], bytes[24], created[32], dur[24];
+        snprintf(step, sizeof(step), "%" PRIu64, v[i].step);
+        snprintf(bytes, sizeof(bytes), "%" PRIu64, v[i].bytes);
+        utc_time(v[i].created_unix_ms, created, sizeof(created));
+        snprintf(dur, sizeof(dur), "%" PRIu64, v[i].duration_ms);
+        const char *mark = strcmp(v[i].id, latest) == 0 ? "*" : "";
+        const char *row[] = {v[i].id, step, bytes, created, dur, mark};
+        tt_ctl_tbl_row(&t, row);
+    }
+    tt_ctl_tbl_print(&t, stdout);
+}
+
+/* A root that does not exist is an error here: the trainer treats it as
+ * "no checkpoints yet", but an operator who mistyped the path must not
+ * read an empty list as the answer. */
 static int checkpoints_dir(tt_ctl_t *ctl, char **args) {
     tt_ckpt_entry_t *v = NULL;
     size_t n = 0;
     char err[512] = "", latest[TT_MF_ID_MAX] = "";
+    struct stat st;
+    if (stat(args[0], &st) != 0) {
+        fprintf(stderr, "tetherctl: cannot read the checkpoint root %s: %s\n", args[0],
+                strerror(errno));
+        return TT_CTL_EXIT_FAIL;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "tetherctl: %s is not a directory (a checkpoint root is)\n", args[0]);
+        return TT_CTL_EXIT_FAIL;
+    }
     int rc = tt_ckpt_list(args[0], &v, &n, err, sizeof(err));
     if (rc != TT_OK) {
         fprintf(stderr, "tetherctl: %s\n", err);
@@ -108,19 +140,15 @@ static int checkpoints_dir(tt_ctl_t *ctl, char **args) {
     }
     if (tt_ckpt_latest_read(args[0], latest, NULL, 0) != TT_OK)
         latest[0] = '\0';
-    checkpoints_print(ctl, v, n, latest);
+    if (ctl->cfg.json)
+        checkpoints_dir_json(v, n, latest);
+    else
+        checkpoints_dir_table(args[0], v, n, latest);
     free(v);
     return TT_CTL_EXIT_OK;
 }
 
 /* ---- checkpoint JOB [--wait], checkpoints JOB: through the coordinator ---- */
-
-static void utc_time(uint64_t unix_ms, char *out, size_t cap) {
-    time_t t = (time_t)(unix_ms / 1000);
-    struct tm tm;
-    if (unix_ms == 0 || gmtime_r(&t, &tm) == NULL || strftime(out, cap, "%FT%TZ", &tm) == 0)
-        snprintf(out, cap, "-");
-}
 
 static void record_json(const Tether__CheckpointRecord *r, int newest) {
     char created[32];
