@@ -35,6 +35,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#define DEFAULT_DATA "/usr/share/datasets/fashion-mnist" /* dataset-fashion-mnist */
+
 typedef struct {
     char layers[256];
     uint64_t epochs, batch, micro, warmup, seed, train_limit, max_steps, log_every, threads;
@@ -140,7 +142,7 @@ static void cli_defaults(cli_t *c) {
     snprintf(c->device, sizeof(c->device), "cpu");
     snprintf(c->cuda_device, sizeof(c->cuda_device), "auto");
     snprintf(c->update, sizeof(c->update), "local");
-    snprintf(c->data, sizeof(c->data), "/usr/share/datasets/fashion-mnist");
+    snprintf(c->data, sizeof(c->data), "%s", DEFAULT_DATA);
 }
 
 static void usage(FILE *f) {
@@ -363,7 +365,10 @@ static int load_data(const cli_t *c, tt_idx_set_t *train, tt_idx_set_t *test) {
     char err[512];
     if (tt_idx_load(c->data, "train", c->train_limit, train, err, sizeof(err)) < 0 ||
         tt_idx_load(c->data, "t10k", 0, test, err, sizeof(err)) < 0) {
-        fprintf(stderr, "tether-train: cannot load Fashion-MNIST: %s\n", err);
+        fprintf(stderr,
+                "tether-train: cannot load Fashion-MNIST: %s (Debian's dataset-fashion-mnist "
+                "package puts it in %s; --data DIR names another folder)\n",
+                err, DEFAULT_DATA);
         return -1;
     }
     return 0;

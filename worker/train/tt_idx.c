@@ -293,7 +293,8 @@ static int idx_load_one(const char *dir, const char *prefix, int images, size_t 
 int tt_idx_load(const char *dir, const char *prefix, size_t keep, tt_idx_set_t *set, char *err,
                 size_t errlen) {
     char local[512];
-    if (err == NULL || errlen == 0) {
+    int quiet = err != NULL && errlen > 0; /* the caller says it */
+    if (!quiet) {
         err = local;
         errlen = sizeof(local);
     }
@@ -303,7 +304,8 @@ int tt_idx_load(const char *dir, const char *prefix, size_t keep, tt_idx_set_t *
     TT_CHECK_GOTO(idx_load_one(dir, prefix, 0, 0, set, err, errlen), rc, fail);
     return TT_OK;
 fail:
-    TT_WARN("data", "%s", err);
+    if (!quiet)
+        TT_WARN("data", "%s", err);
     tt_idx_free(set);
     return rc;
 }

@@ -81,8 +81,8 @@ int tt_idx_read_gz(const char *path, uint8_t **buf, size_t *len, char *err, size
  * *set, which must be zeroed, keeping the first `keep` examples (0 = all):
  * a run on a subset does not hold the rest, yet both files are read and
  * checked whole. On error *set holds nothing.
- * Messages name the file and what is wrong, and are also logged. Returns
- * as above. */
+ * Messages name the file and what is wrong, and are logged when err is
+ * NULL (the caller would not say them). Returns as above. */
 int tt_idx_load(const char *dir, const char *prefix, size_t keep, tt_idx_set_t *set, char *err,
                 size_t errlen);
 
