@@ -6,6 +6,7 @@
 #include "tt_log.h"
 #include "tt_status.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,15 +89,30 @@ const char *tt_http_label(const char *s, char *buf, size_t len) {
     return buf;
 }
 
+const char *tt_http_num(double v, char *buf) {
+    if (isnan(v))
+        return strcpy(buf, "NaN");
+    if (isinf(v))
+        return strcpy(buf, v > 0 ? "+Inf" : "-Inf");
+    for (int prec = 1; prec < 17; prec++) { /* 17 digits always read back */
+        snprintf(buf, TT_HTTP_NUM_MAX, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v)
+            return buf;
+    }
+    snprintf(buf, TT_HTTP_NUM_MAX, "%.17g", v);
+    return buf;
+}
+
 void tt_http_job_gauges(tt_http_reply_t *r, const char *const (*gauges)[2], size_t ngauges,
                         const char *const *jobs, size_t njobs, const double *v) {
-    char id[512];
+    char id[512], num[TT_HTTP_NUM_MAX];
     for (size_t g = 0; g < ngauges; g++) {
         tt_http_printf(r, "# HELP %s %s\n# TYPE %s gauge\n", gauges[g][0], gauges[g][1],
                        gauges[g][0]);
         for (size_t j = 0; j < njobs; j++)
-            tt_http_printf(r, "%s{job=\"%s\"} %.17g\n", gauges[g][0],
-                           tt_http_label(jobs[j], id, sizeof(id)), v[j * ngauges + g]);
+            tt_http_printf(r, "%s{job=\"%s\"} %s\n", gauges[g][0],
+                           tt_http_label(jobs[j], id, sizeof(id)),
+                           tt_http_num(v[j * ngauges + g], num));
     }
 }
 

@@ -38,6 +38,13 @@ void tt_http_printf(tt_http_reply_t *r, const char *fmt, ...) __attribute__((for
  * escaped) in buf, cut to fit; returns buf. */
 const char *tt_http_label(const char *s, char *buf, size_t len);
 
+/* A sample value as the Prometheus text format wants it: the shortest
+ * decimal that reads back as exactly v (0.035, not %.17g's
+ * 0.035000000000000003), NaN and +Inf/-Inf by their names. Returns buf
+ * (TT_HTTP_NUM_MAX bytes). */
+#define TT_HTTP_NUM_MAX 32
+const char *tt_http_num(double v, char *buf);
+
 /* Per-job gauges in the Prometheus text format: for each gauge g (its name
  * gauges[g][0], help gauges[g][1]) the HELP/TYPE lines, then one line per
  * job labelled job="jobs[j]" with the value v[j * ngauges + g]. */

@@ -126,7 +126,7 @@ static void job_metrics(const tt_coord_t *c, tt_http_reply_t *r, uint64_t now) {
 /* The per-member lines of one gauge; `which` picks the field. */
 static void member_lines(tt_http_reply_t *r, const char *name, const char *job,
                          const tt_rdzv_member_info_t *m, size_t n, int which) {
-    char w[2 * TT_RDZV_ID_MAX];
+    char w[2 * TT_RDZV_ID_MAX], num[TT_HTTP_NUM_MAX];
     for (size_t k = 0; k < n; k++) {
         double v = which == 0   ? (double)m[k].m.last_step
                    : which == 1 ? (double)m[k].heartbeat_age_ms / 1e3
@@ -135,8 +135,9 @@ static void member_lines(tt_http_reply_t *r, const char *name, const char *job,
                    : which == 4 ? (double)m[k].straggler
                    : which == 5 ? (double)m[k].suspected
                                 : (double)m[k].draining;
-        tt_http_printf(r, "%s{job=\"%s\",worker=\"%s\",rank=\"%u\"} %.17g\n", name, job,
-                       tt_http_label(m[k].m.worker_id, w, sizeof(w)), m[k].m.rank, v);
+        tt_http_printf(r, "%s{job=\"%s\",worker=\"%s\",rank=\"%u\"} %s\n", name, job,
+                       tt_http_label(m[k].m.worker_id, w, sizeof(w)), m[k].m.rank,
+                       tt_http_num(v, num));
     }
 }
 

@@ -4,6 +4,7 @@
 #include "tt_cunit.h"
 #include "tt_http.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -107,6 +108,23 @@ static void http_job_gauges_table(void) {
     free(e.body);
 }
 
+static void http_num_shortest(void) {
+    char b[TT_HTTP_NUM_MAX];
+    CU_ASSERT_STRING_EQUAL(tt_http_num(0.035, b), "0.035"); /* %.17g: 0.035000000000000003 */
+    CU_ASSERT_STRING_EQUAL(tt_http_num(0.0404, b), "0.0404");
+    CU_ASSERT_STRING_EQUAL(tt_http_num(-1, b), "-1");
+    CU_ASSERT_STRING_EQUAL(tt_http_num(0, b), "0");
+    CU_ASSERT_STRING_EQUAL(tt_http_num(1796445056.73, b), "1796445056.73");
+    CU_ASSERT_STRING_EQUAL(tt_http_num(1e300, b), "1e+300");
+    CU_ASSERT_STRING_EQUAL(tt_http_num(NAN, b), "NaN");
+    CU_ASSERT_STRING_EQUAL(tt_http_num(-INFINITY, b), "-Inf");
+    CU_ASSERT_STRING_EQUAL(tt_http_num(INFINITY, b), "+Inf");
+    double hard[] = {0.1 + 0.2, 1.0 / 3.0, 5e-324, 1.7976931348623157e308, 123456789012345678.0};
+    for (size_t i = 0; i < sizeof(hard) / sizeof(hard[0]); i++)
+        CU_ASSERT_EQUAL(strtod(tt_http_num(hard[i], b), NULL), hard[i]); /* reads back exactly */
+    CU_ASSERT_STRING_EQUAL(tt_http_num(0.1 + 0.2, b), "0.30000000000000004");
+}
+
 static void http_common_paths(void) {
     tt_http_reply_t r = {.status = 200};
     CU_ASSERT_EQUAL(tt_http_common("/healthz", 0, &r), 1);
@@ -137,6 +155,7 @@ static const tt_cunit_test_t tests[] = {
     {"http_reply_grows", http_reply_grows},
     {"http_label_escapes", http_label_escapes},
     {"http_job_gauges_table", http_job_gauges_table},
+    {"http_num_shortest", http_num_shortest},
     {"http_common_paths", http_common_paths},
     {NULL, NULL},
 };
