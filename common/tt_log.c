@@ -152,12 +152,30 @@ static const char *base_name(const char *path) {
     return slash ? slash + 1 : path;
 }
 
+/* A message longer than the stack buffer (a flight recorder's dump, a long
+ * path in an error) is formatted again on the heap: a log line that loses
+ * its end loses the newest, most telling part. Returns msg or a malloc'd
+ * copy the caller frees; on out of memory, the truncated stack text. */
+static char *format_msg(char *msg, size_t cap, const char *fmt, va_list ap) {
+    va_list again;
+    va_copy(again, ap);
+    int need = vsnprintf(msg, cap, fmt, ap);
+    char *big = need >= 0 && (size_t)need >= cap ? malloc((size_t)need + 1) : NULL;
+    if (big != NULL)
+        vsnprintf(big, (size_t)need + 1, fmt, again);
+    va_end(again);
+    return big != NULL ? big : msg;
+}
+
 void tt_log_write(int level, const char *subsys, const char *file, int line, const char *fmt, ...) {
-    char msg[1024];
+    char stack_msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    char *msg = format_msg(stack_msg, sizeof(stack_msg), fmt, ap);
     va_end(ap);
+    size_t mlen = strlen(msg);
+    while (mlen > 0 && msg[mlen - 1] == '\n') /* a text's last newline: the line's end is ours */
+        msg[--mlen] = '\0';
 
     struct timeval tv;
     gettimeofday(&tv, NULL);
@@ -168,12 +186,21 @@ void tt_log_write(int level, const char *subsys, const char *file, int line, con
 
     if (level < 0 || level > TT_LOG_DEBUG)
         level = TT_LOG_ERROR;
-    char out[1400];
+    char head[256];
     pthread_mutex_lock(&g_log.mu);
-    snprintf(out, sizeof(out), "%s.%03dZ %s %s[%s] gen=%llu %s %s:%d %s", ts,
+    snprintf(head, sizeof(head), "%s.%03dZ %s %s[%s] gen=%llu %s %s:%d ", ts,
              (int)(tv.tv_usec / 1000), level_names[level], g_log.role, g_log.id,
              (unsigned long long)atomic_load(&g_log.generation), subsys ? subsys : "-",
-             base_name(file), line, msg);
+             base_name(file), line);
+    size_t hlen = strlen(head);
+    char stack_out[1400];
+    size_t len = hlen + mlen + 1;
+    char *out = len <= sizeof(stack_out) ? NULL : malloc(len);
+    if (out == NULL) { /* fits, or out of memory: then the line cut short, not none */
+        out = stack_out;
+        len = len < sizeof(stack_out) ? len : sizeof(stack_out);
+    }
+    snprintf(out, len, "%s%s", head, msg);
     if (g_log.sink != NULL) {
         g_log.sink(g_log.sink_ctx, level, out);
     } else {
@@ -182,4 +209,8 @@ void tt_log_write(int level, const char *subsys, const char *file, int line, con
         fflush(f);
     }
     pthread_mutex_unlock(&g_log.mu);
+    if (out != stack_out)
+        free(out);
+    if (msg != stack_msg)
+        free(msg);
 }

@@ -138,7 +138,7 @@ static int ring_suspect(void *inst) {
 }
 
 static char *ring_dump(void *inst) {
-    return tt_ring_dump(((ring_inst_t *)inst)->ring);
+    return tt_ring_dump(((ring_inst_t *)inst)->ring, 0);
 }
 
 static void ring_set_step(void *inst, int64_t step) {

@@ -443,7 +443,8 @@ static void log_failure(tt_comm_t *c, int rc) {
     TT_WARN(SUBSYS, "%s (%s)", msg, tt_status_name(rc));
     if (rc == TT_EINVAL)
         return;
-    char *dump = tt_flight_dump(c->flight, "this process (API)", tt_clock_mono_ns());
+    char *dump =
+        tt_flight_dump(c->flight, "this process (API)", tt_clock_mono_ns(), TT_FLIGHT_LOG_RECORDS);
     if (dump != NULL)
         TT_WARN(SUBSYS, "%s", dump);
     free(dump);
@@ -743,7 +744,7 @@ int tt_comm_set_lr(tt_comm_t *c, float lr) {
 /* ---- dump ---- */
 
 char *tt_comm_dump(tt_comm_t *c, const char *who) {
-    char *api = tt_flight_dump(c->flight, who, tt_clock_mono_ns());
+    char *api = tt_flight_dump(c->flight, who, tt_clock_mono_ns(), 0);
     pthread_mutex_lock(&c->mu);
     char *be = c->ops != NULL ? c->ops->dump(c->inst) : NULL;
     const char *name = c->ops != NULL ? c->ops->name : "none built";

@@ -122,19 +122,23 @@ static int format_rec(char *buf, size_t len, const tt_flight_rec_t *r, uint64_t 
                     r->state == TT_FLIGHT_FINISHED ? tt_status_name(r->status) : "-");
 }
 
-char *tt_flight_dump(tt_flight_t *f, const char *who, uint64_t now_ns) {
+char *tt_flight_dump(tt_flight_t *f, const char *who, uint64_t now_ns, size_t max) {
     size_t cap = f->cap;
     tt_flight_rec_t *snap = malloc(cap * sizeof(*snap));
     size_t line = 256;
     if (snap == NULL)
         return NULL;
     size_t n = tt_flight_snapshot(f, snap, cap);
-    size_t len = (n + 1) * line;
+    size_t first = max != 0 && n > max ? n - max : 0;
+    size_t len = (n - first + 1) * line;
     char *text = malloc(len);
     if (text != NULL) {
-        size_t used = (size_t)snprintf(text, len, "flight recorder%s%s: %zu record(s)\n",
-                                       who ? " of " : "", who ? who : "", n);
-        for (size_t i = 0; i < n && used < len; i++)
+        char cut[64] = "";
+        if (first > 0)
+            snprintf(cut, sizeof(cut), "newest %zu of ", n - first);
+        size_t used = (size_t)snprintf(text, len, "flight recorder%s%s: %s%zu record(s)\n",
+                                       who ? " of " : "", who ? who : "", cut, n);
+        for (size_t i = first; i < n && used < len; i++)
             used += (size_t)format_rec(text + used, len - used, &snap[i], now_ns);
     }
     free(snap);

@@ -56,9 +56,15 @@ void tt_flight_finish(tt_flight_t *f, uint64_t id, uint64_t now_ns, int status);
 size_t tt_flight_snapshot(tt_flight_t *f, tt_flight_rec_t *out, size_t max);
 
 /* Text dump, one line per record, oldest first, with durations relative to
- * now_ns for unfinished records. Returns a malloc'd string the caller frees
- * (NULL only when out of memory). `who` names the process in the first line
- * (may be NULL). Any thread. */
-char *tt_flight_dump(tt_flight_t *f, const char *who, uint64_t now_ns);
+ * now_ns for unfinished records: the newest `max` records (0: all), the
+ * first line saying how many were left out. Returns a malloc'd string the
+ * caller frees (NULL only when out of memory). `who` names the process in
+ * the first line (may be NULL). Any thread. */
+char *tt_flight_dump(tt_flight_t *f, const char *who, uint64_t now_ns, size_t max);
+
+/* How many records a failure writes to the log: the failing step's
+ * collectives and several steps before it. All of them would be 256 lines
+ * per rank per failure; `tetherctl dump JOB` shows them on a live job. */
+#define TT_FLIGHT_LOG_RECORDS 24
 
 #endif

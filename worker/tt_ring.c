@@ -118,7 +118,7 @@ static void send_wait(coll_t *c, uint64_t now) {
 }
 
 static void log_flight(tt_ring_t *r) {
-    char *text = tt_ring_dump(r);
+    char *text = tt_ring_dump(r, TT_FLIGHT_LOG_RECORDS);
     if (text != NULL)
         TT_WARN(SUBSYS, "%s", text);
     free(text);

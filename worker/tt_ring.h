@@ -166,8 +166,8 @@ uint64_t tt_ring_dropped_stale(const tt_ring_t *r);
 /* Messages of another job (another tag) that were received and dropped. */
 uint64_t tt_ring_dropped_foreign(const tt_ring_t *r);
 
-/* Flight-recorder text (malloc'd, caller frees; NULL when out of memory).
- * Any thread. */
-char *tt_ring_dump(tt_ring_t *r);
+/* Flight-recorder text of the newest `max` records, 0: all (malloc'd,
+ * caller frees; NULL when out of memory). Any thread. */
+char *tt_ring_dump(tt_ring_t *r, size_t max);
 
 #endif

@@ -339,8 +339,8 @@ uint64_t tt_ring_dropped_foreign(const tt_ring_t *r) {
     return r->dropped_foreign;
 }
 
-char *tt_ring_dump(tt_ring_t *r) {
+char *tt_ring_dump(tt_ring_t *r, size_t max) {
     char who[64];
     snprintf(who, sizeof(who), "rank %d gen %llu", r->rank, (unsigned long long)r->gen);
-    return tt_flight_dump(r->flight, who, tt_clock_mono_ns());
+    return tt_flight_dump(r->flight, who, tt_clock_mono_ns(), max);
 }

@@ -1,5 +1,6 @@
 /* Unit tests of tt_flight: records, wrap-around keeps the newest N, and the
- * dump text shows them oldest first with states and statuses. */
+ * dump text shows them oldest first with states and statuses, the newest
+ * N of them when asked. */
 #include "tt_collseq.h"
 #include "tt_cunit.h"
 #include "tt_flight.h"
@@ -72,7 +73,7 @@ static void flight_dump_text(void) {
         if (s == 3)
             tt_flight_started(f, id, s * 1000000);
     }
-    char *text = tt_flight_dump(f, "rank 1", 8000000);
+    char *text = tt_flight_dump(f, "rank 1", 8000000, 0);
     CU_ASSERT_FATAL(text != NULL);
     CU_ASSERT(strstr(text, "flight recorder of rank 1: 2 record(s)") != NULL);
     const char *a = strstr(text, "#2 gen=3 allreduce float32/sum bytes=8 peer=1 finished");
@@ -85,10 +86,37 @@ static void flight_dump_text(void) {
     tt_flight_destroy(&f);
 }
 
+/* A failure logs only the newest records; the first line says how many
+ * there were, so a reader knows the older ones exist. */
+static void flight_dump_newest(void) {
+    tt_flight_t *f = NULL;
+    CU_ASSERT_FATAL(tt_flight_create(&f, 8) == TT_OK);
+    for (uint64_t s = 1; s <= 10; s++) {
+        tt_flight_rec_t r = rec(s);
+        tt_flight_finish(f, tt_flight_begin(f, &r), s * 1000000 + 1000, TT_OK);
+    }
+    char *text = tt_flight_dump(f, "this process (API)", 20000000, 3);
+    CU_ASSERT_FATAL(text != NULL);
+    CU_ASSERT(strstr(text, "flight recorder of this process (API): newest 3 of 8 record(s)\n") ==
+              text);
+    CU_ASSERT(strstr(text, "#7 ") == NULL);
+    const char *a = strstr(text, "#8 "), *b = strstr(text, "#9 "), *c = strstr(text, "#10 ");
+    CU_ASSERT(a != NULL && b != NULL && c != NULL && a < b && b < c);
+    free(text);
+    /* a limit above what is stored shows all, with no "newest" */
+    text = tt_flight_dump(f, NULL, 20000000, 100);
+    CU_ASSERT_FATAL(text != NULL);
+    CU_ASSERT(strstr(text, "flight recorder: 8 record(s)\n") == text);
+    CU_ASSERT(strstr(text, "#3 ") != NULL && strstr(text, "#2 ") == NULL);
+    free(text);
+    tt_flight_destroy(&f);
+}
+
 static const tt_cunit_test_t tests[] = {
     {"flight_records_lifecycle", flight_records_lifecycle},
     {"flight_wraps_keeping_newest", flight_wraps_keeping_newest},
     {"flight_dump_text", flight_dump_text},
+    {"flight_dump_newest", flight_dump_newest},
     {NULL, NULL},
 };
 
