@@ -115,36 +115,38 @@ TETHER_API int tether_join(tether_t *t, uint32_t timeout_ms) {
     return t ? tt_client_join(membership(t), timeout_ms) : TETHER_EINVAL;
 }
 
-TETHER_API int tether_rank(tether_t *t) {
+/* The membership view: 1 once a generation is installed, 0 before (or
+ * without a handle, *v then untouched). */
+static int view_of(tether_t *t, tt_client_view_t *v) {
     if (t == NULL)
-        return -1;
+        return 0;
+    tt_client_view(t->client, v);
+    return v->generation != 0;
+}
+
+TETHER_API int tether_rank(tether_t *t) {
     tt_client_view_t v;
-    tt_client_view(t->client, &v);
-    return v.generation ? v.rank : -1;
+    return view_of(t, &v) ? v.rank : -1;
 }
 
 TETHER_API uint32_t tether_world_size(tether_t *t) {
-    if (t == NULL)
-        return 0;
     tt_client_view_t v;
-    tt_client_view(t->client, &v);
-    return v.generation ? v.world_size : 0;
+    return view_of(t, &v) ? v.world_size : 0;
 }
 
 TETHER_API uint64_t tether_generation(tether_t *t) {
-    if (t == NULL)
-        return 0;
     tt_client_view_t v;
-    tt_client_view(t->client, &v);
-    return v.generation;
+    return view_of(t, &v) ? v.generation : 0;
 }
 
 TETHER_API int64_t tether_resume_step(tether_t *t) {
-    if (t == NULL)
-        return -1;
     tt_client_view_t v;
-    tt_client_view(t->client, &v);
-    return v.generation ? v.resume_step : -1;
+    return view_of(t, &v) ? v.resume_step : -1;
+}
+
+TETHER_API int64_t tether_job_steps(tether_t *t) {
+    tt_client_view_t v;
+    return view_of(t, &v) ? v.job_steps : 0;
 }
 
 TETHER_API int tether_member(tether_t *t, uint32_t rank, tether_member_t *info) {

@@ -696,6 +696,7 @@ void tt_client_view(tt_client_t *c, tt_client_view_t *v) {
     v->rank = c->sm.rank;
     v->world_size = c->sm.world_size;
     v->resume_step = c->sm.resume_step;
+    v->job_steps = c->sm.job_steps;
     v->ps_until_step = c->sm.ps_until_step;
     v->job_nonce = c->sm.job_nonce;
     v->shrink_of = c->sm.shrink_of;

@@ -99,6 +99,7 @@ typedef struct tt_client_sm {
     int32_t rank;          /* -1: none */
     uint32_t world_size;
     int64_t resume_step;
+    int64_t job_steps;     /* Generation.job_steps; 0: none or unknown */
     int64_t ps_until_step; /* Generation.ps_until_step; 0: none */
     uint64_t job_nonce;    /* Generation.job_nonce; 0: none */
     uint64_t shrink_of;    /* Generation.shrink_of; 0: none */
@@ -207,6 +208,7 @@ typedef struct tt_client_view {
     int32_t rank;
     uint32_t world_size;
     int64_t resume_step;
+    int64_t job_steps;
     int64_t ps_until_step;
     uint64_t job_nonce;
     uint64_t shrink_of; /* Generation.shrink_of / shrink_exclude; 0: none */

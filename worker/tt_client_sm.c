@@ -54,6 +54,7 @@ void tt_client_sm_init(tt_client_sm_t *sm, uint32_t heartbeat_ms) {
     sm->heartbeat_ms = heartbeat_ms;
     sm->rank = -1;
     sm->resume_step = -1;
+    sm->job_steps = 0;
     sm->ps_until_step = 0;
     sm->completed_step = -1;
     sm->regroup_after_step = -1;
@@ -81,6 +82,7 @@ int tt_client_sm_begin(tt_client_sm_t *sm, tt_client_op_t op, uint64_t rid) {
         sm->generation = 0;
         sm->rank = -1;
         sm->resume_step = -1;
+        sm->job_steps = 0;
         sm->ps_until_step = 0;
         sm->job_nonce = 0;
         sm->shrink_of = 0;
@@ -147,6 +149,7 @@ static int install_generation(tt_client_sm_t *sm, const Tether__JoinReply *jr) {
     sm->world_size = g->world_size > g->n_members ? g->world_size : (uint32_t)g->n_members;
     sm->rank = (int32_t)jr->rank;
     sm->resume_step = g->resume_step;
+    sm->job_steps = g->job_steps > 0 ? g->job_steps : 0;
     sm->ps_until_step = g->ps_until_step;
     sm->job_nonce = g->job_nonce;
     /* The wire check bounds the list (tt_wire_shrink_ok). */

@@ -213,6 +213,12 @@ TETHER_API uint32_t tether_world_size(tether_t *t);
 TETHER_API uint64_t tether_generation(tether_t *t);
 /* First step the current generation runs (all ranks resume there). */
 TETHER_API int64_t tether_resume_step(tether_t *t);
+/* How many steps the job's members had all completed when the current
+ * generation formed (0: none, before the first join, or unknown to an
+ * older coordinator). Resuming below it means steps are trained again:
+ * since a resumed checkpoint, or all of them when no member held the
+ * job's state. */
+TETHER_API int64_t tether_job_steps(tether_t *t);
 
 typedef struct tether_member {
     uint32_t rank;

@@ -54,6 +54,7 @@ static int fill_generation(coord_job_t *job, const tt_rdzv_member_t *src, size_t
     g->members = ptrs;
     g->resume_step = resume;
     g->job_nonce = job->nonce;
+    g->job_steps = job->formed_gen == gen ? job->formed_job_steps : 0;
     if (job->formed_gen == gen) {
         g->ps_until_step = job->ps_until_step;
         g->shrink_of = job->shrink_of;
@@ -240,6 +241,7 @@ static void on_generation(tt_coord_t *c, coord_job_t *job, const tt_rdzv_event_t
             (long long)ev->step, fallback, shrink);
     job->formed_gen = ev->generation;
     job->resume_step = ev->step;
+    job->formed_job_steps = tt_rdzv_last_committed_step(job->rdzv) + 1; /* an index, -1: none */
     coord_request_save(c);
     send_generation(c, job, ev->members, ev->world_size, ev->generation, ev->step, NULL, 0, 0, 1);
 }

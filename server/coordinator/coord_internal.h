@@ -25,10 +25,11 @@ typedef struct coord_job {
     uint64_t shrink_of;
     uint32_t n_shrink_exclude;
     uint32_t shrink_exclude[TT_RDZV_SHRINK_MAX];
-    uint64_t nonce;        /* Generation.job_nonce: random at creation, persisted */
-    uint64_t lost_version; /* shard placement already regrouped for a lost shard */
-    tt_ckpt_book_t ckpt;   /* checkpoint requests and committed records */
-    int commit_busy;       /* a CheckpointCommit of this job runs in the pool */
+    uint64_t nonce;           /* Generation.job_nonce: random at creation, persisted */
+    int64_t formed_job_steps; /* Generation.job_steps of formed_gen; 0: none or unknown */
+    uint64_t lost_version;    /* shard placement already regrouped for a lost shard */
+    tt_ckpt_book_t ckpt;      /* checkpoint requests and committed records */
+    int commit_busy;          /* a CheckpointCommit of this job runs in the pool */
     /* Where the job is in its data, from the heartbeat with the highest
      * completed step that carried it (memory only: heartbeats repeat it). */
     int64_t progress_step;

@@ -170,6 +170,7 @@ static int job_to_pb(const coord_job_t *job, const clocks_t *k, job_pb_t *j) {
     j->pb.formed_generation = job->formed_gen;
     j->pb.resume_step = job->resume_step;
     j->pb.ps_until_step = job->ps_until_step;
+    j->pb.job_steps = job->formed_job_steps;
     j->pb.shrink_of = job->shrink_of;
     j->pb.n_shrink_exclude = job->n_shrink_exclude;         /* 0 without a relation */
     j->pb.shrink_exclude = (uint32_t *)job->shrink_exclude; /* read only */
@@ -298,6 +299,7 @@ static void restore_formed(coord_job_t *job, const Tether__CoordJobRecord *p) {
     job->formed_gen = p->formed_generation;
     job->resume_step = p->resume_step;
     job->ps_until_step = p->ps_until_step;
+    job->formed_job_steps = p->job_steps > 0 ? p->job_steps : 0;
     /* The decoder refused a malformed relation (tt_wire_shrink_ok: at most
      * TT_WIRE_MAX_SHRINK ranks, the size of the copy). */
     job->shrink_of = p->shrink_of;

@@ -190,9 +190,33 @@ def test_update_on_shards_resume(h):
     assert d < 1e-5, f"parameters differ by {d:.2e} (limit 1e-5)"
 
 
+def job_step(h, p, job="launch"):
+    """The job's last step as the launcher's coordinator reports it."""
+    port = None
+    for line in p.lines() + p.lines("log"):
+        m = re.search(r"started coordinator: pid \d+, port (\d+)", line)
+        if m:
+            port = m.group(1)
+    if port is None:
+        return -1
+    rc, out, _ = h.ctl(f"tcp://127.0.0.1:{port}", "status", "--json", check=False)
+    if rc != 0:
+        return -1
+    return max([j["last_step"] for j in json.loads(out)["jobs"] if j["job_id"] == job] or [-1])
+
+
+def redone(text):
+    """rank 0's lines saying a generation resumed behind the job's steps:
+    (steps the job had completed, resume step, steps trained again)."""
+    return [tuple(int(x) for x in m) for m in re.findall(
+        r"the job had completed (\d+) step\(s\); generation \d+ resumes at step (\d+): "
+        r"(\d+) step\(s\) are trained again", text)]
+
+
 def fleet_restart(h, name, extra=(), shards=0):
     """Both workers of a running job killed at once; tether-launch starts
-    them again with the same arguments."""
+    them again with the same arguments. Rank 0 of the new generation says
+    how many steps the checkpoint set the job back."""
     ref = straight(h, 60, extra=extra, shards=shards)
     root = os.path.join(h.dir, "ck-" + name)
     out = os.path.join(h.dir, name + ".bin")
@@ -201,17 +225,23 @@ def fleet_restart(h, name, extra=(), shards=0):
                            "--checkpoint-every-steps", "10", "--dump-params", out, *extra],
               restarts=2, shards=shards)
     wait_for(lambda: "step-000000020" in committed(root), 60, "checkpoint step 20 committed")
+    # the coordinator past the checkpoint too, so steps are trained again
+    wait_for(lambda: job_step(h, p) >= 24, 60, "the coordinator at step 24")
     pids = [launcher_child_pid(p, f"worker {i}") for i in range(2)]
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
     rc = p.wait(180)
     text = log_text(p)
     resumed = re.findall(r"resumed from checkpoint (step-\d+) \(step (\d+)", text)
+    again = redone(text)
     print(f"  {name}: killed both workers after step-000000020 committed; launcher exit {rc}; "
-          f"resumed from {sorted(set(r[0] for r in resumed))}")
+          f"resumed from {sorted(set(r[0] for r in resumed))}; (done, resumed at, again) {again}")
     assert rc == 0 and "finished=2" in text, text[-3000:]
     assert len(resumed) == 2 and resumed[0] == resumed[1], text[-3000:]
     assert "the newest the coordinator recorded for this job" in text, text[-3000:]
+    at = int(resumed[0][0].split("-")[1])
+    assert len(again) == 1 and again[0][1] == at, (again, at, text[-3000:])
+    assert again[0][0] >= 25 and again[0][2] == again[0][0] - at, again
     d = rel_diff(read_params(out), ref)
     print(f"  {name}: relative difference to the uninterrupted run {d:.2e}")
     assert d == 0.0, f"parameters differ by {d:.2e} (bitwise expected)"
@@ -226,6 +256,27 @@ def test_all_workers_restart_update_on_shards(h):
     the restarted workers put the checkpoint's back (before, they put
     their fresh initial state there and the job started over)."""
     fleet_restart(h, "fleet-shards", extra=SHARDS, shards=2)
+
+
+def test_all_workers_restart_without_checkpoints_say_so(h):
+    """Without checkpoints a job whose every worker died has no state left:
+    the restarted workers train from step 0, and rank 0 says how many
+    steps that throws away instead of starting over in silence."""
+    out = os.path.join(h.dir, "over.bin")
+    p = spawn(h, "over", 2, ["--max-steps", "40", "--pace-ms", "50", "--dump-params", out],
+              restarts=2)
+    wait_for(lambda: job_step(h, p) >= 15, 60, "the coordinator at step 15")
+    for pid in [launcher_child_pid(p, f"worker {i}") for i in range(2)]:
+        os.kill(pid, signal.SIGKILL)
+    rc = p.wait(180)
+    text = log_text(p)
+    over = [int(n) for n in re.findall(
+        r"the job had completed (\d+) step\(s\), but no member holds its state and no "
+        r"checkpoint was resumed: training starts over at step 0", text)]
+    print(f"  start-over: launcher exit {rc}; steps thrown away {over}")
+    assert rc == 0 and "finished=2" in text, text[-3000:]
+    assert len(over) == 1 and over[0] >= 16, (over, text[-3000:])
+    assert not redone(text) and os.path.exists(out), text[-3000:]
 
 
 def test_worker_rejoins_a_checkpointing_job(h):
@@ -320,17 +371,21 @@ def test_lost_shard_recovers_under_the_launcher(h):
                                    "--dump-params", out, *SHARDS],
               env={"TETHER_COLL_DEADLINE_MS": "5000"}, restarts=4, shards=2)
     wait_for(lambda: "step-000000020" in committed(root), 60, "checkpoint step 20 committed")
+    wait_for(lambda: job_step(h, p) >= 24, 60, "the coordinator at step 24")
     os.kill(launcher_child_pid(p, "shard 0"), signal.SIGKILL)
     t0 = time.monotonic()
     rc = p.wait(180)
     text = log_text(p)
     resumed = re.findall(r"resumed from checkpoint (step-\d+)", text)
+    again = redone(text)
     summary = [l for l in text.splitlines() if "summary:" in l]
     print(f"  shard 0 killed; launcher exit {rc} after {time.monotonic() - t0:.1f} s; resumed "
-          f"from {sorted(set(resumed))}; {summary[-1] if summary else 'no summary'}")
+          f"from {sorted(set(resumed))}; (done, resumed at, again) {again}; "
+          f"{summary[-1] if summary else 'no summary'}")
     assert rc == 0, text[-3000:]
     assert "restarted and lost the job's parameters and optimizer state" in text, text[-3000:]
     assert resumed and all(r >= "step-000000020" for r in resumed), resumed
+    assert again and all(a[0] >= 25 and a[1] >= 20 and a[2] == a[0] - a[1] for a in again), again
     assert "daemon-restarts=1" in summary[-1], summary
     d = rel_diff(read_params(out), ref)
     print(f"  relative difference to the uninterrupted run: {d:.2e}")
@@ -456,7 +511,8 @@ if __name__ == "__main__":
         raise SystemExit(77)
     tests = [test_resume_equivalence, test_reshard, test_kill_writer, test_flipped_byte,
              test_timer_schedule, test_all_workers_restart_resume_the_job,
-             test_worker_rejoins_a_checkpointing_job]
+             test_worker_rejoins_a_checkpointing_job,
+             test_all_workers_restart_without_checkpoints_say_so]
     try:
         binary("tether-shard")
         tests += [test_reshard_ps, test_update_on_shards_resume,

@@ -96,9 +96,10 @@ typedef struct cli {
 
 /* A DEALER with routing id "<role>-<id>.1" ("worker-w0.1" is what the
  * coordinator insists on for worker w0). */
-static inline void cli_open(fx_t *f, cli_t *c, const char *role, const char *id) {
+/* A client of `role` and `id` as process incarnation `inc`. */
+static inline void cli_open_as(fx_t *f, cli_t *c, const char *role, const char *id, uint64_t inc) {
     char rid[128], err[256] = "";
-    tt_zmq_routing_id(rid, sizeof(rid), role, id, 1);
+    tt_zmq_routing_id(rid, sizeof(rid), role, id, inc);
     tt_zmq_opts_t zo;
     tt_zmq_opts_default(&zo);
     zo.routing_id = rid;
@@ -107,6 +108,10 @@ static inline void cli_open(fx_t *f, cli_t *c, const char *role, const char *id)
     CU_ASSERT_EQUAL_FATAL(
         tt_zmq_dealer(f->zctx, tt_coord_endpoint(f->coord), &zo, &c->sock, err, sizeof(err)),
         TT_OK);
+}
+
+static inline void cli_open(fx_t *f, cli_t *c, const char *role, const char *id) {
+    cli_open_as(f, c, role, id, 1);
 }
 
 /* Sends env (request id set here and returned, one payload frame when

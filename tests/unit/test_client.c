@@ -242,6 +242,7 @@ static tt_env_t *join_reply(msg_t *m, uint64_t gen, uint32_t rank, uint32_t worl
     m->gen.members = m->mp;
     m->gen.resume_step = 11;
     m->gen.ps_until_step = 19;
+    m->gen.job_steps = 40;
     m->gen.job_nonce = 0x5eedf00dcafeull;
     m->jr.generation = &m->gen;
     m->jr.rank = rank;
@@ -325,6 +326,7 @@ static void client_sm_join_installs_generation(void) {
     CU_ASSERT_EQUAL(sm.world_size, 3);
     CU_ASSERT_EQUAL(sm.resume_step, 11);
     CU_ASSERT_EQUAL(sm.ps_until_step, 19); /* the announced PS fallback */
+    CU_ASSERT_EQUAL(sm.job_steps, 40);     /* where the job had got to */
     CU_ASSERT_EQUAL(sm.job_nonce, 0x5eedf00dcafeull);
     CU_ASSERT_STRING_EQUAL(sm.members[2].worker_id, "w2");
     CU_ASSERT_EQUAL(sm.members[2].last_step, 12);

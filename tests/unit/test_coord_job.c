@@ -3,14 +3,14 @@
  * (Generation.job_nonce) is random per job record, the same in every
  * generation of the job, and kept across a coordinator restart; so are what
  * the last formed generation told its members (its resume step, and that
- * a drain made it a shrink of the one before) and the collective bootstrap
- * id its rank 0 offered. */
+ * a drain made it a shrink of the one before, how many steps the job had
+ * completed) and the collective bootstrap id its rank 0 offered. */
 #include "coord_testlib.h"
 
 /* What a JoinReply's generation said, copied out of the message. */
 typedef struct {
     uint64_t generation, nonce, shrink_of;
-    int64_t resume;
+    int64_t resume, job_steps;
     uint32_t world, rank;
     size_t n_exclude;
     uint32_t exclude[4];
@@ -22,6 +22,7 @@ static void seen_from(const Tether__JoinReply *r, seen_t *out) {
                     .nonce = g->job_nonce,
                     .shrink_of = g->shrink_of,
                     .resume = g->resume_step,
+                    .job_steps = g->job_steps,
                     .world = g->world_size,
                     .rank = r->rank,
                     .n_exclude = g->n_shrink_exclude};
@@ -29,11 +30,13 @@ static void seen_from(const Tether__JoinReply *r, seen_t *out) {
         out->exclude[i] = g->shrink_exclude[i];
 }
 
-/* Sends a heartbeat of the generation before `gen`, which makes the
- * coordinator send generation `gen` again; what it said goes to *seen. */
-static void resent_generation(fx_t *f, cli_t *w, const char *job, uint64_t gen, seen_t *seen) {
+/* Sends a heartbeat of incarnation `inc` of the generation before `gen`,
+ * which makes the coordinator send generation `gen` again; what it said
+ * goes to *seen. */
+static void resent_generation_as(fx_t *f, cli_t *w, const char *job, uint64_t gen, uint64_t inc,
+                                 seen_t *seen) {
     Tether__Heartbeat hb = TETHER__HEARTBEAT__INIT;
-    hb.incarnation = 1;
+    hb.incarnation = inc;
     tt_env_t env;
     tt_wire_env_init(&env, job, w->sender, gen - 1, 0);
     env.body_case = TETHER__ENVELOPE__BODY_HEARTBEAT;
@@ -49,6 +52,10 @@ static void resent_generation(fx_t *f, cli_t *w, const char *job, uint64_t gen, 
         seen_from(rx.env->join_reply, seen);
     }
     tt_zmq_rx_close(&rx);
+}
+
+static void resent_generation(fx_t *f, cli_t *w, const char *job, uint64_t gen, seen_t *seen) {
+    resent_generation_as(f, w, job, gen, 1, seen);
 }
 
 /* Every job record gets its own random nonce (the ring tags its messages
@@ -222,12 +229,44 @@ static void coord_job_shrink_survives_restart(void) {
     fx_stop(&f);
 }
 
+/* A generation tells its members how far the job had got, even when
+ * none of them holds that state (every worker restarted): rank 0 then
+ * says how many steps are trained again. A restarted coordinator resends
+ * the same figure. */
+static void coord_job_steps_outlive_the_members(void) {
+    fx_t f;
+    cli_t w;
+    seen_t g1 = {0}, g2 = {0}, again = {0};
+    join_job_t one = {.min = 1, .max = 1, .last_call_ms = 10};
+    fx_start(&f);
+    cli_open(&f, &w, "worker", "w0");
+    CU_ASSERT_EQUAL_FATAL(wait_generation(&f, &w, send_join(&f, &w, "js", &one, 1, 41), &g1), 0);
+    CU_ASSERT_EQUAL(g1.job_steps, 42); /* its member completed step 41 */
+    /* the worker restarted with nothing: a new process and incarnation */
+    tt_zmq_close(&w.sock);
+    cli_open_as(&f, &w, "worker", "w0", 2);
+    CU_ASSERT_EQUAL_FATAL(wait_generation(&f, &w, send_join(&f, &w, "js", &one, 2, -1), &g2), 0);
+    CU_ASSERT(g2.generation > g1.generation);
+    CU_ASSERT_EQUAL(g2.resume, 0);
+    CU_ASSERT_EQUAL(g2.job_steps, 42);
+    tt_zmq_close(&w.sock);
+    fx_down(&f);
+    fx_up(&f);
+    cli_open_as(&f, &w, "worker", "w0", 2);
+    resent_generation_as(&f, &w, "js", g2.generation, 2, &again);
+    CU_ASSERT_EQUAL(again.generation, g2.generation);
+    CU_ASSERT_EQUAL(again.job_steps, 42);
+    tt_zmq_close(&w.sock);
+    fx_stop(&f);
+}
+
 static const tt_cunit_test_t tests[] = {
     {"coord_job_nonce_is_per_job_and_survives_restart",
      coord_job_nonce_is_per_job_and_survives_restart},
     {"coord_job_formed_generation_survives_restart", coord_job_formed_generation_survives_restart},
     {"coord_job_comm_id_survives_restart", coord_job_comm_id_survives_restart},
     {"coord_job_shrink_survives_restart", coord_job_shrink_survives_restart},
+    {"coord_job_steps_outlive_the_members", coord_job_steps_outlive_the_members},
     {NULL, NULL},
 };
 

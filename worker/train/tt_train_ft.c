@@ -338,11 +338,33 @@ static int put_on_shards(tt_train_ft_t *ft, int root) {
     return rc != TETHER_OK ? rc : arc != TETHER_OK ? arc : ok ? TT_OK : TT_EREMOTE;
 }
 
+/* The job's steps when the generation formed (tether_job_steps) are where
+ * it had got to; members agreeing on an earlier state means steps
+ * are trained again: the steps since a resumed checkpoint, or all of them
+ * when no member held the state (every worker restarted, a shard with the
+ * update on it lost) and no checkpoint was resumed. Nothing else says so,
+ * so rank 0 does, once per generation. */
+static void say_steps_redone(tether_t *h, int64_t reached, int64_t agreed) {
+    if (tether_rank(h) != 0 || reached <= agreed)
+        return;
+    if (agreed == 0)
+        TT_WARN(SUBSYS,
+                "the job had completed %" PRId64 " step(s), but no member holds its state and no "
+                "checkpoint was resumed: training starts over at step 0",
+                reached);
+    else
+        TT_WARN(SUBSYS,
+                "the job had completed %" PRId64 " step(s); generation %" PRIu64
+                " resumes at step %" PRId64 ": %" PRId64 " step(s) are trained again",
+                reached, tether_generation(h), agreed, reached - agreed);
+}
+
 int tt_train_ft_agree(tt_train_ft_t *ft) {
     tether_t *h = tt_train_tether_handle(ft->tt);
     survey_t sv = {0};
     int root = -1;
     uint64_t t0 = tt_clock_mono_ns();
+    int64_t reached = tether_job_steps(h);
     int rc = survey(ft, &sv);
     ft->st.bytes = 0;
     if (rc == TETHER_OK && !sv.same) {
@@ -373,6 +395,7 @@ out:
         ft->st.root = root;
         ft->st.agree_s = (double)(tt_clock_mono_ns() - t0) * 1e-9;
         ft->st.resumed_at_ns = tt_clock_mono_ns();
+        say_steps_redone(h, reached, sv.c);
     }
     return rc;
 }
