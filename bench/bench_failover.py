@@ -108,7 +108,10 @@ def one_kill(build, tmp, rep, backend, shards):
     firsts = [stamp(l) for l in lines if "first step after the regroup" in l]
     agree = [float(m.group(1)) for l in lines
              for m in [re.search(r"agreement ([\d.]+) ms", l)] if m]
-    redo = [float(m.group(1)) for l in lines for m in [re.search(r"redo ([\d.]+) ms", l)] if m]
+    # a loss the coordinator saw before the next step began fails no step:
+    # its first step is no redo and says so
+    redo = [float(m.group(1)) for l in lines
+            for m in [re.search(r"(?:redo|agreement to step done) ([\d.]+) ms", l)] if m]
     if not (detect and acked and firsts and agree and redo):
         raise RuntimeError(f"incomplete failover log in {path}")
     t_det = min(t for t in detect if t is not None)

@@ -520,6 +520,11 @@ def test_drain_at_a_step_boundary(h):
     assert "worker 'worker-1' was drained from job 'launch'" in log, log[-3000:]
     assert "finished=3 failed=0 restarts=0" in log, summary
     assert "EUNREACHABLE" not in log and "ETIMEDOUT" not in log, log[-3000:]
+    # Nobody reports a failure: the survivors say the membership changed
+    # at a step boundary, and the drained worker warns of nothing.
+    changed = re.findall(r"the membership changed at a step boundary \(3 ranks before", log)
+    assert len(changed) == 2 and "step failed" not in log, log[-3000:]
+    assert not re.search(r"WARN .*EDRAINED", log), log[-3000:]
     # The survivors' generation is announced as the old one minus
     # worker-1's rank, so NCCL members would shrink their communicator; a
     # ring job builds its ring as before.

@@ -52,6 +52,7 @@ struct tt_train_ft {
     tt_trainer_t *t;
     tt_train_ft_stats_t st;
     int first_pending;     /* the first step after a recovery is not done */
+    int boundary;          /* ... and that recovery failed no step (say_resumed) */
     tt_trainer_step_fn cb; /* the caller's step callback, wrapped */
     void *cbctx;
 };
@@ -401,10 +402,13 @@ out:
 }
 
 /* Polls tether_step_done until the next generation is acknowledged; a
- * fenced worker joins again as a new member. */
-static int await_generation(tt_train_ft_t *ft) {
+ * fenced worker joins again as a new member. *boundary: the generation
+ * was acknowledged at a step boundary, before the step began, so no step
+ * failed. */
+static int await_generation(tt_train_ft_t *ft, int *boundary) {
     tether_t *h = tt_train_tether_handle(ft->tt);
-    if (tt_train_tether_take_regrouped(ft->tt))
+    *boundary = tt_train_tether_take_regrouped(ft->tt);
+    if (*boundary)
         return TT_OK;
     uint64_t deadline = tt_clock_mono_ms() + ft->o.regroup_deadline_ms;
     int64_t last = (int64_t)tt_trainer_global_step(ft->t) - 1;
@@ -436,9 +440,33 @@ static int await_generation(tt_train_ft_t *ft) {
     }
 }
 
+/* The line every member logs once it resumes. A generation taken at a
+ * step boundary (a joiner admitted, a drain, or a loss the coordinator saw
+ * first) failed no step, and an operator's drain must not read as a
+ * failure; a step that failed says why. */
+static void say_resumed(const tt_train_ft_t *ft, int step_rc, int boundary, int was_world) {
+    char why[160];
+    if (boundary)
+        snprintf(why, sizeof(why),
+                 "the membership changed at a step boundary (%d ranks before: a worker joined, "
+                 "left or was lost)",
+                 was_world);
+    else
+        snprintf(why, sizeof(why), "step failed (%s)", tt_status_name(step_rc));
+    TT_WARN(SUBSYS,
+            "%s; generation %" PRIu64 " with %d ranks resumes at step %" PRId64
+            ": regroup %.1f ms, agreement %.1f ms (%s, %zu bytes)",
+            why, ft->st.generation, ft->st.world, ft->st.resume_step, ft->st.regroup_s * 1e3,
+            ft->st.agree_s * 1e3,
+            ft->st.root < 0     ? "no transfer"
+            : ft->st.via_shards ? "state through the shards"
+                                : "state broadcast",
+            ft->st.bytes);
+}
+
 int tt_train_ft_recover(tt_train_ft_t *ft, int step_rc) {
     ft->st.failed_at_ns = tt_clock_mono_ns();
-    int rc = step_rc;
+    int rc = step_rc, boundary = 0, was_world = ft->st.world, tries = 0;
     /* A member may fail during the agreement itself: regroup again. */
     do {
         if (ft->st.regroups >= ft->o.max_regroups) {
@@ -449,23 +477,18 @@ int tt_train_ft_recover(tt_train_ft_t *ft, int step_rc) {
             return TT_EAGAIN;
         }
         ft->st.regroups++;
-        rc = await_generation(ft);
+        int at_boundary = 0;
+        rc = await_generation(ft, &at_boundary);
         if (rc != TT_OK)
-            return rc; /* deadline, job failed, closed: no second try */
+            return rc;                          /* deadline, job failed, closed: no second try */
+        boundary = at_boundary && tries++ == 0; /* a second round follows a failure */
         ft->st.regroup_s = (double)(tt_clock_mono_ns() - ft->st.failed_at_ns) * 1e-9;
         rc = tt_train_ft_agree(ft);
     } while (tt_train_ft_recoverable(rc));
     if (rc != TT_OK)
         return rc;
-    TT_WARN(SUBSYS,
-            "step failed (%s); generation %" PRIu64 " with %d ranks resumes at step %" PRId64
-            ": regroup %.1f ms, agreement %.1f ms (%s, %zu bytes)",
-            tt_status_name(step_rc), ft->st.generation, ft->st.world, ft->st.resume_step,
-            ft->st.regroup_s * 1e3, ft->st.agree_s * 1e3,
-            ft->st.root < 0     ? "no transfer"
-            : ft->st.via_shards ? "state through the shards"
-                                : "state broadcast",
-            ft->st.bytes);
+    ft->boundary = boundary;
+    say_resumed(ft, step_rc, boundary, was_world);
     return TT_OK;
 }
 
@@ -484,8 +507,10 @@ static void on_step(void *ctx, const tt_step_report_t *r) {
         ft->st.redo_s = (double)(now - ft->st.resumed_at_ns) * 1e-9;
         TT_WARN(SUBSYS,
                 "first step after the regroup (global step %" PRIu64 ") done %.1f ms "
-                "after the failed step (redo %.1f ms)",
-                r->global_step, (double)(now - ft->st.failed_at_ns) * 1e-6, ft->st.redo_s * 1e3);
+                "after the %s (%s %.1f ms)",
+                r->global_step, (double)(now - ft->st.failed_at_ns) * 1e-6,
+                ft->boundary ? "step boundary" : "failed step",
+                ft->boundary ? "agreement to step done" : "redo", ft->st.redo_s * 1e3);
     }
     if (ft->cb != NULL)
         ft->cb(ft->cbctx, r);

@@ -113,16 +113,22 @@ int tt_train_tether_create(tt_train_tether_t **out, const char *backend,
 }
 
 /* A failed collective: log the library's sentence once, return its code.
- * Failures the recovery loop survives, and the end of a finished job, are
- * warnings, not errors. */
+ * Failures the recovery loop survives are warnings, not errors; the end of
+ * a finished job and an operator's drain are no failure at all (main says
+ * so in a sentence of its own). The status is named once: the library's
+ * sentence may end with it already. */
 static int failed(tt_train_tether_t *tt, const char *what, int rc) {
-    if (rc == TT_EMEMBERSHIP || rc == TT_ETIMEDOUT || rc == TT_EUNREACHABLE || rc == TT_EFENCED ||
-        rc == TT_EJOBDONE || rc == TT_EDRAINED)
-        TT_WARN("train", "%s failed: %s (%s)", what, tether_last_error(tt->t),
-                tether_status_name(rc));
-    else
-        TT_ERROR("train", "%s failed: %s (%s)", what, tether_last_error(tt->t),
-                 tether_status_name(rc));
+    const char *msg = tether_last_error(tt->t);
+    char name[48];
+    snprintf(name, sizeof(name), "(%s)", tether_status_name(rc));
+    size_t n = strlen(msg), k = strlen(name);
+    const char *tail = n >= k && strcmp(msg + n - k, name) == 0 ? "" : name;
+    int level =
+        rc == TT_EJOBDONE || rc == TT_EDRAINED ? TT_LOG_INFO
+        : rc == TT_EMEMBERSHIP || rc == TT_ETIMEDOUT || rc == TT_EUNREACHABLE || rc == TT_EFENCED
+            ? TT_LOG_WARN
+            : TT_LOG_ERROR;
+    TT_LOG(level, "train", "%s failed: %s%s%s", what, msg, *tail ? " " : "", tail);
     return rc;
 }
 
