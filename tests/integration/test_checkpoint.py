@@ -209,8 +209,20 @@ def redone(text):
     """rank 0's lines saying a generation resumed behind the job's steps:
     (steps the job had completed, resume step, steps trained again)."""
     return [tuple(int(x) for x in m) for m in re.findall(
-        r"the job had completed (\d+) step\(s\); generation \d+ resumes at step (\d+): "
-        r"(\d+) step\(s\) are trained again", text)]
+        r"the job had completed at least (\d+) step\(s\); generation \d+ resumes at step "
+        r"(\d+): at least (\d+) are trained again", text)]
+
+
+def check_redone(text, known, at):
+    """The job had completed at least `known` steps (the coordinator said
+    so before the kill) and resumed from the checkpoint of step `at`: when
+    that is behind, rank 0 must say how far, with consistent figures (a
+    checkpoint that committed after the query may leave nothing to say)."""
+    again = redone(text)
+    assert all(a[1] == at and a[2] == a[0] - a[1] for a in again), (again, at)
+    if known > at:
+        assert again and again[-1][0] >= known, (again, known, at, text[-3000:])
+    return again
 
 
 def fleet_restart(h, name, extra=(), shards=0):
@@ -225,23 +237,22 @@ def fleet_restart(h, name, extra=(), shards=0):
                            "--checkpoint-every-steps", "10", "--dump-params", out, *extra],
               restarts=2, shards=shards)
     wait_for(lambda: "step-000000020" in committed(root), 60, "checkpoint step 20 committed")
-    # the coordinator past the checkpoint too, so steps are trained again
     wait_for(lambda: job_step(h, p) >= 24, 60, "the coordinator at step 24")
     pids = [launcher_child_pid(p, f"worker {i}") for i in range(2)]
+    known = job_step(h, p) + 1
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
     rc = p.wait(180)
     text = log_text(p)
     resumed = re.findall(r"resumed from checkpoint (step-\d+) \(step (\d+)", text)
-    again = redone(text)
-    print(f"  {name}: killed both workers after step-000000020 committed; launcher exit {rc}; "
-          f"resumed from {sorted(set(r[0] for r in resumed))}; (done, resumed at, again) {again}")
+    print(f"  {name}: killed both workers after step-000000020 committed, the coordinator "
+          f"knowing {known} steps; launcher exit {rc}; resumed from "
+          f"{sorted(set(r[0] for r in resumed))}; (done, resumed at, again) {redone(text)}")
     assert rc == 0 and "finished=2" in text, text[-3000:]
     assert len(resumed) == 2 and resumed[0] == resumed[1], text[-3000:]
     assert "the newest the coordinator recorded for this job" in text, text[-3000:]
-    at = int(resumed[0][0].split("-")[1])
-    assert len(again) == 1 and again[0][1] == at, (again, at, text[-3000:])
-    assert again[0][0] >= 25 and again[0][2] == again[0][0] - at, again
+    assert len(redone(text)) <= 1, redone(text)
+    check_redone(text, known, int(resumed[0][1]))
     d = rel_diff(read_params(out), ref)
     print(f"  {name}: relative difference to the uninterrupted run {d:.2e}")
     assert d == 0.0, f"parameters differ by {d:.2e} (bitwise expected)"
@@ -271,7 +282,7 @@ def test_all_workers_restart_without_checkpoints_say_so(h):
     rc = p.wait(180)
     text = log_text(p)
     over = [int(n) for n in re.findall(
-        r"the job had completed (\d+) step\(s\), but no member holds its state and no "
+        r"the job had completed at least (\d+) step\(s\), but no member holds its state and no "
         r"checkpoint was resumed: training starts over at step 0", text)]
     print(f"  start-over: launcher exit {rc}; steps thrown away {over}")
     assert rc == 0 and "finished=2" in text, text[-3000:]
@@ -372,20 +383,20 @@ def test_lost_shard_recovers_under_the_launcher(h):
               env={"TETHER_COLL_DEADLINE_MS": "5000"}, restarts=4, shards=2)
     wait_for(lambda: "step-000000020" in committed(root), 60, "checkpoint step 20 committed")
     wait_for(lambda: job_step(h, p) >= 24, 60, "the coordinator at step 24")
+    known = job_step(h, p) + 1
     os.kill(launcher_child_pid(p, "shard 0"), signal.SIGKILL)
     t0 = time.monotonic()
     rc = p.wait(180)
     text = log_text(p)
-    resumed = re.findall(r"resumed from checkpoint (step-\d+)", text)
-    again = redone(text)
+    resumed = re.findall(r"resumed from checkpoint step-(\d+)", text)
     summary = [l for l in text.splitlines() if "summary:" in l]
-    print(f"  shard 0 killed; launcher exit {rc} after {time.monotonic() - t0:.1f} s; resumed "
-          f"from {sorted(set(resumed))}; (done, resumed at, again) {again}; "
-          f"{summary[-1] if summary else 'no summary'}")
+    print(f"  shard 0 killed, the coordinator knowing {known} steps; launcher exit {rc} after "
+          f"{time.monotonic() - t0:.1f} s; resumed from {sorted(set(resumed))}; (done, resumed "
+          f"at, again) {redone(text)}; {summary[-1] if summary else 'no summary'}")
     assert rc == 0, text[-3000:]
     assert "restarted and lost the job's parameters and optimizer state" in text, text[-3000:]
-    assert resumed and all(r >= "step-000000020" for r in resumed), resumed
-    assert again and all(a[0] >= 25 and a[1] >= 20 and a[2] == a[0] - a[1] for a in again), again
+    assert resumed and all(int(r) >= 20 for r in resumed), resumed
+    check_redone(text, known, int(resumed[-1]))
     assert "daemon-restarts=1" in summary[-1], summary
     d = rel_diff(read_params(out), ref)
     print(f"  relative difference to the uninterrupted run: {d:.2e}")

@@ -340,23 +340,25 @@ static int put_on_shards(tt_train_ft_t *ft, int root) {
 }
 
 /* The job's steps when the generation formed (tether_job_steps) are where
- * it had got to; members agreeing on an earlier state means steps
- * are trained again: the steps since a resumed checkpoint, or all of them
- * when no member held the state (every worker restarted, a shard with the
- * update on it lost) and no checkpoint was resumed. Nothing else says so,
- * so rank 0 does, once per generation. */
+ * it had got to, as far as the coordinator heard: members report their
+ * step with each heartbeat, so up to a heartbeat's worth of steps more may
+ * have been done, and the figures are lower bounds. Members agreeing on an
+ * earlier state means steps are trained again: the steps since a resumed
+ * checkpoint, or all of them when no member held the state (every worker
+ * restarted, a shard with the update on it lost) and no checkpoint was
+ * resumed. Nothing else says so, so rank 0 does, once per generation. */
 static void say_steps_redone(tether_t *h, int64_t reached, int64_t agreed) {
     if (tether_rank(h) != 0 || reached <= agreed)
         return;
     if (agreed == 0)
         TT_WARN(SUBSYS,
-                "the job had completed %" PRId64 " step(s), but no member holds its state and no "
-                "checkpoint was resumed: training starts over at step 0",
+                "the job had completed at least %" PRId64 " step(s), but no member holds its "
+                "state and no checkpoint was resumed: training starts over at step 0",
                 reached);
     else
         TT_WARN(SUBSYS,
-                "the job had completed %" PRId64 " step(s); generation %" PRIu64
-                " resumes at step %" PRId64 ": %" PRId64 " step(s) are trained again",
+                "the job had completed at least %" PRId64 " step(s); generation %" PRIu64
+                " resumes at step %" PRId64 ": at least %" PRId64 " are trained again",
                 reached, tether_generation(h), agreed, reached - agreed);
 }
 
