@@ -50,7 +50,7 @@ int tt_ckpt_dir_create(const char *root, const char *id, char *path, char *err, 
     if (rc != TT_OK)
         return rc;
     snprintf(buf, sizeof(buf), "%s/%s", root, id);
-    if (mkdir(buf, 0755) != 0) {
+    if (mkdir(buf, TT_FS_DIR_MODE) != 0) {
         DSET_ERR(err, errlen, "mkdir %s: %s", buf, strerror(errno));
         return errno == EEXIST ? TT_EEXIST : TT_ESYS;
     }

@@ -27,6 +27,7 @@
 #define _GNU_SOURCE /* O_DIRECT, sync_file_range */
 #endif
 #include "tt_ckpt_sink.h"
+#include "tt_fsutil.h"
 #include "tt_status.h"
 
 #include <errno.h>
@@ -218,11 +219,11 @@ static int submit(tt_ckpt_sink_t *s) {
 
 static int open_fd(tt_ckpt_sink_t *s, tt_ckpt_sink_mode_t mode) {
     int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
-    s->fd = mode == TT_CKPT_SINK_AUTO ? open(s->path, flags | O_DIRECT, 0644) : -1;
+    s->fd = mode == TT_CKPT_SINK_AUTO ? open(s->path, flags | O_DIRECT, TT_FS_FILE_MODE) : -1;
     s->direct = s->fd >= 0;
     s->paced = !s->direct;
     if (s->fd < 0)
-        s->fd = open(s->path, flags, 0644);
+        s->fd = open(s->path, flags, TT_FS_FILE_MODE);
     return s->fd < 0 ? fail(s, "create", errno) : TT_OK;
 }
 

@@ -53,7 +53,7 @@ static int fsync_dir_of(const char *path) {
 int tt_fs_write_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen) {
     char tmp[4200];
     snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)syscall(SYS_gettid));
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, TT_FS_FILE_MODE);
     if (fd < 0) {
         FSET_ERR(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
         return TT_ESYS;
@@ -124,13 +124,13 @@ int tt_fs_mkdirs(const char *path, char *err, size_t errlen) {
         if (*p != '/')
             continue;
         *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
+        if (mkdir(buf, TT_FS_DIR_MODE) != 0 && errno != EEXIST) {
             FSET_ERR(err, errlen, "mkdir %s: %s", buf, strerror(errno));
             return TT_ESYS;
         }
         *p = '/';
     }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
+    if (mkdir(buf, TT_FS_DIR_MODE) != 0 && errno != EEXIST) {
         FSET_ERR(err, errlen, "mkdir %s: %s", buf, strerror(errno));
         return TT_ESYS;
     }

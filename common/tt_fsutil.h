@@ -11,6 +11,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Modes files and directories are created with: the process's umask
+ * decides, as for mkdir(1) and touch(1). A checkpoint root shared by
+ * workers and the daemons that write into it (MANIFEST and `latest` by
+ * the coordinator, ps-<k>.bin by shard servers, retention) as members of
+ * one group needs umask 0002 and a setgid root; fixed 0755/0644 made
+ * that impossible (deploy/systemd/README.md, "Checkpoints"). */
+#define TT_FS_FILE_MODE 0666
+#define TT_FS_DIR_MODE  0777
+
 /* Returns 0, TT_ESYS (errno preserved) with `err` describing the step. */
 int tt_fs_write_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen);
 

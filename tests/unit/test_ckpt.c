@@ -444,7 +444,40 @@ static void fs_write_atomic_concurrent_writers(void) {
     rm_tree(root);
 }
 
+static mode_t mode_of(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? st.st_mode & 0777 : 0;
+}
+
+/* Workers and the daemons that write into their checkpoint root (the
+ * coordinator's MANIFEST and `latest`, a shard's ps-<k>.bin, retention)
+ * may be different users of one group: with umask 0002 everything a
+ * checkpoint is made of is group-writable, with 0022 it is not. */
+static void ckpt_modes_follow_the_umask(void) {
+    char dir[64], root[128], id_dir[TT_CKPT_PATH_MAX], part[TT_CKPT_PATH_MAX];
+    mk_tmp(dir);
+    snprintf(root, sizeof(root), "%s/a/root", dir);
+    mode_t before = umask(002);
+    CU_ASSERT_EQUAL_FATAL(tt_ckpt_dir_create(root, "step-000000010", id_dir, NULL, 0), TT_OK);
+    tt_ckpt_part_info_t info;
+    CU_ASSERT_EQUAL(write_part(id_dir, "shard-0.bin", rng, 2, 2, 8000, 1, 333, 100, &info), TT_OK);
+    CU_ASSERT_EQUAL(tt_ckpt_latest_write(root, "step-000000010", NULL, 0), TT_OK);
+    umask(022);
+    CU_ASSERT_EQUAL_FATAL(tt_ckpt_dir_create(root, "step-000000020", NULL, NULL, 0), TT_OK);
+    umask(before);
+    snprintf(part, sizeof(part), "%s/shard-0.bin", id_dir);
+    CU_ASSERT_EQUAL(mode_of(root), 0775);
+    CU_ASSERT_EQUAL(mode_of(id_dir), 0775);
+    CU_ASSERT_EQUAL(mode_of(part), 0664);
+    snprintf(part, sizeof(part), "%s/latest", root);
+    CU_ASSERT_EQUAL(mode_of(part), 0664);
+    snprintf(part, sizeof(part), "%s/step-000000020", root);
+    CU_ASSERT_EQUAL(mode_of(part), 0755);
+    rm_tree(dir);
+}
+
 static const tt_cunit_test_t tests[] = {
+    {"ckpt_modes_follow_the_umask", ckpt_modes_follow_the_umask},
     {"fs_write_atomic_concurrent_writers", fs_write_atomic_concurrent_writers},
     {"ckpt_part_write_and_read_back", ckpt_part_write_and_read_back},
     {"ckpt_writer_rejects_wrong_sizes", ckpt_writer_rejects_wrong_sizes},
