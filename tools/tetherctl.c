@@ -73,8 +73,9 @@ static void status_json(const tt_ctl_t *ctl, const Tether__StatusReply *r) {
         printf("%s{\"job_id\":", i ? "," : "");
         tt_ctl_json_str(stdout, j->job_id);
         printf(",\"state\":\"%s\",\"generation\":%" PRIu64 ",\"members\":%u,\"waiting\":%u,"
-               "\"last_step\":%" PRId64 ",\"failure\":",
-               job_state_name(j->state), j->generation, j->members, j->waiting, j->last_step);
+               "\"last_step\":%" PRId64 ",\"reached_step\":%" PRId64 ",\"failure\":",
+               job_state_name(j->state), j->generation, j->members, j->waiting, j->last_step,
+               j->reached_step);
         tt_ctl_json_str(stdout, j->failure);
         printf(",\"epoch\":%" PRIu64 ",\"epoch_examples\":%" PRIu64 ",\"epoch_size\":%" PRIu64,
                j->epoch, j->epoch_examples, j->epoch_size);
@@ -143,6 +144,12 @@ static void status_table(const Tether__StatusReply *r) {
                    "'s collective id from rank 0 (%s), which has not offered it\n",
                    j->job_id, j->comm_id_waiting, (double)j->comm_id_wait_ms / 1e3, j->generation,
                    j->comm_id_from && j->comm_id_from[0] ? j->comm_id_from : "?");
+        if (j->reached_step > j->last_step && j->state != TETHER__JOB_STATE__JOB_FINISHED &&
+            j->state != TETHER__JOB_STATE__JOB_FAILED)
+            printf("job %s: generation %" PRIu64 " trains steps again: its members are at step "
+                   "%" PRId64 ", the job had completed step %" PRId64
+                   " (resumed from a checkpoint, or started over)\n",
+                   j->job_id, j->generation, j->last_step, j->reached_step);
         const Tether__CheckpointFailure *f = j->checkpoint_failure;
         if (j->checkpoint_failures > 0 && f != NULL)
             printf("job %s: %" PRIu64 " checkpoint attempt(s) failed since the newest commit; "

@@ -242,6 +242,7 @@ static void on_generation(tt_coord_t *c, coord_job_t *job, const tt_rdzv_event_t
     job->formed_gen = ev->generation;
     job->resume_step = ev->step;
     job->formed_job_steps = tt_rdzv_last_committed_step(job->rdzv) + 1; /* an index, -1: none */
+    job->progress_step = -1; /* the new generation may train steps again */
     coord_request_save(c);
     send_generation(c, job, ev->members, ev->world_size, ev->generation, ev->step, NULL, 0, 0, 1);
 }

@@ -162,7 +162,10 @@ static void on_heartbeat(const coord_req_t *q) {
     if (job == NULL)
         return;
     const Tether__Heartbeat *h = q->env->heartbeat;
-    if (h->epoch > 0 && (h->completed_step >= job->progress_step || job->epoch == 0)) {
+    /* Only the running generation's members say where the job is: after
+     * a regroup (progress_step reset) the first of them may be behind. */
+    int current = q->env->generation == tt_rdzv_generation(job->rdzv);
+    if (h->epoch > 0 && current && (h->completed_step >= job->progress_step || job->epoch == 0)) {
         job->progress_step = h->completed_step;
         job->epoch = h->epoch;
         job->epoch_examples = h->epoch_examples;

@@ -21,7 +21,8 @@ static void job_status(const coord_job_t *job, uint64_t now, Tether__JobStatus *
     js->members = tt_rdzv_member_count(r);
     js->waiting = tt_rdzv_waiter_count(r);
     js->failure = (char *)tt_rdzv_failure_reason(r);
-    js->last_step = tt_rdzv_last_committed_step(r);
+    js->last_step = tt_rdzv_current_step(r);
+    js->reached_step = tt_rdzv_last_committed_step(r);
     js->settings = set;
     js->epoch = job->epoch;
     js->epoch_examples = job->epoch_examples;

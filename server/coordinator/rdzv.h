@@ -522,9 +522,16 @@ const char *tt_rdzv_failure_reason(const tt_rdzv_t *r); /* "" unless FAILED */
 const char *tt_rdzv_end_reason(const tt_rdzv_t *r);
 int64_t tt_rdzv_regroup_after_step(const tt_rdzv_t *r); /* -1 = none */
 /* The highest step that every member of some generation has reported
- * complete: max over time of (min over the members of last_step). Never
- * decreases; -1 = none. O(members). */
+ * complete: max over time of (min over the members that reported a step
+ * of last_step). Never decreases; -1 = none. O(members). */
 int64_t tt_rdzv_last_committed_step(const tt_rdzv_t *r);
+/* Where the running generation is: the lowest step its members reported
+ * complete, among those that reported one (a joiner that has not is not
+ * counted). Below tt_rdzv_last_committed_step while a generation trains
+ * steps again (resumed from a checkpoint, or started over when no member
+ * held the state). The committed step when not running or before any
+ * member reported. O(members). */
+int64_t tt_rdzv_current_step(const tt_rdzv_t *r);
 
 /* Copies up to `cap` members, by rank, into `out` (may be NULL with cap 0)
  * and sets *n_total to the member count. Heartbeat ages are taken at now_ms.

@@ -58,16 +58,21 @@ const char *tt_rdzv_state_name(tt_rdzv_state_t s) {
     return "UNKNOWN";
 }
 
-int64_t tt_rdzv_last_committed_step(const tt_rdzv_t *r) {
-    int64_t best = r->committed_step;
-    if (r->state != TT_RDZV_RUNNING || r->members.n == 0)
-        return best;
+int64_t tt_rdzv_current_step(const tt_rdzv_t *r) {
     int64_t lo = INT64_MAX;
-    for (uint32_t i = 0; i < r->members.n; i++) {
-        if (r->members.v[i]->last_step < lo)
-            lo = r->members.v[i]->last_step;
+    for (uint32_t i = 0; r->state == TT_RDZV_RUNNING && i < r->members.n; i++) {
+        int64_t s = r->members.v[i]->last_step;
+        if (s >= 0 && s < lo)
+            lo = s;
     }
-    return lo > best ? lo : best;
+    return lo != INT64_MAX ? lo : r->committed_step;
+}
+
+/* Members that reported no step (joiners) complete nothing yet, so they
+ * are left out here as in tt_rdzv_current_step, which is then never above. */
+int64_t tt_rdzv_last_committed_step(const tt_rdzv_t *r) {
+    int64_t now = tt_rdzv_current_step(r);
+    return now > r->committed_step ? now : r->committed_step;
 }
 
 static int cmp_double(const void *a, const void *b) {

@@ -190,19 +190,32 @@ def test_update_on_shards_resume(h):
     assert d < 1e-5, f"parameters differ by {d:.2e} (limit 1e-5)"
 
 
-def job_step(h, p, job="launch"):
-    """The job's last step as the launcher's coordinator reports it."""
-    port = None
+def launcher_coordinator(p):
     for line in p.lines() + p.lines("log"):
         m = re.search(r"started coordinator: pid \d+, port (\d+)", line)
         if m:
-            port = m.group(1)
-    if port is None:
-        return -1
-    rc, out, _ = h.ctl(f"tcp://127.0.0.1:{port}", "status", "--json", check=False)
+            return f"tcp://127.0.0.1:{m.group(1)}"
+    return None
+
+
+def job_status(h, p, job="launch", text=False):
+    """The job's entry of `tetherctl status --json` from the launcher's
+    coordinator (None when it does not answer), or the plain text."""
+    coord = launcher_coordinator(p)
+    if coord is None:
+        return None
+    rc, out, _ = h.ctl(coord, "status", *([] if text else ["--json"]), check=False)
     if rc != 0:
-        return -1
-    return max([j["last_step"] for j in json.loads(out)["jobs"] if j["job_id"] == job] or [-1])
+        return None
+    if text:
+        return out
+    return ([j for j in json.loads(out)["jobs"] if j["job_id"] == job] or [None])[0]
+
+
+def job_step(h, p, job="launch"):
+    """The job's last step as the launcher's coordinator reports it."""
+    st = job_status(h, p, job)
+    return st["last_step"] if st is not None else -1
 
 
 def redone(text):
@@ -272,22 +285,42 @@ def test_all_workers_restart_update_on_shards(h):
 def test_all_workers_restart_without_checkpoints_say_so(h):
     """Without checkpoints a job whose every worker died has no state left:
     the restarted workers train from step 0, and rank 0 says how many
-    steps that throws away instead of starting over in silence."""
+    steps that throws away instead of starting over in silence. Meanwhile
+    `tetherctl status` shows where the new generation is, not the old
+    high step frozen (a job that looked stalled), and says steps are
+    trained again."""
     out = os.path.join(h.dir, "over.bin")
-    p = spawn(h, "over", 2, ["--max-steps", "40", "--pace-ms", "50", "--dump-params", out],
-              restarts=2)
-    wait_for(lambda: job_step(h, p) >= 15, 60, "the coordinator at step 15")
+    p = spawn(h, "over", 2, ["--max-steps", "60", "--pace-ms", "50", "--dump-params", out],
+              env={"TETHER_HEARTBEAT_MS": "200"}, restarts=2)
+    wait_for(lambda: job_step(h, p) >= 20, 60, "the coordinator at step 20")
+    before = job_status(h, p)
     for pid in [launcher_child_pid(p, f"worker {i}") for i in range(2)]:
         os.kill(pid, signal.SIGKILL)
+    seen = {}
+
+    def redoing():
+        st = job_status(h, p)
+        if st is not None and 0 <= st["last_step"] < st["reached_step"] and \
+                st["epoch_examples"] < before["epoch_examples"]:
+            seen["json"], seen["text"] = st, job_status(h, p, text=True)
+            return True
+        return False
+
+    wait_for(redoing, 60, "status showing the new generation behind the old step")
     rc = p.wait(180)
     text = log_text(p)
     over = [int(n) for n in re.findall(
         r"the job had completed at least (\d+) step\(s\), but no member holds its state and no "
         r"checkpoint was resumed: training starts over at step 0", text)]
-    print(f"  start-over: launcher exit {rc}; steps thrown away {over}")
+    st = seen["json"]
+    print(f"  start-over: launcher exit {rc}; steps thrown away {over}; status during the redo: "
+          f"last step {st['last_step']} of {st['reached_step']}, epoch examples "
+          f"{st['epoch_examples']} (before the kill {before['epoch_examples']})")
     assert rc == 0 and "finished=2" in text, text[-3000:]
-    assert len(over) == 1 and over[0] >= 16, (over, text[-3000:])
+    assert len(over) == 1 and over[0] >= 21, (over, text[-3000:])
     assert not redone(text) and os.path.exists(out), text[-3000:]
+    assert st["reached_step"] >= before["last_step"], (st, before)
+    assert "trains steps again: its members are at step" in (seen["text"] or ""), seen["text"]
 
 
 def test_worker_rejoins_a_checkpointing_job(h):

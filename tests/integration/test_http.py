@@ -108,6 +108,9 @@ def test_metrics_follow_a_job(h):
     assert value(ms, "tether_job_comm_id_waiting", job="m") == 0  # a ring job: nobody asks
     assert value(ms, "tether_job_generation", job="m") >= 1
     assert value(ms, "tether_job_last_step", job="m") >= 5
+    # nothing trained again: the high step is where the generation is
+    assert value(ms, "tether_job_reached_step", job="m") >= value(ms, "tether_job_last_step",
+                                                                   job="m")
     assert value(ms, "tether_job_checkpoints", job="m") >= 1
     assert value(ms, "tether_coordinator_shard_servers", state="alive") == 2
     steps = [value(ms, "tether_worker_last_step", job="m", worker=f"w{i}", rank=str(i))

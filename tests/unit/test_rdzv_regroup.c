@@ -650,7 +650,53 @@ static void rdzv_shrink_at_most_64_ranks(void) {
     drain_many(TT_RDZV_SHRINK_MAX + 1, 0);
 }
 
+/* tetherctl status shows where the running generation is: when every
+ * member was restarted with nothing and the job trains its steps again,
+ * the current step falls below the committed one (which never goes back),
+ * and a joiner that has reported no step yet does not pull it down. */
+static void rdzv_current_step_follows_a_generation_that_trains_again(void) {
+    static const char *const ids[] = {"a", "b"}, *const ids3[] = {"a", "b", "c"};
+    tt_rdzv_t *r = running(2, 3, ids, 2);
+    CU_ASSERT_EQUAL(hb(r, "a", 9, 500), TT_OK);
+    CU_ASSERT_EQUAL(hb(r, "b", 9, 500), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_current_step(r), 9);
+    CU_ASSERT_EQUAL(tt_rdzv_last_committed_step(r), 9);
+    /* both processes restarted, holding no state */
+    CU_ASSERT_EQUAL(join_step(r, "a", 2, -1, 600), TT_OK);
+    CU_ASSERT_EQUAL(join_step(r, "b", 2, -1, 600), TT_OK);
+    tt_rdzv_tick(r, 600 + tt_rdzv_settings(r)->last_call_ms);
+    CU_ASSERT_EQUAL_FATAL(tt_rdzv_state(r), TT_RDZV_RUNNING);
+    uint64_t gen = tt_rdzv_generation(r);
+    CU_ASSERT(gen > 1);
+    CU_ASSERT_EQUAL(tt_rdzv_current_step(r), 9); /* nobody reported yet */
+    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "a", 2, gen, 3, 0, 1500, NULL), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_current_step(r), 3);
+    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "b", 2, gen, 2, 0, 1500, NULL), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_current_step(r), 2);
+    CU_ASSERT_EQUAL(tt_rdzv_last_committed_step(r), 9);
+    /* a joiner with no step yet is not where the generation is */
+    CU_ASSERT_EQUAL(join(r, "c", 1600), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "a", 2, gen, 4, 0, 1700, NULL), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, "b", 2, gen, 4, 0, 1700, NULL), TT_OK);
+    int64_t s = tt_rdzv_regroup_after_step(r);
+    CU_ASSERT_FATAL(s >= 4);
+    CU_ASSERT_EQUAL(tt_rdzv_at_boundary(r, "a", 2, s, 1800), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_at_boundary(r, "b", 2, s, 1800), TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_member_count(r), 3);
+    CU_ASSERT_EQUAL(tt_rdzv_current_step(r), s); /* c's -1 is not counted */
+    /* past the old steps, both figures agree again */
+    gen = tt_rdzv_generation(r);
+    for (int i = 0; i < 3; i++)
+        CU_ASSERT_EQUAL(tt_rdzv_heartbeat(r, ids3[i], i == 2 ? 1 : 2, gen, 12, 0, 1900, NULL),
+                        TT_OK);
+    CU_ASSERT_EQUAL(tt_rdzv_current_step(r), 12);
+    CU_ASSERT_EQUAL(tt_rdzv_last_committed_step(r), 12);
+    tt_rdzv_destroy(&r);
+}
+
 static const tt_cunit_test_t tests[] = {
+    {"rdzv_current_step_follows_a_generation_that_trains_again",
+     rdzv_current_step_follows_a_generation_that_trains_again},
     {"rdzv_late_joiner_admitted_at_boundary", rdzv_late_joiner_admitted_at_boundary},
     {"rdzv_regroup_step_moves_past_running_member", rdzv_regroup_step_moves_past_running_member},
     {"rdzv_regroup_step_raised_sends_continue", rdzv_regroup_step_raised_sends_continue},
