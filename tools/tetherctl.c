@@ -144,8 +144,9 @@ static void status_table(const Tether__StatusReply *r) {
                    "'s collective id from rank 0 (%s), which has not offered it\n",
                    j->job_id, j->comm_id_waiting, (double)j->comm_id_wait_ms / 1e3, j->generation,
                    j->comm_id_from && j->comm_id_from[0] ? j->comm_id_from : "?");
-        if (j->reached_step > j->last_step && j->state != TETHER__JOB_STATE__JOB_FINISHED &&
-            j->state != TETHER__JOB_STATE__JOB_FAILED)
+        /* Only a running generation's step is below the mark; last_step -1
+         * with reached_step 0 is a coordinator that predates the field. */
+        if (j->last_step >= 0 && j->reached_step > j->last_step)
             printf("job %s: generation %" PRIu64 " trains steps again: its members are at step "
                    "%" PRId64 ", the job had completed step %" PRId64
                    " (resumed from a checkpoint, or started over)\n",

@@ -54,8 +54,8 @@ static int fill_generation(coord_job_t *job, const tt_rdzv_member_t *src, size_t
     g->members = ptrs;
     g->resume_step = resume;
     g->job_nonce = job->nonce;
-    g->job_steps = job->formed_gen == gen ? job->formed_job_steps : 0;
     if (job->formed_gen == gen) {
+        g->job_steps = job->formed_job_steps;
         g->ps_until_step = job->ps_until_step;
         g->shrink_of = job->shrink_of;
         g->n_shrink_exclude = job->n_shrink_exclude; /* 0 without a relation */
