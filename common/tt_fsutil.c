@@ -136,3 +136,33 @@ int tt_fs_mkdirs(const char *path, char *err, size_t errlen) {
     }
     return TT_OK;
 }
+
+int tt_fs_check_writable_dir(const char *path, char *err, size_t errlen) {
+    int rc = tt_fs_mkdirs(path, err, errlen);
+    if (rc != TT_OK)
+        return rc;
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        FSET_ERR(err, errlen, "stat %s: %s", path, strerror(errno));
+        return TT_ESYS;
+    }
+    if (!S_ISDIR(sb.st_mode)) { /* mkdir said EEXIST: a file of that name */
+        errno = ENOTDIR;
+        FSET_ERR(err, errlen, "%s: not a directory", path);
+        return TT_ESYS;
+    }
+    char probe[4200];
+    snprintf(probe, sizeof(probe), "%s/.tether-write-probe.%ld", path, (long)getpid());
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, TT_FS_FILE_MODE);
+    if (fd < 0 && errno == EEXIST) /* left by a process of this pid that was killed */
+        fd = (unlink(probe) == 0)
+                 ? open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, TT_FS_FILE_MODE)
+                 : -1;
+    if (fd < 0) {
+        FSET_ERR(err, errlen, "cannot create a file in %s: %s", path, strerror(errno));
+        return TT_ESYS;
+    }
+    close(fd);
+    unlink(probe);
+    return TT_OK;
+}

@@ -32,4 +32,11 @@ int tt_fs_read_all(const char *path, size_t max, uint8_t **out, size_t *len, cha
 /* mkdir -p. */
 int tt_fs_mkdirs(const char *path, char *err, size_t errlen);
 
+/* mkdir -p, then proves this process can create a file in the directory
+ * (a probe file, removed at once): a root that cannot take a checkpoint
+ * is refused at start-up instead of after hours of training. TT_ESYS
+ * (errno preserved) with `err` naming the step: a parent that is a file,
+ * a path that is not a directory, no permission, a read-only file system. */
+int tt_fs_check_writable_dir(const char *path, char *err, size_t errlen);
+
 #endif

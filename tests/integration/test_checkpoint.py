@@ -549,6 +549,36 @@ def test_timer_schedule(h):
     print(f"  timer schedule: committed {ids} (kept 2)")
 
 
+def test_root_that_cannot_take_a_checkpoint(h):
+    # A file where the root should be: every worker refuses it before it
+    # joins (exit 2, which the launcher does not restart), not after hours
+    # of training without a checkpoint.
+    bad = os.path.join(h.dir, "root-is-a-file")
+    with open(bad, "w") as f:
+        f.write("not a directory\n")
+    p = launch(h, "badroot", 2, ["--max-steps", "10", "--checkpoint-dir", bad,
+                                 "--checkpoint-every-steps", "5"], expect=2)
+    text = log_text(p)
+    assert f"--checkpoint-dir cannot take checkpoints: {bad}: not a directory" in text, text[-2000:]
+    assert "done:" not in text and "restart 1" not in text, text[-2000:]
+    refused = [l for l in text.splitlines() if "--checkpoint-dir" in l][0]
+    # A root that takes files but not this checkpoint (a file where its
+    # directory goes): the attempt fails, and no line may claim that a
+    # previous checkpoint stays valid when the run has none.
+    root = ckdir(h)
+    os.makedirs(root)
+    with open(os.path.join(root, "step-000000005"), "w") as f:
+        f.write("in the way\n")
+    p = launch(h, "blocked", 2, ["--max-steps", "5", "--checkpoint-dir", root,
+                                 "--checkpoint-every-steps", "5"])
+    text = log_text(p)
+    assert "checkpoint step-000000005 aborted" in text, text[-2000:]
+    assert "this run has committed none yet" in text, text[-2000:]
+    assert "the previous one stays valid" not in text, text[-2000:]
+    assert "none of this run's 1 checkpoint(s) committed" in text, text[-2000:]
+    print("  refused at start: " + refused)
+
+
 if __name__ == "__main__":
     if not have_data():
         print(f"SKIP: no Fashion-MNIST under {DATA}")
@@ -556,7 +586,8 @@ if __name__ == "__main__":
     tests = [test_resume_equivalence, test_reshard, test_kill_writer, test_flipped_byte,
              test_timer_schedule, test_all_workers_restart_resume_the_job,
              test_worker_rejoins_a_checkpointing_job,
-             test_all_workers_restart_without_checkpoints_say_so]
+             test_all_workers_restart_without_checkpoints_say_so,
+             test_root_that_cannot_take_a_checkpoint]
     try:
         binary("tether-shard")
         tests += [test_reshard_ps, test_update_on_shards_resume,

@@ -476,7 +476,41 @@ static void ckpt_modes_follow_the_umask(void) {
     rm_tree(dir);
 }
 
+/* A checkpoint root is checked at start-up: made if missing, refused
+ * with a sentence when it is a file, under a file, or not writable, and
+ * the probe leaves nothing behind. */
+static void fs_check_writable_dir_refuses_what_cannot_take_a_file(void) {
+    char dir[64], path[256], err[512] = "";
+    mk_tmp(dir);
+    snprintf(path, sizeof(path), "%s/a/b", dir);
+    CU_ASSERT_EQUAL(tt_fs_check_writable_dir(path, err, sizeof(err)), TT_OK);
+    CU_ASSERT_EQUAL(mode_of(path) != 0, 1);
+    size_t entries = 0;
+    DIR *d = opendir(path);
+    for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;)
+        entries += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    if (d != NULL)
+        closedir(d);
+    CU_ASSERT_EQUAL(entries, 0);
+    snprintf(path, sizeof(path), "%s/file", dir);
+    CU_ASSERT_EQUAL_FATAL(tt_fs_write_atomic(path, "x", 1, NULL, 0), TT_OK);
+    CU_ASSERT_EQUAL(tt_fs_check_writable_dir(path, err, sizeof(err)), TT_ESYS);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "not a directory"));
+    snprintf(path, sizeof(path), "%s/file/sub", dir);
+    CU_ASSERT_EQUAL(tt_fs_check_writable_dir(path, err, sizeof(err)), TT_ESYS);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "Not a directory"));
+    if (geteuid() != 0) { /* root writes whatever the mode says */
+        snprintf(path, sizeof(path), "%s/ro", dir);
+        CU_ASSERT_EQUAL_FATAL(mkdir(path, 0555), 0);
+        CU_ASSERT_EQUAL(tt_fs_check_writable_dir(path, err, sizeof(err)), TT_ESYS);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err, "Permission denied"));
+    }
+    rm_tree(dir);
+}
+
 static const tt_cunit_test_t tests[] = {
+    {"fs_check_writable_dir_refuses_what_cannot_take_a_file",
+     fs_check_writable_dir_refuses_what_cannot_take_a_file},
     {"ckpt_modes_follow_the_umask", ckpt_modes_follow_the_umask},
     {"fs_write_atomic_concurrent_writers", fs_write_atomic_concurrent_writers},
     {"ckpt_part_write_and_read_back", ckpt_part_write_and_read_back},

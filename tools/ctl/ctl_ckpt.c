@@ -314,10 +314,13 @@ static int show_failed(const tt_ctl_t *ctl, const char *job, uint64_t n,
     }
     fprintf(stderr,
             "tetherctl: checkpoint request %" PRIu64 " of job '%s' failed: %s (step %" PRIu64
-            ") on %s: %s; the previous checkpoint stays valid and the job tries again after a "
-            "pause (see 'tetherctl checkpoints %s')\n",
+            ") on %s: %s; %s and the job tries again after a pause (see 'tetherctl "
+            "checkpoints %s')\n",
             n, job, f->checkpoint_id, f->step, f->worker_id ? f->worker_id : "?",
-            f->reason ? f->reason : "", job);
+            f->reason ? f->reason : "",
+            r->n_checkpoints > 0 ? "the previous checkpoint stays valid"
+                                 : "the job has no committed checkpoint yet",
+            job);
     return 1;
 }
 

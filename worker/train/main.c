@@ -12,6 +12,7 @@
 #include "tt_idx.h"
 #include "tt_clock.h"
 #include "tt_cuda.h"
+#include "tt_fsutil.h"
 #include "tt_log.h"
 #include "tt_manifest.h"
 #include "tt_mlp_cuda.h"
@@ -443,6 +444,11 @@ static void print_ckpt_stats(tt_train_ckpt_t *ck, double train_s, uint64_t steps
     if (st.idle_boundaries > 0)
         printf("checkpoints: between them the hook took %.3f ms a step\n",
                (double)st.idle_ns / (double)st.idle_boundaries * 1e-6);
+    if (st.committed == 0 && st.aborted > 0) /* the run's end is where it is read */
+        TT_WARN("ckpt",
+                "none of this run's %llu checkpoint(s) committed (the errors above say why): no "
+                "state this run trained is in a checkpoint",
+                (unsigned long long)st.aborted);
 }
 
 /* Runs all epochs (from the resumed one); returns 0, 1 (runtime failure,
@@ -511,6 +517,17 @@ static int train(const cli_t *c, tt_trainer_t *t, tt_train_ckpt_t *ck, tt_train_
                st.test_accuracy, st.test_loss, train_s > 0 ? examples / train_s : 0,
                (unsigned long long)tt_trainer_global_step(t), st.world_size, now_s() - t0, train_s);
     return 0;
+}
+
+/* A root that cannot take a checkpoint is refused before the job is
+ * joined: found at the first checkpoint, it would leave a run of hours
+ * with none (every rank writes its own part, so each checks its view). */
+static int check_ckpt_dir(const cli_t *c) {
+    char err[1024];
+    if (c->ckpt_dir[0] == '\0' || tt_fs_check_writable_dir(c->ckpt_dir, err, sizeof(err)) == 0)
+        return 0;
+    fprintf(stderr, "tether-train: --checkpoint-dir cannot take checkpoints: %s\n", err);
+    return -1;
 }
 
 /* Joins the job (non-local backends) and builds the trainer on top.
@@ -634,7 +651,8 @@ int main(int argc, char **argv) {
         return 0;
     }
     tt_trainer_opts_t o;
-    if (build_opts(&c, &o) < 0 || check_backend(&c) < 0 || check_update(&c) < 0)
+    if (build_opts(&c, &o) < 0 || check_backend(&c) < 0 || check_update(&c) < 0 ||
+        check_ckpt_dir(&c) < 0)
         return 2;
     openblas_set_num_threads((int)c.threads);
     tt_idx_set_t train_set = {0}, test_set = {0};

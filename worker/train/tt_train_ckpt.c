@@ -511,9 +511,11 @@ static int apply(tt_train_ckpt_t *c, int act, int rank, int world, int wanted, u
     if ((act & TT_CKPT_ACT_ABORT) != 0 && c->tether != NULL)
         tt_tc_coord_aborted(c, failed && rank == 0, now_ms);
     if ((act & TT_CKPT_ACT_ABORT) != 0)
-        TT_WARN("ckpt", "checkpoint %s aborted (%s); the previous one stays valid", c->job.id,
-                failed ? "a part was not written: its writer logged why"
-                       : "the membership changed");
+        TT_WARN("ckpt", "checkpoint %s aborted (%s); %s", c->job.id,
+                failed ? "a part was not written: its writer logged why" : "the membership changed",
+                c->sched.committed > 0 || c->resumed[0] != '\0'
+                    ? "the previous one stays valid"
+                    : "this run has committed none yet");
     int rc = TT_OK;
     if ((act & TT_CKPT_ACT_COMMIT) != 0) {
         c->st.last_bytes = c->job.shard.size + c->job.trainer.size;

@@ -94,6 +94,7 @@ struct tt_train_ckpt {
     uint64_t stall_kept[TT_TC_STALLS_KEPT]; /* of resolved ones, a ring */
     uint64_t nstall_kept;
     tt_train_ckpt_stats_t st;
+    char resumed[TT_MF_ID_MAX]; /* the checkpoint this run resumed from ("": none) */
     /* With a coordinator (tt_train_ckpt_coord.c): the requests rank 0 has
      * taken up, and the one the checkpoint in flight serves. */
     struct tether *tether;

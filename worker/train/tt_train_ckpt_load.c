@@ -282,6 +282,7 @@ int tt_train_ckpt_resume(tt_train_ckpt_t *c, const char *mode, char *id, char *e
         TT_INFO("ckpt", "resumed from checkpoint %s (step %llu, epoch %llu)", m.id,
                 (unsigned long long)m.step, (unsigned long long)m.epoch);
     if (rc == TT_OK) {
+        snprintf(c->resumed, sizeof(c->resumed), "%s", m.id);
         if (id != NULL)
             snprintf(id, TT_MF_ID_MAX, "%s", m.id);
         tt_ckpt_sched_opts_t so = c->sched.o; /* init clears the schedule */
