@@ -454,16 +454,21 @@ static void run_job(tt_comm_t *c, tt_comm_job_t *j) {
     uint64_t t0 = tt_clock_mono_ns();
     tt_flight_started(c->flight, j->flight_id, t0);
     tt_comm_view_t v;
-    int rc = ensure_backend(c, j->gen, &v), suspect = -1;
-    if (rc == TT_OK)
+    int rc = ensure_backend(c, j->gen, &v), suspect = -1, unsupported = 0;
+    if (rc == TT_OK) {
         rc = run_op(c, j);
+        unsupported = rc == TT_ENODEV;
+    }
     /* A checkpoint's parts still being written is an answer, not a failure. */
     int asked_again = j->role == TT_COMM_JOB_CKPT && rc == TT_EAGAIN;
     if (rc != TT_OK && !asked_again)
         rc = explain_failure(c, j, rc, &suspect);
+    /* Nor is an op this backend does not have (a state upload on the
+     * ring): nothing was issued, and its caller falls back. */
+    int quiet = asked_again || (unsupported && rc == TT_ENODEV);
     uint64_t t1 = tt_clock_mono_ns();
     tt_flight_finish(c->flight, j->flight_id, t1, rc);
-    if (rc != TT_OK && !asked_again && !c->logged_failure) {
+    if (rc != TT_OK && !quiet && !c->logged_failure) {
         c->logged_failure = 1; /* one dump per failure, not one per queued job */
         log_failure(c, rc);
     } else if (rc == TT_OK) {
