@@ -179,6 +179,10 @@ TETHER_API int tether_leave(tether_t *t, const char *reason) {
     return t ? tt_client_leave(membership(t), reason) : TETHER_EINVAL;
 }
 
+TETHER_API int tether_drain(tether_t *t) {
+    return t ? tt_client_drain(membership(t)) : TETHER_EINVAL;
+}
+
 TETHER_API int tether_check(tether_t *t) {
     if (t == NULL)
         return TETHER_EINVAL;

@@ -154,6 +154,7 @@ static int send_op(tt_client_t *c) {
     Tether__Boundary b = TETHER__BOUNDARY__INIT;
     Tether__Leave l = TETHER__LEAVE__INIT;
     Tether__ReportFailure r = TETHER__REPORT_FAILURE__INIT;
+    Tether__DrainWorker d = TETHER__DRAIN_WORKER__INIT;
     if (c->sm.op == TT_CLIENT_OP_BOUNDARY) {
         b.completed_step = c->sm.completed_step;
         env.body_case = TETHER__ENVELOPE__BODY_BOUNDARY;
@@ -170,6 +171,10 @@ static int send_op(tt_client_t *c) {
         r.reason = c->reason;
         env.body_case = TETHER__ENVELOPE__BODY_REPORT_FAILURE;
         env.report_failure = &r;
+    } else if (c->sm.op == TT_CLIENT_OP_DRAIN) {
+        d.worker_id = c->opts.worker_id; /* this worker, at a step boundary */
+        env.body_case = TETHER__ENVELOPE__BODY_DRAIN;
+        env.drain = &d;
     } else {
         return TT_OK;
     }
@@ -638,17 +643,20 @@ static int short_op(tt_client_t *c, tt_client_op_t op, const char *reason) {
     return rc;
 }
 
+/* An op only a member may start (Report, Drain); `what` names it in the
+ * refusal. With mu held. */
+static int member_op(tt_client_t *c, tt_client_op_t op, const char *reason, const char *what) {
+    if (c->sm.state == TT_CLIENT_MEMBER)
+        return short_op(c, op, reason);
+    snprintf(c->sm.last_error, sizeof(c->sm.last_error), "%s in state %s: not a member", what,
+             tt_client_state_name(c->sm.state));
+    return c->sm.state == TT_CLIENT_FENCED ? TT_EFENCED : TT_EINVAL;
+}
+
 int tt_client_report_failure(tt_client_t *c, uint32_t suspect_rank, const char *reason) {
     pthread_mutex_lock(&c->mu);
-    int rc = TT_EINVAL;
-    if (c->sm.state == TT_CLIENT_MEMBER) {
-        c->report_rank = suspect_rank;
-        rc = short_op(c, TT_CLIENT_OP_REPORT, reason);
-    } else {
-        snprintf(c->sm.last_error, sizeof(c->sm.last_error), "report_failure in state %s",
-                 tt_client_state_name(c->sm.state));
-        rc = c->sm.state == TT_CLIENT_FENCED ? TT_EFENCED : TT_EINVAL;
-    }
+    c->report_rank = suspect_rank;
+    int rc = member_op(c, TT_CLIENT_OP_REPORT, reason, "report_failure");
     pthread_mutex_unlock(&c->mu);
     return rc;
 }
@@ -666,6 +674,13 @@ int tt_client_leave(tt_client_t *c, const char *reason) {
                  tt_client_state_name(c->sm.state));
         rc = TT_EINVAL;
     }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+int tt_client_drain(tt_client_t *c) {
+    pthread_mutex_lock(&c->mu);
+    int rc = member_op(c, TT_CLIENT_OP_DRAIN, NULL, "drain");
     pthread_mutex_unlock(&c->mu);
     return rc;
 }

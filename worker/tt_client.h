@@ -74,6 +74,7 @@ typedef enum {
     TT_CLIENT_OP_BOUNDARY,
     TT_CLIENT_OP_LEAVE,
     TT_CLIENT_OP_REPORT,
+    TT_CLIENT_OP_DRAIN,
 } tt_client_op_t;
 
 /* Event bits returned by tt_client_sm_on_message. */
@@ -186,7 +187,7 @@ int tt_client_create(tt_client_t **out, const tt_client_opts_t *opts, char *err,
 void tt_client_destroy(tt_client_t **c);
 
 /* Blocking operations; see tether_join / tether_step_done /
- * tether_report_failure / tether_leave for the contracts. */
+ * tether_report_failure / tether_leave / tether_drain for the contracts. */
 int tt_client_join(tt_client_t *c, uint32_t timeout_ms);
 int tt_client_step_done(tt_client_t *c, int64_t step);
 /* Step timing totals (tether_step_stats: steps, their wall time and the
@@ -198,6 +199,7 @@ void tt_client_progress(tt_client_t *c, uint64_t epoch, uint64_t epoch_examples,
                         uint64_t epoch_size);
 int tt_client_report_failure(tt_client_t *c, uint32_t suspect_rank, const char *reason);
 int tt_client_leave(tt_client_t *c, const char *reason);
+int tt_client_drain(tt_client_t *c);
 
 /* Consistent snapshot of the membership view. `members` (may be NULL)
  * receives up to `cap` entries. */

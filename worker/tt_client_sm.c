@@ -124,7 +124,11 @@ static int complete_op(tt_client_sm_t *sm, unsigned mask, int rc) {
 
 #define ALL_OPS                                                                                    \
     ((1u << TT_CLIENT_OP_JOIN) | (1u << TT_CLIENT_OP_BOUNDARY) | (1u << TT_CLIENT_OP_LEAVE) |      \
-     (1u << TT_CLIENT_OP_REPORT))
+     (1u << TT_CLIENT_OP_REPORT) | (1u << TT_CLIENT_OP_DRAIN))
+
+/* The ops a plain Ack completes. */
+#define ACKED_OPS                                                                                  \
+    ((1u << TT_CLIENT_OP_LEAVE) | (1u << TT_CLIENT_OP_REPORT) | (1u << TT_CLIENT_OP_DRAIN))
 
 static int install_generation(tt_client_sm_t *sm, const Tether__JoinReply *jr) {
     const Tether__Generation *g = jr->generation;
@@ -252,13 +256,11 @@ static int on_continue(tt_client_sm_t *sm, const Tether__Continue *c) {
 }
 
 static int on_ack(tt_client_sm_t *sm, uint64_t rid) {
-    if (sm->op != TT_CLIENT_OP_LEAVE && sm->op != TT_CLIENT_OP_REPORT)
-        return 0;
-    if (rid != sm->op_rid)
+    if (sm->op == TT_CLIENT_OP_NONE || !(ACKED_OPS & (1u << sm->op)) || rid != sm->op_rid)
         return 0;
     if (sm->op == TT_CLIENT_OP_LEAVE)
         sm->state = TT_CLIENT_CLOSED;
-    return complete_op(sm, (1u << TT_CLIENT_OP_LEAVE) | (1u << TT_CLIENT_OP_REPORT), TT_OK);
+    return complete_op(sm, ACKED_OPS, TT_OK);
 }
 
 static int on_fenced(tt_client_sm_t *sm) {

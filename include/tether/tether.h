@@ -307,6 +307,18 @@ TETHER_API int tether_report_failure(tether_t *t, uint32_t suspect_rank, const c
  * tether_barrier before leaving "finished". */
 TETHER_API int tether_leave(tether_t *t, const char *reason);
 
+/* Asks the coordinator to take this worker out of the job at the next step
+ * boundary every member reaches, as `tetherctl drain JOB WORKER` does: no
+ * step fails, and the tether_step_done of that boundary returns
+ * TETHER_EDRAINED (the others go on without it). For a worker told to
+ * stop (SIGTERM from Kubernetes or a supervisor) that wants to leave
+ * without making the others redo a step. Waits for the acknowledgement up
+ * to request_timeout_ms. TETHER_OK once the drain is set; TETHER_EINVAL
+ * (not a member, or the job would fall below its min_workers:
+ * tether_last_error says which), TETHER_EBUSY (the job is not running,
+ * e.g. a generation is forming), TETHER_EFENCED, TETHER_ETIMEDOUT. */
+TETHER_API int tether_drain(tether_t *t);
+
 /* ------------------------------------------------------------------ */
 /* Coordinated checkpoints (docs/checkpoints.md)                       */
 /* ------------------------------------------------------------------ */

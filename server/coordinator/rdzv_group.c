@@ -316,7 +316,8 @@ static void drop_drained(tt_rdzv_t *r) {
     for (uint32_t i = 0; r->n_draining > 0 && i < r->members.n; i++) {
         tt_rdzv_node_t *n = r->members.v[i];
         if (n->draining && !n->evicted)
-            tt_rdzv_drain_out(r, n, "drained by the operator at a step boundary");
+            tt_rdzv_drain_out(r, n,
+                              "drained at a step boundary (tetherctl drain, or its own request)");
     }
     r->n_draining = 0;
     compact_members(r);

@@ -32,7 +32,7 @@ import signal
 import subprocess
 import time
 
-from tt_harness import (binary, committed, read_params, rel_diff,
+from tt_harness import (binary, committed, launched_pid, read_params, rel_diff,
                         run_tests, verify_checkpoint, wait_for)
 
 DATA = os.environ.get("TETHER_FMNIST", "/usr/share/datasets/fashion-mnist")
@@ -251,7 +251,7 @@ def fleet_restart(h, name, extra=(), shards=0):
               restarts=2, shards=shards)
     wait_for(lambda: "step-000000020" in committed(root), 60, "checkpoint step 20 committed")
     wait_for(lambda: job_step(h, p) >= 24, 60, "the coordinator at step 24")
-    pids = [launcher_child_pid(p, f"worker {i}") for i in range(2)]
+    pids = [launched_pid(p, f"worker {i}") for i in range(2)]
     known = job_step(h, p) + 1
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
@@ -294,7 +294,7 @@ def test_all_workers_restart_without_checkpoints_say_so(h):
               env={"TETHER_HEARTBEAT_MS": "200"}, restarts=2)
     wait_for(lambda: job_step(h, p) >= 20, 60, "the coordinator at step 20")
     before = job_status(h, p)
-    for pid in [launcher_child_pid(p, f"worker {i}") for i in range(2)]:
+    for pid in [launched_pid(p, f"worker {i}") for i in range(2)]:
         os.kill(pid, signal.SIGKILL)
     seen = {}
 
@@ -337,7 +337,7 @@ def test_worker_rejoins_a_checkpointing_job(h):
                                "--checkpoint-every-steps", "10", "--dump-params", out],
               restarts=1, launch_args=["--min-workers", "1"])
     wait_for(lambda: "step-000000010" in committed(root), 60, "checkpoint step 10 committed")
-    os.kill(launcher_child_pid(p, "worker 1"), signal.SIGKILL)
+    os.kill(launched_pid(p, "worker 1"), signal.SIGKILL)
     rc = p.wait(180)
     text = log_text(p)
     grew = re.findall(r"generation \d+ with 2 ranks resumes at step (\d+)", text)
@@ -349,14 +349,6 @@ def test_worker_rejoins_a_checkpointing_job(h):
     d = rel_diff(read_params(out), ref)
     print(f"  rejoin: relative difference to the uninterrupted run {d:.2e}")
     assert d < 1e-5, d
-
-
-def launcher_child_pid(p, label):
-    for line in p.lines() + p.lines("log"):
-        m = re.search(rf"started {label}: pid (\d+)", line)
-        if m:
-            return int(m.group(1))
-    raise AssertionError(f"no pid for {label}")
 
 
 def test_update_on_shards_kill_shard_mid_write(h):
@@ -377,7 +369,7 @@ def test_update_on_shards_kill_shard_mid_write(h):
               env=env, restarts=0, shards=2)
     p.wait_line(lambda l: "stalls" in l and "before its fsync" in l, 60,
                 "a shard holding its part before the fsync", stream="log")
-    os.kill(launcher_child_pid(p, "shard 0"), signal.SIGKILL)
+    os.kill(launched_pid(p, "shard 0"), signal.SIGKILL)
     rc = p.wait(120)
     text = log_text(p)
     assert rc != 0, "the job cannot go on without the shard's state"
@@ -417,7 +409,7 @@ def test_lost_shard_recovers_under_the_launcher(h):
     wait_for(lambda: "step-000000020" in committed(root), 60, "checkpoint step 20 committed")
     wait_for(lambda: job_step(h, p) >= 24, 60, "the coordinator at step 24")
     known = job_step(h, p) + 1
-    os.kill(launcher_child_pid(p, "shard 0"), signal.SIGKILL)
+    os.kill(launched_pid(p, "shard 0"), signal.SIGKILL)
     t0 = time.monotonic()
     rc = p.wait(180)
     text = log_text(p)

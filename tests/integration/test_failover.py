@@ -41,7 +41,8 @@ import re
 import signal
 import time
 
-from tt_harness import binary, free_port, parse_kv, read_params, rel_diff, run_tests, wait_for
+from tt_harness import (binary, free_port, launched_pid, parse_kv, read_params, rel_diff,
+                        run_tests, wait_for)
 
 DATA = os.environ.get("TETHER_FMNIST", "/usr/share/datasets/fashion-mnist")
 STEPS_PER_EPOCH = 20
@@ -474,6 +475,17 @@ def test_members_show_the_straggler(h):
         w.kill9()
 
 
+def launcher_ends_0(p):
+    """Waits for tether-launch `p`, which must exit 0; its output and
+    summary line."""
+    rc = p.wait(180)
+    log = "\n".join(p.lines() + p.lines("log"))
+    summary = [l for l in log.splitlines() if "summary:" in l]
+    print(f"  launcher exit {rc}; {summary[-1] if summary else 'no summary'}")
+    assert rc == 0, log[-3000:]
+    return log, summary
+
+
 def start_drain_job(h, seed, spe, epochs, backend="ring", shards=0, extra=()):
     """Three workers under tether-launch on a known coordinator port (so
     tetherctl can drain one), paced so a drain lands between steps.
@@ -512,11 +524,7 @@ def test_drain_at_a_step_boundary(h):
     rc, _, err = h.ctl(coord, "drain", "launch", "worker-0", check=False)
     assert rc == 1 and "below its min_workers 2" in err, (rc, err)
     print(f"  refused: {err.strip()}")
-    rc = p.wait(180)
-    log = "\n".join(p.lines() + p.lines("log"))
-    summary = [l for l in log.splitlines() if "summary:" in l]
-    print(f"  launcher exit {rc}; {summary[-1] if summary else 'no summary'}")
-    assert rc == 0, log[-3000:]
+    log, summary = launcher_ends_0(p)
     assert "worker 'worker-1' was drained from job 'launch'" in log, log[-3000:]
     assert "finished=3 failed=0 restarts=0" in log, summary
     assert "EUNREACHABLE" not in log and "ETIMEDOUT" not in log, log[-3000:]
@@ -537,6 +545,43 @@ def test_drain_at_a_step_boundary(h):
     assert d < 1e-5, d
     rows = epochs_counted(metrics, spe, epochs)
     assert rows[-1]["world_size"] == 2, rows[-1]
+
+
+def test_sigterm_leaves_at_a_step_boundary(h):
+    """SIGTERM to one of three workers (a pod eviction, a supervisor's
+    stop): it asks the coordinator to drain it, leaves at the next step
+    boundary (no step fails, nothing is redone) and exits 143, so
+    tether-launch restarts it and it joins again (its state broadcast,
+    nothing dumped as a failure). The run ends with the parameters of a
+    fault-free run. With two workers and min_workers 2 the drain is
+    refused: the worker says why and leaves at once."""
+    seed, spe, epochs = 4, STEPS_PER_EPOCH, EPOCHS
+    p, coord, out, metrics = start_drain_job(h, seed, spe, epochs)
+    p.wait_line(lambda l: global_step(l) >= 6, 90, "step 6", stream="log")
+    os.kill(launched_pid(p, "worker 1"), signal.SIGTERM)
+    log, summary = launcher_ends_0(p)
+    assert "tether-train: SIGTERM: leaving the job at the next step boundary" in log, log[-3000:]
+    assert "worker 'worker-1' left job 'launch' at a step boundary on SIGTERM" in log, log[-3000:]
+    assert "worker 1 exited (exit code 143); restart 1" in log, log[-3000:]
+    changed = re.findall(r"the membership changed at a step boundary \(3 ranks before", log)
+    assert len(changed) == 2 and "step failed" not in log, log[-3000:]
+    assert "no shard servers" not in log and "record(s)" not in log, log[-3000:]
+    d = rel_diff(read_params(out), reference(h, seed, spe, epochs))
+    print(f"  relative difference to the fault-free run: {d:.2e}")
+    assert d < 1e-5, d
+    out2 = os.path.join(h.dir, "refused.bin")
+    p2 = h.spawn("refused", launch_argv(2, 0, "ring", seed, out2,
+                                        launcher=["--max-restarts", "1"],
+                                        train=["--pace-ms", "100"], spe=spe, epochs=epochs),
+                 env=FAST)
+    p2.wait_line(lambda l: global_step(l) >= 3, 90, "step 3", stream="log")
+    os.kill(launched_pid(p2, "worker 1"), signal.SIGTERM)
+    p2.wait_line(lambda l: "exit code 143" in l, 30, "worker 1 gone", stream="log")
+    log = "\n".join(p2.lines() + p2.lines("log"))
+    line = [l for l in log.splitlines() if "cannot leave at a step boundary" in l]
+    assert line and "below its min_workers 2" in line[0] and "leaving at once" in line[0], log[-3000:]
+    print(f"  refused: {line[0].strip()[:200]}")
+    assert p2.wait(180) == 0, log[-3000:]
 
 
 def job_status(h, coord, job):
@@ -720,7 +765,7 @@ if __name__ == "__main__":
         print(f"SKIPPED: no Fashion-MNIST at {DATA} (install dataset-fashion-mnist)")
         raise SystemExit(77)
     run_tests([test_kill_random_worker, test_kill_worker_during_ps_steps,
-               test_drain_at_a_step_boundary,
+               test_drain_at_a_step_boundary, test_sigterm_leaves_at_a_step_boundary,
                test_worker_dies_before_first_agreement, test_kill_and_restart,
                test_restarted_worker_pulls_state_from_shards, test_update_on_shards_kill_and_restart,
                test_update_on_shards_kill_after_a_step, test_sigstop_fenced_and_rejoins,

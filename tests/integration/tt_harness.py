@@ -11,6 +11,7 @@ import fcntl
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -322,6 +323,16 @@ def wait_for(pred, timeout, what):
             return
         time.sleep(0.05)
     raise AssertionError(f"timed out after {timeout} s waiting for: {what}")
+
+
+def launched_pid(p, label):
+    """The pid tether-launch (process `p`) reported for `label`, such as
+    "worker 1" or "shard 0": the first one started."""
+    for line in p.lines() + p.lines("log"):
+        m = re.search(rf"started {label}: pid (\d+)", line)
+        if m:
+            return int(m.group(1))
+    raise AssertionError(f"no pid for {label}")
 
 
 def parse_kv(line):

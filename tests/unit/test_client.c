@@ -633,6 +633,33 @@ static void client_sm_leave_acked(void) {
     tt_client_sm_release(&sm);
 }
 
+/* tether_drain: the coordinator's Ack sets the drain (the worker stays a
+ * member until the boundary); its refusal (below min_workers) ends the op
+ * with that status and sentence, and the worker carries on as before. */
+static void client_sm_drain_acked_or_refused(void) {
+    tt_client_sm_t sm;
+    msg_t m;
+    joined(&sm, 4);
+    CU_ASSERT_EQUAL(tt_client_sm_begin(&sm, TT_CLIENT_OP_DRAIN, 30), TT_OK);
+    tt_wire_env_init(&m.env, "job", "coordinator", 4, 30);
+    tether__ack__init(&m.ack);
+    m.env.body_case = TETHER__ENVELOPE__BODY_ACK;
+    m.env.ack = &m.ack;
+    CU_ASSERT_EQUAL(tt_client_sm_on_message(&sm, &m.env, 1100), TT_CLIENT_EV_OP_DONE);
+    CU_ASSERT_EQUAL(tt_client_sm_finish(&sm, 0), TT_OK);
+    CU_ASSERT_EQUAL(sm.state, TT_CLIENT_MEMBER);
+    CU_ASSERT_EQUAL(tt_client_sm_step(&sm, 12), TT_OK);
+    CU_ASSERT_EQUAL(tt_client_sm_begin(&sm, TT_CLIENT_OP_DRAIN, 31), TT_OK);
+    const char *why = "draining w1 would leave 1 member(s) in job job, below its min_workers 2";
+    CU_ASSERT_EQUAL(tt_client_sm_on_message(&sm, error_msg(&m, TT_EINVAL, why, 31), 1200),
+                    TT_CLIENT_EV_OP_DONE);
+    CU_ASSERT_EQUAL(tt_client_sm_finish(&sm, 0), TT_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(sm.last_error, "below its min_workers 2"));
+    CU_ASSERT_EQUAL(sm.state, TT_CLIENT_MEMBER);
+    CU_ASSERT_EQUAL(tt_client_sm_step(&sm, 13), TT_OK);
+    tt_client_sm_release(&sm);
+}
+
 static void client_sm_resumed_after_silence(void) {
     tt_client_sm_t sm;
     msg_t m;
@@ -770,6 +797,7 @@ static const tt_cunit_test_t tests[] = {
     {"client_sm_job_failed_then_done", client_sm_job_failed_then_done},
     {"client_sm_join_busy_is_retried", client_sm_join_busy_is_retried},
     {"client_sm_leave_acked", client_sm_leave_acked},
+    {"client_sm_drain_acked_or_refused", client_sm_drain_acked_or_refused},
     {"client_sm_resumed_after_silence", client_sm_resumed_after_silence},
     {"client_step_before_join_is_invalid", client_step_before_join_is_invalid},
     {"client_api_create_destroy", client_api_create_destroy},

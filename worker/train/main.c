@@ -21,6 +21,7 @@
 #include "tt_train_ckpt.h"
 #include "tt_train_dev.h"
 #include "tt_train_ft.h"
+#include "tt_train_stop.h"
 #include "tt_train_tether.h"
 #include "tt_trainer.h"
 
@@ -30,6 +31,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <stddef.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +51,7 @@ typedef struct {
     uint64_t ckpt_every, ckpt_keep;
     double ckpt_every_s;
     uint64_t pace_ms;
+    double stop_grace_s;
 } cli_t;
 
 typedef enum { K_U64, K_F64, K_FLAG, K_STR } kind_t;
@@ -94,6 +97,8 @@ static const opt_t OPTS[] = {
     STR("dump-params", dump, "rank 0 writes the final parameters (raw float32) to FILE"),
     STR("metrics-json", metrics, "append one JSON object per epoch to FILE"),
     U64("log-every", log_every, 0, 1e9, "log line every N steps when not a terminal (50)"),
+    F64("stop-grace-s", stop_grace_s, 0, 3600,
+        "on SIGTERM/SIGINT leave the job at the next step boundary, or end after V s (8)"),
     U64("pace-ms", pace_ms, 0, 600000,
         "stretch every step to at least N ms: a slower model for failover drills (0)"),
     STR("backend", backend,
@@ -136,6 +141,7 @@ static void cli_defaults(cli_t *c) {
     c->log_every = 50;
     c->threads = 1;
     c->ckpt_keep = 3;
+    c->stop_grace_s = 8.0; /* under the 10 s of tether-launch's and Docker's SIGKILL */
     snprintf(c->resume, sizeof(c->resume), "job");
     snprintf(c->optimizer, sizeof(c->optimizer), "sgd");
     snprintf(c->schedule, sizeof(c->schedule), "cosine");
@@ -159,7 +165,8 @@ static void usage(FILE *f) {
      * the Kubernetes manifest restart 1 and never 2. */
     fprintf(f, "\nExit status: 0 trained (or this worker's part of the job is over), 1 failed "
                "(a restart may help), 2 bad usage or a configuration this host cannot run "
-               "(a restart would repeat it).\n");
+               "(a restart would repeat it), 128+N stopped by signal N (143: SIGTERM, 130: "
+               "SIGINT; a job's worker leaves it at a step boundary first).\n");
 }
 
 static int set_opt(cli_t *c, const opt_t *o, const char *arg) {
@@ -316,6 +323,14 @@ static int build_opts(const cli_t *c, tt_trainer_opts_t *o) {
 static int job_done(int rc) {
     const char *job = getenv("TETHER_JOB"), *me = getenv("TETHER_WORKER_ID");
     job = job != NULL && job[0] != '\0' ? job : "default";
+    int sig = tt_train_stop_signal();
+    if (rc == TT_EDRAINED && sig != 0) { /* its own drain: a supervisor restarts it */
+        printf("tether-train: worker '%s' left job '%s' at a step boundary on %s; the others go "
+               "on without it\n",
+               me != NULL ? me : "?", job, sig == SIGINT ? "SIGINT" : "SIGTERM");
+        fflush(stdout);
+        return 128 + sig;
+    }
     if (rc == TT_EDRAINED)
         printf("tether-train: worker '%s' was drained from job '%s' by the operator; the "
                "others go on without it\n",
@@ -402,7 +417,30 @@ typedef struct {
     tt_train_ckpt_t *ck;
     uint64_t pace_ms, last_ms;
     struct tether *handle; /* NULL: --backend local */
+    double stop_grace_s;
+    int stop_asked; /* a stop signal was acted on */
 } step_ctx_t;
+
+/* SIGTERM/SIGINT (tt_train_stop): leave at the next step boundary, where
+ * no step fails; when the coordinator refuses (the job would fall below
+ * min_workers, as when the whole job is being stopped), leave at once,
+ * which the others notice sooner than a death. */
+static void leave_on_signal(step_ctx_t *sc, int sig) {
+    const char *name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+    sc->stop_asked = 1;
+    if (tether_drain(sc->handle) == TETHER_OK) {
+        printf("tether-train: %s: leaving the job at the next step boundary (within %.0f s; a "
+               "second signal ends at once)\n",
+               name, sc->stop_grace_s);
+        fflush(stdout);
+        return;
+    }
+    fprintf(stderr, "tether-train: %s: cannot leave at a step boundary (%s): leaving at once\n",
+            name, tether_last_error(sc->handle));
+    tether_leave(sc->handle, "stopped by a signal");
+    fflush(stdout);
+    _exit(128 + sig);
+}
 
 /* --pace-ms: sleeps the rest of the step's time budget. Every rank does,
  * so the ranks stay in step; the training itself is unchanged. */
@@ -415,6 +453,12 @@ static void pace(step_ctx_t *sc) {
 
 static void on_step(void *ctx, const tt_step_report_t *r) {
     step_ctx_t *sc = ctx;
+    if (sc->handle != NULL) {
+        tt_train_stop_stepping();
+        int sig = tt_train_stop_signal();
+        if (sig != 0 && !sc->stop_asked)
+            leave_on_signal(sc, sig);
+    }
     if (!sc->quiet)
         tt_progress_step(sc->prog, r);
     if (sc->handle != NULL) /* for tetherctl status; rides on the heartbeats */
@@ -461,7 +505,12 @@ static int train(const cli_t *c, tt_trainer_t *t, tt_train_ckpt_t *ck, tt_train_
     tt_epoch_stats_t st = {0};
     double t0 = now_s(), train_s = 0.0, examples = 0.0;
     char err[512];
-    step_ctx_t sc = {&prog, quiet, ck, c->pace_ms, 0, tt ? tt_train_tether_handle(tt) : NULL};
+    step_ctx_t sc = {.prog = &prog,
+                     .quiet = quiet,
+                     .ck = ck,
+                     .pace_ms = c->pace_ms,
+                     .handle = tt ? tt_train_tether_handle(tt) : NULL,
+                     .stop_grace_s = c->stop_grace_s};
     tt_trainer_state_t s0;
     tt_trainer_get_state(t, &s0);
     for (uint64_t e = s0.epoch; e < epochs; e++) {
@@ -665,6 +714,9 @@ int main(int argc, char **argv) {
     tt_train_ckpt_t *ck = NULL;
     tt_train_ft_t *ft = NULL;
     tt_train_ckpt_gate_t gate = {0}; /* attach(NULL) at the end must be safe */
+    if (strcmp(c.backend, "local") != 0 && tt_train_stop_install(c.stop_grace_s) != 0)
+        fprintf(stderr, "tether-train: no stop-signal handling (%s): SIGTERM ends at once\n",
+                strerror(errno));
     int code = setup(&c, &o, &train_set, &test_set, &gate, &tt, &t);
     if (code == 0)
         code = ckpt_setup(&c, &o, &gate, t, tt, &ck);
