@@ -290,7 +290,9 @@ def test_all_workers_restart_without_checkpoints_say_so(h):
     high step frozen (a job that looked stalled), and says steps are
     trained again."""
     out = os.path.join(h.dir, "over.bin")
-    p = spawn(h, "over", 2, ["--max-steps", "60", "--pace-ms", "50", "--dump-params", out],
+    # Paced so that the redo (steps 0 to the kill, over 2 s) outlasts a few
+    # status polls even under TSan, where each tetherctl call is slow.
+    p = spawn(h, "over", 2, ["--max-steps", "60", "--pace-ms", "80", "--dump-params", out],
               env={"TETHER_HEARTBEAT_MS": "200"}, restarts=2)
     wait_for(lambda: job_step(h, p) >= 20, 60, "the coordinator at step 20")
     before = job_status(h, p)
@@ -298,10 +300,17 @@ def test_all_workers_restart_without_checkpoints_say_so(h):
         os.kill(pid, signal.SIGKILL)
     seen = {}
 
+    def progress(st):
+        return (st["epoch"], st["epoch_examples"])
+
+    # Epoch progress went back: (epoch, examples) compared as a pair, since
+    # `before` may be read just past the end of epoch 1 (32 steps), where
+    # the examples alone are lower than anything the redo reports. Epoch 0
+    # is no report yet: the new generation's own heartbeats must say it.
     def redoing():
         st = job_status(h, p)
         if st is not None and 0 <= st["last_step"] < st["reached_step"] and \
-                st["epoch_examples"] < before["epoch_examples"]:
+                st["epoch"] >= 1 and progress(st) < progress(before):
             seen["json"], seen["text"] = st, job_status(h, p, text=True)
             return True
         return False
@@ -314,8 +323,8 @@ def test_all_workers_restart_without_checkpoints_say_so(h):
         r"checkpoint was resumed: training starts over at step 0", text)]
     st = seen["json"]
     print(f"  start-over: launcher exit {rc}; steps thrown away {over}; status during the redo: "
-          f"last step {st['last_step']} of {st['reached_step']}, epoch examples "
-          f"{st['epoch_examples']} (before the kill {before['epoch_examples']})")
+          f"last step {st['last_step']} of {st['reached_step']}, (epoch, examples) "
+          f"{progress(st)} (before the kill {progress(before)})")
     assert rc == 0 and "finished=2" in text, text[-3000:]
     assert len(over) == 1 and over[0] >= 21, (over, text[-3000:])
     assert not redone(text) and os.path.exists(out), text[-3000:]
