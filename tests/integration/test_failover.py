@@ -584,6 +584,33 @@ def test_sigterm_leaves_at_a_step_boundary(h):
     assert p2.wait(180) == 0, log[-3000:]
 
 
+def test_sigterm_to_the_launcher_stops_the_job_at_once(h):
+    """SIGTERM to tether-launch (Ctrl-C, or the whole job stopped) reaches
+    every worker of a 3-worker job with min_workers 2: one drain is
+    accepted, the others would leave too few and are refused, so those
+    leave at once; the step of the worker that was to be drained then
+    fails, and it leaves at once too instead of waiting --stop-grace-s for
+    a boundary that cannot come (it used to hold the stop for 8 s, logging
+    ring connection errors)."""
+    p, _, _, _ = start_drain_job(h, 5, STEPS_PER_EPOCH, EPOCHS)
+    p.wait_line(lambda l: global_step(l) >= 4, 90, "step 4", stream="log")
+    t0 = time.monotonic()
+    p.signal(signal.SIGTERM)
+    rc = p.wait(60)
+    took = time.monotonic() - t0
+    log = "\n".join(p.lines() + p.lines("log"))
+    summary = [l for l in log.splitlines() if "summary:" in l]
+    print(f"  launcher exit {rc} {took:.2f} s after its SIGTERM; "
+          f"{summary[-1] if summary else 'no summary'}")
+    assert rc == 143 and "failed=3" in log, log[-3000:]
+    assert "no step boundary within --stop-grace-s" not in log, log[-3000:]
+    assert "grace period" not in log and "cannot connect" not in log, log[-3000:]
+    left = re.findall(r"\[worker (\d)\] tether-train: SIGTERM: .*leaving at once|"
+                      r"\[worker (\d)\] tether-train: worker 'worker-\d' left job 'launch' at a "
+                      r"step boundary on SIGTERM", log)
+    assert sorted(a or b for a, b in left) == ["0", "1", "2"], (left, log[-3000:])
+
+
 def job_status(h, coord, job):
     jobs = [j for j in h.ctl_json(coord.endpoint, "status")["jobs"] if j["job_id"] == job]
     assert len(jobs) == 1, jobs
@@ -766,6 +793,7 @@ if __name__ == "__main__":
         raise SystemExit(77)
     run_tests([test_kill_random_worker, test_kill_worker_during_ps_steps,
                test_drain_at_a_step_boundary, test_sigterm_leaves_at_a_step_boundary,
+               test_sigterm_to_the_launcher_stops_the_job_at_once,
                test_worker_dies_before_first_agreement, test_kill_and_restart,
                test_restarted_worker_pulls_state_from_shards, test_update_on_shards_kill_and_restart,
                test_update_on_shards_kill_after_a_step, test_sigstop_fenced_and_rejoins,

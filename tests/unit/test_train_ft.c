@@ -21,6 +21,7 @@ static void train_ft_opts_defaults(void) {
     CU_ASSERT_EQUAL(tt_train_ft_opts_from_env(&o, err, sizeof(err)), TT_OK);
     CU_ASSERT_EQUAL(o.regroup_deadline_ms, 60000);
     CU_ASSERT_EQUAL(o.max_regroups, 100);
+    CU_ASSERT_PTR_NULL(o.leaving); /* a worker never leaves unless told to */
 }
 
 static void train_ft_opts_env_overrides(void) {

@@ -421,25 +421,52 @@ typedef struct {
     int stop_asked; /* a stop signal was acted on */
 } step_ctx_t;
 
+static const char *stop_name(int sig) {
+    return sig == SIGINT ? "SIGINT" : "SIGTERM";
+}
+
+/* Leaving at once, which the others notice sooner than a death. */
+static void leave_now(struct tether *h, int sig, const char *why) {
+    fprintf(stderr, "tether-train: %s: %s: leaving at once\n", stop_name(sig), why);
+    tether_leave(h, "stopped by a signal");
+    fflush(stdout);
+    _exit(128 + sig);
+}
+
 /* SIGTERM/SIGINT (tt_train_stop): leave at the next step boundary, where
  * no step fails; when the coordinator refuses (the job would fall below
- * min_workers, as when the whole job is being stopped), leave at once,
- * which the others notice sooner than a death. */
+ * min_workers, as when the whole job is being stopped), leave at once. */
 static void leave_on_signal(step_ctx_t *sc, int sig) {
-    const char *name = sig == SIGINT ? "SIGINT" : "SIGTERM";
     sc->stop_asked = 1;
     if (tether_drain(sc->handle) == TETHER_OK) {
         printf("tether-train: %s: leaving the job at the next step boundary (within %.0f s; a "
                "second signal ends at once)\n",
-               name, sc->stop_grace_s);
+               stop_name(sig), sc->stop_grace_s);
         fflush(stdout);
         return;
     }
-    fprintf(stderr, "tether-train: %s: cannot leave at a step boundary (%s): leaving at once\n",
-            name, tether_last_error(sc->handle));
-    tether_leave(sc->handle, "stopped by a signal");
-    fflush(stdout);
-    _exit(128 + sig);
+    char why[600];
+    snprintf(why, sizeof(why), "cannot leave at a step boundary (%s)",
+             tether_last_error(sc->handle));
+    leave_now(sc->handle, sig, why);
+}
+
+/* A step of a worker told to stop failed before its boundary: the others
+ * left or were stopped too (the whole job is being stopped), or a rank was
+ * lost. The failover loop gave up the regroup (tt_train_ft_opts_t.leaving):
+ * waiting for a boundary would hold the rest for --stop-grace-s. */
+static void leave_after_failure(struct tether *h, int rc) {
+    char why[200];
+    snprintf(why, sizeof(why),
+             "a step failed (%s) before this worker's step boundary: other workers stopped or "
+             "were lost too",
+             tt_status_name(rc));
+    leave_now(h, tt_train_stop_signal(), why);
+}
+
+static int stop_pending(void *ctx) {
+    (void)ctx;
+    return tt_train_stop_signal() != 0;
 }
 
 /* --pace-ms: sleeps the rest of the step's time budget. Every rank does,
@@ -525,6 +552,8 @@ static int train(const cli_t *c, tt_trainer_t *t, tt_train_ckpt_t *ck, tt_train_
                 break;
             continue;
         }
+        if (rc < 0 && sc.handle != NULL && !part_over(rc) && stop_pending(NULL))
+            leave_after_failure(sc.handle, rc);
         if (ft != NULL)
             quiet = sc.quiet = tt_train_ft_rank(ft) != 0;
         if (rc == TT_OK && ck != NULL && tt_train_ckpt_error(ck)[0] != '\0')
@@ -634,6 +663,7 @@ static int failover_start(tt_train_tether_t *tt, tt_trainer_t *t, tt_train_ft_t 
     char err[768] = "";
     tt_train_ft_opts_t fo;
     int rc = tt_train_ft_opts_from_env(&fo, err, sizeof(err));
+    fo.leaving = stop_pending;
     if (rc == TT_OK)
         rc = tt_train_ft_create(ft, &fo, tt, t);
     die_for_test();

@@ -73,6 +73,7 @@ static int env_u32(const char *name, uint32_t lo, uint32_t *out, char *err, size
 }
 
 int tt_train_ft_opts_from_env(tt_train_ft_opts_t *o, char *err, size_t errlen) {
+    memset(o, 0, sizeof(*o));
     o->regroup_deadline_ms = 60000;
     o->max_regroups = 100;
     int rc = env_u32("TETHER_REGROUP_DEADLINE_MS", 1, &o->regroup_deadline_ms, err, errlen);
@@ -403,11 +404,15 @@ out:
     return rc;
 }
 
+static int leaving(const tt_train_ft_t *ft) {
+    return ft->o.leaving != NULL && ft->o.leaving(ft->o.leaving_ctx);
+}
+
 /* Polls tether_step_done until the next generation is acknowledged; a
  * fenced worker joins again as a new member. *boundary: the generation
  * was acknowledged at a step boundary, before the step began, so no step
- * failed. */
-static int await_generation(tt_train_ft_t *ft, int *boundary) {
+ * failed. `step_rc` when the worker is leaving. */
+static int await_generation(tt_train_ft_t *ft, int step_rc, int *boundary) {
     tether_t *h = tt_train_tether_handle(ft->tt);
     *boundary = tt_train_tether_take_regrouped(ft->tt);
     if (*boundary)
@@ -431,6 +436,8 @@ static int await_generation(tt_train_ft_t *ft, int *boundary) {
                      tether_status_name(rc));
             return rc;
         }
+        if (leaving(ft))
+            return step_rc;
         if (tt_clock_mono_ms() >= deadline) {
             TT_ERROR(SUBSYS,
                      "no new generation within the regroup deadline of %u ms "
@@ -480,7 +487,7 @@ int tt_train_ft_recover(tt_train_ft_t *ft, int step_rc) {
         }
         ft->st.regroups++;
         int at_boundary = 0;
-        rc = await_generation(ft, &at_boundary);
+        rc = await_generation(ft, step_rc, &at_boundary);
         if (rc != TT_OK)
             return rc;                          /* deadline, job failed, closed: no second try */
         boundary = at_boundary && tries++ == 0; /* a second round follows a failure */
@@ -527,7 +534,7 @@ int tt_train_ft_run_epoch(tt_train_ft_t *ft, tt_trainer_step_fn cb, void *cbctx,
     ft->cbctx = cbctx;
     for (;;) {
         int rc = tt_trainer_run_epoch(ft->t, on_step, ft, stats);
-        if (rc >= 0 || !tt_train_ft_recoverable(rc))
+        if (rc >= 0 || !tt_train_ft_recoverable(rc) || leaving(ft))
             return rc;
         rc = tt_train_ft_recover(ft, rc);
         if (rc != TT_OK)

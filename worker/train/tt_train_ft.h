@@ -21,6 +21,12 @@
 typedef struct {
     uint32_t regroup_deadline_ms; /* max wait for a new generation; default 60000 */
     uint32_t max_regroups;        /* regroups allowed per run; default 100 */
+    /* Non-zero while this worker is on its way out of the job (a stop
+     * signal): a failed step is then returned as it is, and a regroup
+     * under way is given up, instead of holding the others in an agreement
+     * it would leave at the next boundary. NULL (the default): never. */
+    int (*leaving)(void *ctx);
+    void *leaving_ctx;
 } tt_train_ft_opts_t;
 
 /* Figures of the last recovery, for logs and bench/bench_failover. */
@@ -69,7 +75,8 @@ int tt_train_ft_agree(tt_train_ft_t *ft);
 
 /* Acknowledges the generation that follows a failed step (polling
  * tether_step_done; tether_join again when fenced) and runs the agreement.
- * TT_OK, TT_ETIMEDOUT (no generation within the regroup deadline),
+ * TT_OK, `step_rc` when the worker is leaving (opts.leaving),
+ * TT_ETIMEDOUT (no generation within the regroup deadline),
  * TT_EJOBFAILED (the coordinator failed the job: the reason is logged),
  * TT_EAGAIN (the bound on regroups is spent) or a status of the agreement. */
 int tt_train_ft_recover(tt_train_ft_t *ft, int step_rc);
@@ -82,7 +89,8 @@ int tt_train_ft_begin(tt_train_ft_t *ft);
 
 /* tt_trainer_run_epoch with failover: a recoverable failure is followed
  * by tt_train_ft_recover and the epoch continues where the agreed state
- * left it. Returns what tt_trainer_run_epoch returns, 1 when the agreed
+ * left it (unless the worker is leaving: then the failure is returned).
+ * Returns what tt_trainer_run_epoch returns, 1 when the agreed
  * state had already closed this epoch (no stats: another rank reported
  * it), or the status of a recovery that failed. */
 int tt_train_ft_run_epoch(tt_train_ft_t *ft, tt_trainer_step_fn cb, void *cbctx,
