@@ -327,7 +327,7 @@ static int job_done(int rc) {
     if (rc == TT_EDRAINED && sig != 0) { /* its own drain: a supervisor restarts it */
         printf("tether-train: worker '%s' left job '%s' at a step boundary on %s; the others go "
                "on without it\n",
-               me != NULL ? me : "?", job, sig == SIGINT ? "SIGINT" : "SIGTERM");
+               me != NULL ? me : "?", job, tt_train_stop_name(sig));
         fflush(stdout);
         return 128 + sig;
     }
@@ -421,13 +421,9 @@ typedef struct {
     int stop_asked; /* a stop signal was acted on */
 } step_ctx_t;
 
-static const char *stop_name(int sig) {
-    return sig == SIGINT ? "SIGINT" : "SIGTERM";
-}
-
 /* Leaving at once, which the others notice sooner than a death. */
 static void leave_now(struct tether *h, int sig, const char *why) {
-    fprintf(stderr, "tether-train: %s: %s: leaving at once\n", stop_name(sig), why);
+    fprintf(stderr, "tether-train: %s: %s: leaving at once\n", tt_train_stop_name(sig), why);
     tether_leave(h, "stopped by a signal");
     fflush(stdout);
     _exit(128 + sig);
@@ -441,7 +437,7 @@ static void leave_on_signal(step_ctx_t *sc, int sig) {
     if (tether_drain(sc->handle) == TETHER_OK) {
         printf("tether-train: %s: leaving the job at the next step boundary (within %.0f s; a "
                "second signal ends at once)\n",
-               stop_name(sig), sc->stop_grace_s);
+               tt_train_stop_name(sig), sc->stop_grace_s);
         fflush(stdout);
         return;
     }
@@ -552,7 +548,7 @@ static int train(const cli_t *c, tt_trainer_t *t, tt_train_ckpt_t *ck, tt_train_
                 break;
             continue;
         }
-        if (rc < 0 && sc.handle != NULL && !part_over(rc) && stop_pending(NULL))
+        if (rc < 0 && sc.handle != NULL && !part_over(rc) && tt_train_stop_signal() != 0)
             leave_after_failure(sc.handle, rc);
         if (ft != NULL)
             quiet = sc.quiet = tt_train_ft_rank(ft) != 0;

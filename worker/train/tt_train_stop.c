@@ -25,7 +25,7 @@ static atomic_int stop_sig; /* lock-free, so the handler may use it */
 static atomic_int stop_stepping;
 static uint64_t stop_grace_ms;
 
-static const char *sig_name(int sig) {
+const char *tt_train_stop_name(int sig) {
     return sig == SIGINT ? "SIGINT" : "SIGTERM";
 }
 
@@ -40,7 +40,7 @@ static void on_signal(int sig) {
 
 static void end_now(int sig, const char *why) {
     fflush(stdout);
-    fprintf(stderr, "tether-train: %s %s: stopping now\n", sig_name(sig), why);
+    fprintf(stderr, "tether-train: %s %s: stopping now\n", tt_train_stop_name(sig), why);
     _exit(128 + sig);
 }
 

@@ -22,6 +22,9 @@ int tt_train_stop_install(double grace_s);
 /* The signal received (SIGTERM or SIGINT), 0 when none. */
 int tt_train_stop_signal(void);
 
+/* "SIGINT" or "SIGTERM", for the lines that say why a worker left. */
+const char *tt_train_stop_name(int sig);
+
 /* The step loop runs: a signal from now on waits for the step boundary
  * (up to grace_s) instead of ending the process at once. */
 void tt_train_stop_stepping(void);
